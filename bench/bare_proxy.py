@@ -1,0 +1,87 @@
+"""The floor of this stack: a minimal Starlette + aiohttp pass-through, served like thinkgate.
+
+    python bench/bare_proxy.py --upstream http://127.0.0.1:PORT --port 8080 [--workers N]
+
+It forwards every POST unchanged (body, content-type and the Anthropic/OpenAI auth and version
+headers) to the same path upstream over one pooled keep-alive aiohttp session, and streams the
+answer back chunk by chunk as it arrives. No parsing, no state: whatever thinkgate adds on top of
+this is the cost of what it does. hypercorn with uvloop, like ``thinkgate serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, StreamingResponse
+from starlette.routing import Route
+
+FORWARDED = ("content-type", "x-api-key", "authorization", "anthropic-version", "anthropic-beta")
+UPSTREAM = os.environ.get("BARE_PROXY_UPSTREAM", "http://127.0.0.1:8000")
+
+
+@asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        app.state.session = session
+        yield
+
+
+async def forward(request: Request) -> StreamingResponse:
+    session: aiohttp.ClientSession = request.app.state.session
+    body = await request.body()
+    headers = {k: v for k in FORWARDED if (v := request.headers.get(k)) is not None}
+    url = UPSTREAM + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    resp = await session.post(url, data=body, headers=headers)
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in resp.content.iter_any():
+                yield chunk
+        finally:
+            resp.release()
+
+    keep = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "request-id")}
+    return StreamingResponse(relay(), status_code=resp.status, headers=keep)
+
+
+async def health(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+app = Starlette(routes=[Route("/healthz", health), Route("/{path:path}", forward, methods=["POST"])],
+                lifespan=lifespan)
+
+
+def main() -> None:
+    global UPSTREAM
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    args = ap.parse_args()
+    UPSTREAM = args.upstream.rstrip("/")
+    config = Config()
+    config.bind = [f"{args.host}:{args.port}"]
+    config.keep_alive_timeout = 75
+    config.accesslog = None
+    if importlib.util.find_spec("uvloop"):
+        import uvloop
+
+        uvloop.run(serve(app, config))  # type: ignore[arg-type]
+    else:
+        asyncio.run(serve(app, config))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

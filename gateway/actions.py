@@ -1,0 +1,36 @@
+"""Typed decisions of the repair/sanitize pipeline (for metrics, logs and tests).
+
+Every rule that changes a request returns an ``Action``; the set of kinds is a
+closed enum so it can be a metrics label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ActionKind(StrEnum):
+    KEPT_VERIFIED = "kept_verified"              # thinking block verified and kept as is
+    RESTORED = "restored"                        # block/turn restored from a record
+    SIGNATURE_RESTORED = "signature_restored"    # signature re-attached from the exact-text index
+    DOWNGRADED_TEXT = "downgraded_text"          # unverifiable thinking sent as text
+    DROPPED = "dropped"                          # unverifiable thinking removed
+    THINKING_DISABLED = "thinking_disabled"      # thinking config turned off for consistency
+    TOOL_LOOP_TEXTUALIZED = "tool_loop_textualized"  # model cannot disable thinking: loop -> text
+    TOOL_RESULT_SYNTHESIZED = "tool_result_synthesized"
+    TOOL_RESULT_TEXTUALIZED = "tool_result_textualized"
+    TOOL_RESULTS_REORDERED = "tool_results_reordered"
+    TOOL_ID_MAPPED = "tool_id_mapped"
+    EMPTY_TEXT_REMOVED = "empty_text_removed"
+    BLOCKS_REORDERED = "blocks_reordered"
+    PARAMS_FIXED = "params_fixed"
+    HISTORY_REBUILT = "history_rebuilt"
+    SIGNATURE_BYPASS = "signature_bypass"        # Gemini: no record vouches for a required signature
+
+
+@dataclass(slots=True, frozen=True)
+class Action:
+    kind: ActionKind
+    message_index: int | None = None   # index in the *outgoing* messages list
+    detail: str = ""                   # closed vocabulary: never model text, keys or ids

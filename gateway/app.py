@@ -1,0 +1,191 @@
+"""The ASGI app: routes, error rendering, lifespan (upstream sessions and store)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway import metrics
+from gateway.endpoints import augment, chat, gemini, messages
+from gateway.errors import Dialect, GatewayError, new_request_id, render_error
+from gateway.hints import ConversationHints
+from gateway.retry import RetryPolicy
+from gateway.routing import Router
+from gateway.settings import Settings
+from gateway.upstream import Upstream
+from state import codec
+from state.store import Store
+
+log = logging.getLogger("thinkgate")
+
+
+@dataclass(slots=True)
+class Gateway:
+    """The app's dependencies, reachable from handlers as ``request.app.state.gateway``."""
+
+    settings: Settings
+    upstreams: dict[str, Upstream]
+    store: Store | None = None
+    router: Router = field(default_factory=Router)
+    draining: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+    hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
+
+
+def dialect_for_path(path: str) -> Dialect:
+    if path.startswith("/v1/chat/completions"):
+        return "openai"
+    if path.startswith(("/v1beta", "/v1/models/")):
+        return "gemini"
+    return "anthropic"
+
+
+def default_upstreams(settings: Settings) -> dict[str, Upstream]:
+    """``anthropic`` and ``gemini`` always; ``openai`` when ``GATEWAY_OPENAI_BASE_URL`` is set; one more per
+    OpenAI-compatible flavor that ``GATEWAY_ROUTES`` names with its own base URL."""
+    urls = {"anthropic": settings.anthropic_base_url, "gemini": settings.gemini_base_url}
+    if settings.openai_base_url:
+        urls["openai"] = settings.openai_base_url
+    for name, route in settings.router().named_upstreams().items():
+        urls[name] = route.base_url or ""
+    return {
+        name: Upstream(name, url, connect_timeout=settings.connect_timeout_s, read_timeout=settings.read_timeout_s,
+                       retry=RetryPolicy(max(0, settings.upstream_retries),
+                                         max(0.0, settings.upstream_retry_max_delay_s)))
+        for name, url in urls.items()
+    }
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (``scope['state']['request_id']``) before routing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["request_id"] = new_request_id()
+        await self.app(scope, receive, send)
+
+
+def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
+    rid = getattr(request.state, "request_id", None)
+    status, body = render_error(dialect_for_path(request.url.path), err, rid)
+    headers = {"request-id": rid} if rid else None
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+async def _on_gateway_error(request: HTTPRequest, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return _error_response(request, exc)
+
+
+async def _on_http_error(request: HTTPRequest, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        msg = f"Not found: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        msg = f"Method {request.method} not allowed for {request.url.path}"
+    else:
+        msg = str(exc.detail)
+    etype = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return _error_response(request, GatewayError(exc.status_code, msg, etype))
+
+
+async def _on_unexpected(request: HTTPRequest, exc: Exception) -> Response:
+    log.error("unhandled error on %s %s: %s", request.method, request.url.path, type(exc).__name__,
+              exc_info=exc)
+    return _error_response(request, GatewayError(500, "Internal gateway error", "api_error"))
+
+
+async def healthz(request: HTTPRequest) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: HTTPRequest) -> Response:
+    """Ready unless draining. A store that is down degrades to stateless serving, so it is
+    reported but does not make the replica unready."""
+    gw: Gateway = request.app.state.gateway
+    store: dict[str, object] = {"backend": "none"}
+    if gw.store is not None:
+        h = await gw.store.health()
+        store = {"backend": h.backend, "ok": h.ok, "circuit": h.circuit}
+    if gw.draining:
+        return JSONResponse({"status": "draining", "store": store}, status_code=503)
+    return JSONResponse({"status": "ready", "store": store})
+
+
+def default_store(settings: Settings) -> Store | None:
+    if not settings.state_machine_enabled:
+        return None
+    from state.factory import open_store
+
+    if not settings.redis_url:
+        log.info("no GATEWAY_REDIS_URL: using the embedded in-process store (single process only)")
+    return open_store(settings.redis_url, ttl_seconds=settings.state_ttl_seconds,
+                      max_turns=settings.state_max_turns, timeout_ms=settings.store_timeout_ms)
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None,
+               upstreams: dict[str, Upstream] | None = None) -> Starlette:
+    settings = settings or Settings.from_env()
+    gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
+                 store=metrics.instrument_store(store if store is not None else default_store(settings)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        codec.set_turn_cache_entries(settings.decoded_turn_cache)
+        for up in gw.upstreams.values():
+            await up.start()
+        if gw.store is not None:
+            await gw.store.start()
+        metrics.worker_started(up.name for up in gw.upstreams.values())
+        # Long histories allocate many short-lived dicts: keep start-up objects out of the cyclic
+        # collector's way and collect young objects less often (p99 is mostly GC pauses otherwise).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 20)
+        try:
+            yield
+        finally:
+            metrics.worker_stopped()
+            for up in gw.upstreams.values():
+                await up.close()
+            if gw.store is not None:
+                await gw.store.close()
+
+    routes = [
+        Route("/v1/messages", messages.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
+        Route("/v1beta/models/{rest:path}", gemini.generate_content, methods=["POST"]),
+        Route("/v1/models/{rest:path}", gemini.generate_content, methods=["POST"]),
+        Route("/gateway/chat-stream", augment.chat_stream, methods=["POST"]),
+        Route("/gateway/conversations/{scid}", augment.conversation, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(RequestIdMiddleware), Middleware(metrics.ObserveMiddleware)],
+        exception_handlers={
+            GatewayError: _on_gateway_error,
+            HTTPException: _on_http_error,
+            Exception: _on_unexpected,
+        },
+    )
+    app.state.gateway = gw
+    return app

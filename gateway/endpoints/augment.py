@@ -1,0 +1,120 @@
+"""Augment ``POST /gateway/chat-stream`` and the conversation export (thin handlers).
+
+Chat-stream: the Augment request is decoded to canonical, runs the common pipeline (identify,
+load, repair/sanitize, rebuild the history from the records when the client names a known
+conversation and replays none), goes to the upstream the routing table names (Anthropic Messages,
+Gemini or OpenAI-compatible, through the chat surface's ``UPSTREAM_DIALECTS``; other upstreams'
+streams are translated to canonical events) as a stream, and comes back as NDJSON chunks
+(``gateway.protocols.augment_stream``; another family's thought summaries show no THINKING
+node yet). The conversation id is the body's
+``conversation_id`` (or the ``X-AG-Conversation-Id`` header, which wins) when it is a valid SCID
+(UUIDs are). Errors before streaming are JSON with their status; the upstream's own error
+answers are relayed with the upstream status and body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response, StreamingResponse
+
+from gateway import identity, metrics, pipeline
+from gateway.endpoints.chat import UPSTREAM_DIALECTS, Call
+from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.errors import ClientError, GatewayError, bad_request
+from gateway.export import FORMATS, export_conversation
+from gateway.identity import SCID_HEADER
+from gateway.protocols import augment, augment_stream
+from gateway.protocols.canonical import Request, Turn
+from gateway.records import lift_turn
+from gateway.streaming.relay import relay_sse
+from gateway.streaming.translate import TranslatedStream
+from state.keys import is_valid_scid
+from state.store import StoreError
+
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+
+async def chat_stream(request: HTTPRequest) -> Response:
+    gw = gateway_of(request)
+    ex = await exchange_from(request, endpoint="chat_stream", dialect="augment")
+    metrics.bind(ex)
+    decoded: list[augment.ChatRequest] = []
+
+    routed: list[Call] = []
+
+    def decode(body: Any) -> Request:
+        chat = augment.decode_chat_request(body)
+        caps = gw.router.caps_for(chat.request.model)
+        if caps.kind not in UPSTREAM_DIALECTS or caps.upstream not in gw.upstreams:
+            raise bad_request(f"model {chat.request.model!r} routes to the {caps.upstream} upstream, which "
+                              "is not configured")
+        if is_valid_scid(chat.conversation_id):
+            ex.header_scid = chat.conversation_id  # the X-AG-Conversation-Id header still wins
+        ex.upstream = caps.upstream
+        chat.request.stream = True
+        decoded.append(chat)
+        routed.append(Call(caps, chat.request))
+        return chat.request
+
+    def encode(req: Request) -> bytes:
+        return orjson.dumps(UPSTREAM_DIALECTS[routed[0].caps.kind].encode(routed[0]))
+
+    await pipeline.prepare(ex, gw, decode, encode)
+    chat, call = decoded[0], routed[0]
+    dialect = UPSTREAM_DIALECTS[call.caps.kind]
+    headers = dialect.headers(ex.headers)  # one auth rule per upstream dialect (endpoints/chat.py)
+    path, _, query = dialect.path(call).partition("?")
+    upstream = gw.upstreams[call.caps.upstream]
+    resp = await upstream.post(path, ex.outgoing, headers, query)
+    metrics.observe_upstream(upstream.name, resp.status)
+    out_headers = {SCID_HEADER: ex.scid} if ex.scid else {}
+    if resp.status != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
+        body = await resp.read()
+        metrics.observe_upstream_body(upstream.name, resp.status, body)
+        if resp.status == 200:
+            raise GatewayError(502, "the upstream answered without streaming", "api_error")
+        # request-id, and retry-after / x-should-retry so a client can honour a 429/529's advice
+        out_headers.update({k: v for k, v in resp.headers.items()
+                            if k in ("request-id", "retry-after", "x-should-retry")})
+        return Response(body, status_code=resp.status, headers=out_headers,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, lift_turn(turn))
+
+    encoder = augment_stream.StreamEncoder(chat.tool_meta, tool_use_start=chat.tool_use_start)
+    source: Any = TranslatedStream(resp, dialect.translator(call)) if dialect.translator is not None else resp
+    return StreamingResponse(relay_sse(source, encoder, on_complete=on_complete), status_code=200,
+                             headers={**STREAM_HEADERS, **out_headers}, media_type=augment_stream.MEDIA_TYPE)
+
+
+async def conversation(request: HTTPRequest) -> Response:
+    """``GET /gateway/conversations/{scid}``: the caller's own conversation, exported.
+
+    Tenant-scoped by the credential: another tenant's SCID is indistinguishable from an unknown one
+    (404). ``?format=openai`` (default) or ``anthropic``; ``?include_signatures=true``.
+    """
+    gw = gateway_of(request)
+    tenant = identity.tenant_of(gw.settings.secret, {k.lower(): v for k, v in request.headers.items()})
+    if tenant is None:
+        raise ClientError(401, "an API key (x-api-key or Authorization: Bearer) is required",
+                          "authentication_error")
+    fmt = next((f for f in FORMATS if f == request.query_params.get("format", "openai")), None)
+    if fmt is None:
+        raise bad_request(f"format: Input should be one of {', '.join(FORMATS)}")
+    include = request.query_params.get("include_signatures", "false").lower() in ("true", "1", "yes")
+    scid = request.path_params["scid"]
+    conv = None
+    if gw.store is not None and is_valid_scid(scid):
+        try:
+            conv = await gw.store.get_conversation(tenant, scid)
+        except StoreError as e:
+            raise GatewayError(503, "the conversation store is unavailable", "api_error") from e
+    if conv is None:
+        raise ClientError(404, f"conversation {scid} not found", "not_found_error")
+    return Response(orjson.dumps(export_conversation(conv, fmt, include_signatures=include)),
+                    media_type="application/json")

@@ -1,0 +1,47 @@
+"""Helpers every thin handler shares: the app's dependencies and the request body."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request as HTTPRequest
+
+from gateway.errors import ClientError
+from gateway.pipeline import Exchange
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+
+
+def gateway_of(request: HTTPRequest) -> Gateway:
+    return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+async def read_body(request: HTTPRequest, limit: int) -> bytes:
+    """Read the body, refusing (413) as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ClientError(413, TOO_LARGE, "request_too_large")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ClientError(413, TOO_LARGE, "request_too_large")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def exchange_from(request: HTTPRequest, *, endpoint: str, dialect: str) -> Exchange:
+    gw = gateway_of(request)
+    raw = await read_body(request, gw.settings.max_body_bytes)
+    return Exchange(
+        endpoint=endpoint,
+        dialect=dialect,
+        request_id=request.state.request_id,
+        headers={k.lower(): v for k, v in request.headers.items()},
+        query=request.url.query,
+        raw_body=raw,
+    )

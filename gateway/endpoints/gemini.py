@@ -1,0 +1,101 @@
+"""Gemini native ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``
+(thin handler).
+
+The Gemini body is decoded to canonical (``gemini.decode_request``: the client's own
+top-level fields are kept whole), runs the common pipeline (identify, load, repair:
+signatures restored on the parts they were minted on, function responses in call order
+and count; sanitize: the bypass value where no record vouches for a required signature),
+is re-encoded for the Gemini upstream, and the upstream's answer is relayed as it came
+(non-stream bytes, or its SSE chunks) while the turn is recorded. Errors keep Google's
+envelope ``{"error": {"code", "message", "status"}}``: thinkgate's own (rendered by the
+app for ``/v1beta`` paths) and the upstream's (relayed, or re-rendered when the upstream
+sent something else). Credentials: ``x-goog-api-key`` (or ``x-api-key`` / a bearer token)
+and ``?key=`` are forwarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response, StreamingResponse
+
+from gateway import identity, metrics, pipeline
+from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.errors import ClientError, GatewayError, render_error, upstream_error
+from gateway.protocols import gemini
+from gateway.protocols.canonical import Request, Turn
+from gateway.protocols.gemini_parts import deterministic_ids
+from gateway.protocols.gemini_stream import GeminiTranslator, NativeStreamEncoder
+from gateway.records import lift_turn
+from gateway.routing import origin_of
+from gateway.streaming.relay import relay_sse
+from gateway.streaming.translate import TranslatedStream
+
+ACTIONS = ("generateContent", "streamGenerateContent")
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's key as ``x-goog-api-key`` (a ``?key=`` query is forwarded with the query)."""
+    key = client.get("x-goog-api-key") or identity.credential_of(client)
+    return {"x-goog-api-key": key} if key else {}
+
+
+async def generate_content(request: HTTPRequest) -> Response:
+    gw = gateway_of(request)
+    model, _, action = request.path_params["rest"].rpartition(":")
+    if action not in ACTIONS or not model:
+        raise ClientError(404, f"models/{request.path_params['rest']} is not found for API version v1beta, or "
+                               "is not supported", "not_found_error")
+    ex = await exchange_from(request, endpoint="generate_content", dialect="gemini")
+    metrics.bind(ex)
+    stream = action == "streamGenerateContent"
+    caps = gw.router.caps_for(model)
+    if caps.kind != "gemini" or caps.upstream not in gw.upstreams:
+        raise ClientError(400, f"model {model} is not served by a Gemini upstream", "invalid_request_error",
+                          "model_not_supported")
+    ex.upstream = caps.upstream
+    if identity.credential_of(ex.headers) is None and request.query_params.get("key"):
+        ex.headers["x-goog-api-key"] = request.query_params["key"]  # the tenant comes from the credential
+
+    def decode(body: Any) -> Request:
+        return gemini.decode_request(body, model, stream=stream)
+
+    await pipeline.prepare(ex, gw, decode, lambda req: orjson.dumps(gemini.encode_request(req)))
+    assert ex.request is not None
+    origin, mint = origin_of(caps, model), deterministic_ids(ex.request.messages)
+    query = request.url.query
+    sse = request.query_params.get("alt") == "sse"
+    if stream and not sse:  # upstream always streams SSE; the client gets the form it asked for
+        query = f"{query}&alt=sse" if query else "alt=sse"
+    upstream = gw.upstreams[caps.upstream]
+    resp = await upstream.post(f"/v1beta/models/{model}:{action}", ex.outgoing, gemini_headers(ex.headers), query)
+    metrics.observe_upstream(upstream.name, resp.status)
+    headers = {identity.SCID_HEADER: ex.scid} if ex.scid else {}
+    if resp.status != 200 or not stream or not resp.headers.get("content-type", "").startswith("text/event-stream"):
+        body = await resp.read()
+        metrics.observe_upstream_body(upstream.name, resp.status, body)
+        if resp.status != 200:
+            if not gemini.is_google_error(body):
+                _, body = render_error("gemini", upstream_error(resp.status, body))
+            return Response(body, status_code=resp.status, headers=headers, media_type="application/json")
+        try:
+            turn = gemini.decode_turn(pipeline.parse_json(body), origin=origin, mint=mint, model=model)
+        except GatewayError:
+            turn = None  # relayed, just not recorded
+        if turn is not None:
+            await pipeline.record(ex, gw, turn)
+            if ex.scid:
+                headers[identity.SCID_HEADER] = ex.scid
+        return Response(body, status_code=200, headers=headers, media_type="application/json")
+
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, lift_turn(turn))
+
+    source: Any = TranslatedStream(resp, GeminiTranslator(origin=origin, mint=mint, model=model), raw_events=True)
+    relay = relay_sse(source, NativeStreamEncoder(sse=sse), on_complete=on_complete)
+    return StreamingResponse(relay, status_code=200, headers={**SSE_HEADERS, **headers},
+                             media_type="text/event-stream" if sse else "application/json")

@@ -1,0 +1,75 @@
+"""Anthropic ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (thin handlers)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response, StreamingResponse
+
+from gateway import metrics, pipeline
+from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.errors import GatewayError
+from gateway.identity import SCID_HEADER
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Turn
+from gateway.streaming.relay import relay_sse
+from gateway.upstream import forward_request_headers
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def messages(request: HTTPRequest) -> Response:
+    gw = gateway_of(request)
+    ex = await exchange_from(request, endpoint="messages", dialect="anthropic")
+    metrics.bind(ex)
+    await pipeline.prepare(ex, gw)
+    assert ex.request is not None
+    upstream = gw.upstreams["anthropic"]
+    resp = await upstream.post("/v1/messages", ex.outgoing, forward_request_headers(ex.headers), ex.query)
+    metrics.observe_upstream(upstream.name, resp.status)
+    headers = dict(resp.headers)
+    streamed = resp.status == 200 and ex.request.is_stream \
+        and headers.get("content-type", "").startswith("text/event-stream")
+    if not streamed:
+        body = await resp.read()
+        metrics.observe_upstream_body(upstream.name, resp.status, body)
+        if resp.status == 200:
+            await _record_body(ex, gw, body)
+            body = pipeline.with_gateway_meta(body, ex.scid)
+            headers.pop("content-length", None)
+        if ex.scid:
+            headers[SCID_HEADER] = ex.scid
+        return Response(body, status_code=resp.status, headers=headers)
+
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, turn)
+
+    headers.update(SSE_HEADERS)
+    if ex.scid:
+        headers[SCID_HEADER] = ex.scid
+    relay = relay_sse(resp, anthropic.StreamEncoder(ex.scid), on_complete=on_complete)
+    return StreamingResponse(relay, status_code=200, headers=headers, media_type=None)
+
+
+async def count_tokens(request: HTTPRequest) -> Response:
+    """Plain passthrough: body and headers forwarded, upstream answer returned."""
+    gw = gateway_of(request)
+    ex = await exchange_from(request, endpoint="count_tokens", dialect="anthropic")
+    pipeline.parse_json(ex.raw_body)  # reject non-JSON early, in the client's dialect
+    resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", ex.raw_body,
+                                                forward_request_headers(ex.headers), ex.query)
+    body = await resp.read()
+    metrics.observe_upstream_body("anthropic", resp.status, body)
+    return Response(body, status_code=resp.status, headers=resp.headers)
+
+
+async def _record_body(ex: pipeline.Exchange, gw: Gateway, body: bytes) -> None:
+    try:
+        turn = anthropic.decode_turn(pipeline.parse_json(body))
+    except GatewayError:  # an upstream body we cannot read is relayed, just not recorded
+        return
+    await pipeline.record(ex, gw, turn)

@@ -1,0 +1,132 @@
+"""Who is asking (tenant) and which conversation this is (SCID).
+
+- Tenant: HMAC of the client's credential (``x-api-key``, ``x-goog-api-key`` or bearer token) under
+  ``GATEWAY_SECRET``; the credential itself never leaves this function.
+- SCID candidates, in order: the ``X-AG-Conversation-Id`` header; the tool_use ids
+  of the replayed history; normalized-text hashes of replayed assistant text and
+  thinking; a fingerprint of the conversation prefix (the user side of the
+  history, which clients replay faithfully far more often than the assistant side).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock
+from gateway.repair import message_hashes
+from state.hashing import exact_hash, normalize_text
+from state.keys import is_valid_scid, tenant_prefix
+from state.store import LoadQuery, LoadResult
+
+SCID_HEADER = "x-ag-conversation-id"
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    key = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    if key:
+        return key
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+def tenant_of(secret: str, headers: Mapping[str, str]) -> str | None:
+    cred = credential_of(headers)
+    return tenant_prefix(secret.encode(), cred) if cred else None
+
+
+def scid_from_header(headers: Mapping[str, str]) -> tuple[str | None, bool]:
+    """(scid, header_present). A malformed header value is a miss, never an error."""
+    raw = headers.get(SCID_HEADER)
+    if raw is None:
+        return None, False
+    raw = raw.strip()
+    return (raw if is_valid_scid(raw) else None), True
+
+
+def path_fingerprint(msgs: list[Message]) -> str | None:
+    """Fingerprint of the user side of ``msgs``: each user message's text (normalized) and how many
+    tool results it carried. Tool result bodies are left out: they are large and add nothing to
+    telling conversations apart."""
+    h = hashlib.sha256(b"tg-path/2")
+    seen = False
+    for m in msgs:
+        if m.role != "user":
+            continue
+        results = 0
+        h.update(b"\x1eU")
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                norm = normalize_text(b.text)
+                if norm:
+                    seen = True
+                    h.update(b"\x1f" + norm.encode("utf-8", "surrogatepass"))
+            elif isinstance(b, ToolResultBlock):
+                results += 1
+        if results:
+            seen = True
+            h.update(b"\x1dR%d" % results)
+    return h.hexdigest() if seen else None
+
+
+def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].role == "assistant":
+            return msgs[:i]
+    return []
+
+
+RECENT_TURNS = 3  # replayed assistant turns looked up through the indexes
+
+
+def build_query(msgs: list[Message], scid: str | None) -> LoadQuery:
+    """Index lookups for the most recent replayed assistant turns only: they identify the
+    conversation, which is loaded whole in the same (or the next) round trip; older turns are
+    matched against it in memory. The query stays small however long the history is."""
+    tool_ids: list[str] = []
+    norm: list[str] = []
+    exact: list[str] = []
+    recent = [m for m in msgs if m.role == "assistant"][-RECENT_TURNS:]
+    for m in recent:
+        tool_ids += m.tool_use_ids()
+        norm += message_hashes(m)
+        exact += [exact_hash(b.thinking) for b in m.content if isinstance(b, ThinkingBlock) and b.thinking]
+    fps = []
+    prefix = prefix_before_last_assistant(msgs)
+    fp = path_fingerprint(prefix) if prefix else None
+    if fp:
+        fps.append(fp)
+    return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
+                     norm_hashes=_dedup(norm), fingerprints=fps)
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    scid: str | None
+    via: str   # header | tool_id | text | fingerprint | none
+
+
+def identify_conversation(result: LoadResult, query: LoadQuery) -> Identified:
+    """Pick the conversation: header hit, else the most referenced by tool ids, text, fingerprint."""
+    if query.scid and result.conversation is not None:
+        return Identified(query.scid, "header")
+    by_tool = Counter(loc.scid for loc in result.tool_hits.values())
+    if by_tool:
+        return Identified(by_tool.most_common(1)[0][0], "tool_id")
+    by_text = Counter(loc.scid for loc in result.norm_hits.values())
+    if by_text:
+        return Identified(by_text.most_common(1)[0][0], "text")
+    for fp in query.fingerprints:
+        scid = result.fingerprint_hits.get(fp)
+        if scid:
+            return Identified(scid, "fingerprint")
+    return Identified(None, "none")
+
+
+def _dedup(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))

@@ -1,0 +1,139 @@
+"""Logging: setup from settings (``GATEWAY_LOG_LEVEL``, ``GATEWAY_LOG_FORMAT=json|text``) and the one
+structured line per client request.
+
+The request line carries identifiers and decisions only: request id, tenant prefix (an HMAC of the
+credential, never the credential), SCID, endpoint, upstream, model, status, durations, the kinds
+of repair/sanitize actions with counts, and the classified upstream error kind. Never an API key,
+a signature, thinking text or any other message content. As a second line of defence every
+formatted line passes through ``redact`` (bearer tokens, ``x-api-key`` values, ``sk-`` keys).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections import Counter
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from gateway.pipeline import Exchange
+
+ACCESS_LOGGER = "thinkgate.access"
+FORMATS = ("json", "text")
+_MAX_MODEL = 100
+_SECRETS = re.compile(
+    r"(?i)((?:authorization|x-api-key|api[_-]?key)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?|bearer\s+)[^\s\"',;}]+")
+_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+
+access = logging.getLogger(ACCESS_LOGGER)
+
+
+@dataclass(slots=True)
+class Observation:
+    """What is learnt about one client request on its way (``gateway.metrics`` fills it in)."""
+
+    endpoint: str
+    request_id: str
+    started: float
+    upstream: str = "none"
+    upstream_status: int | None = None  # what the upstream answered (None: not reached)
+    status: int = 0
+    streaming: bool = False
+    ttfb: float | None = None
+    duration: float = 0.0
+    upstream_error: str | None = None  # the classified kind, never the text
+    exchange: Exchange | None = None
+
+
+current: ContextVar[Observation | None] = ContextVar("thinkgate_observation", default=None)
+
+
+def redact(text: str) -> str:
+    return _SK.sub("sk-<redacted>", _SECRETS.sub(r"\1<redacted>", text))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, and the record's ``fields`` (if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return redact(orjson.dumps(out, default=str).decode())
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger message key=value ...``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line += "".join(f" {k}={_text_value(v)}" for k, v in fields.items() if v is not None)
+        return redact(line)
+
+
+def _text_value(v: Any) -> str:
+    if isinstance(v, dict):
+        return ",".join(f"{k}:{n}" for k, n in v.items()) or "-"
+    return str(v)
+
+
+def configure(level: str = "INFO", fmt: str = "text", stream: IO[str] | None = None) -> None:
+    """Install thinkgate's handler on the root logger (idempotent: replaces its own handler)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "thinkgate", False):
+            root.removeHandler(h)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.thinkgate = True  # type: ignore[attr-defined]
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def request_fields(obs: Observation) -> dict[str, Any]:
+    """The request line's fields: only identifiers, labels, numbers and action kinds."""
+    fields: dict[str, Any] = {
+        "request_id": obs.request_id, "endpoint": obs.endpoint, "upstream": obs.upstream,
+        "upstream_status": obs.upstream_status, "status": obs.status,
+        "duration_ms": round(obs.duration * 1000, 1),
+        "ttfb_ms": round(obs.ttfb * 1000, 1) if obs.ttfb is not None else None,
+        "upstream_error": obs.upstream_error,
+    }
+    exchange = obs.exchange
+    if exchange is not None:
+        req = exchange.request
+        fields.update({
+            "tenant": exchange.tenant,
+            "scid": exchange.scid,
+            "via": exchange.via,
+            "model": req.model[:_MAX_MODEL] if req is not None and isinstance(req.model, str) else None,
+            "stream": req.is_stream if req is not None else None,
+            "actions": dict(Counter(a.kind.value for a in exchange.actions)),
+            "recorded": exchange.recorded,
+        })
+    return fields
+
+
+def log_request(obs: Observation) -> None:
+    """The one line per request (INFO on ``thinkgate.access``)."""
+    if access.isEnabledFor(logging.INFO):
+        access.info("request", extra={"fields": request_fields(obs)})

@@ -1,0 +1,403 @@
+"""Every Prometheus metric thinkgate exports, their closed label sets (``LABELS``; unknown values
+become "other", so no label carries a key, SCID, tenant or model text) and the one-line calls that
+feed them: ``ObserveMiddleware`` (app), ``bind`` / ``observe_upstream*`` (endpoints),
+``observe_stream_error`` (relay), ``observe_lookup`` / ``observe_actions`` / ``observe_record``
+(pipeline), ``InstrumentedStore`` (app), ``worker_started`` / ``worker_stopped`` (lifespan).
+
+Multi-worker: under ``PROMETHEUS_MULTIPROC_DIR`` (``thinkgate serve --workers N`` creates it, see
+``multiprocess_dir``) workers write to files there and ``/metrics`` merges them all; counters of
+exited workers stay in the sum, live gauges of dead ones leave it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter as Tally
+from collections.abc import Awaitable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as mp
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import classify, logs
+from gateway.actions import Action, ActionKind
+from gateway.logs import Observation
+from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
+
+if TYPE_CHECKING:
+    from gateway.pipeline import Exchange
+    from state.records import ConversationState
+    from state.store import TurnWrite
+
+T = TypeVar("T")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MULTIPROCESS = MULTIPROC_ENV in os.environ  # decided at import, as prometheus_client does
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes
+_LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
+log = logging.getLogger("thinkgate.metrics")
+
+# ------------------------------------------------------------------ closed label sets
+
+ENDPOINT_PATHS: tuple[tuple[str, str], ...] = (  # path prefix -> endpoint label; first match wins
+    ("/v1/messages/count_tokens", "count_tokens"),
+    ("/v1/messages", "messages"),
+    ("/v1/chat/completions", "chat_completions"),
+    ("/v1beta/", "generate_content"),
+    ("/gateway/chat-stream", "chat_stream"),
+    ("/gateway/conversations/", "conversation_export"),
+)
+INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # not counted, not logged at INFO
+ENDPOINTS = frozenset({label for _, label in ENDPOINT_PATHS} | {"other"})
+UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "none",
+                       "other"})
+STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
+DIALECTS = frozenset({"anthropic", "openai", "gemini", "augment", "other"})
+ERROR_KINDS = frozenset(classify.KINDS)
+ACTIONS = frozenset({k.value for k in ActionKind} | {"other"})
+TOOL_REPAIRS: dict[ActionKind, str] = {
+    ActionKind.TOOL_RESULT_SYNTHESIZED: "synthesized", ActionKind.TOOL_RESULT_TEXTUALIZED: "textualized",
+    ActionKind.TOOL_LOOP_TEXTUALIZED: "textualized", ActionKind.TOOL_RESULTS_REORDERED: "reordered",
+    ActionKind.TOOL_ID_MAPPED: "id_mapped"}
+TOOL_REPAIR_KINDS = frozenset(TOOL_REPAIRS.values()) | {"other"}
+VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "none", "other"})
+# "foreign" (another tenant's SCID) cannot be told from "miss": keys are tenant-scoped, so the store
+# never sees it. "expired" = the history's index entries point at records that are gone (trimmed or
+# expired), which the store reports as ``LoadResult.unresolved``.
+LOOKUP_RESULTS = frozenset({"hit", "miss", "foreign", "expired", "other"})
+REBUILD_RESULTS = frozenset({"restored", "partial", "degraded", "other"})
+_RESTORING = frozenset({ActionKind.RESTORED, ActionKind.SIGNATURE_RESTORED, ActionKind.HISTORY_REBUILT})
+_DEGRADING = frozenset({ActionKind.DROPPED, ActionKind.DOWNGRADED_TEXT, ActionKind.TOOL_LOOP_TEXTUALIZED,
+                        ActionKind.THINKING_DISABLED})
+STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
+STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
+
+
+def label(value: object, allowed: frozenset[str]) -> str:
+    """``value`` if it is one of ``allowed``, else "other"."""
+    return value if isinstance(value, str) and value in allowed else "other"
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
+
+
+def endpoint_of(path: str) -> str | None:
+    """The endpoint label for a request path; ``None`` for the gateway's own internal endpoints."""
+    if path in INTERNAL_PATHS:
+        return None
+    return next((name for prefix, name in ENDPOINT_PATHS if path.startswith(prefix)), "other")
+
+
+# ------------------------------------------------------------------ the metrics
+
+_LATENCY = (.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_STORE_LATENCY = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1)
+
+# Every metric's labels and their allowed values (tests check dashboards and alerts against this).
+LABELS: dict[str, dict[str, frozenset[str]]] = {
+    "gateway_requests_total": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS, "status": STATUS_CLASSES},
+    "gateway_request_duration_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS},
+    "gateway_time_to_first_byte_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS},
+    "gateway_inflight_streams": {},
+    "gateway_worker_requests": {},
+    "gateway_upstream_errors_total": {"upstream": UPSTREAMS, "kind": ERROR_KINDS},
+    "gateway_sanitize_actions_total": {"action": ACTIONS, "dialect": DIALECTS},
+    "gateway_tool_chain_repairs_total": {"kind": TOOL_REPAIR_KINDS},
+    "gateway_scid_lookups_total": {"via": VIAS, "result": LOOKUP_RESULTS},
+    "gateway_history_rebuilds_total": {"result": REBUILD_RESULTS},
+    "gateway_conversation_forks_total": {},
+    "gateway_store_operation_seconds": {"op": STORE_OPS},
+    "gateway_store_errors_total": {"op": STORE_OPS, "kind": STORE_ERROR_KINDS},
+    "gateway_store_round_trips_total": {"op": STORE_OPS},
+    "gateway_store_circuit_open": {},
+}
+
+
+def _counter(name: str, doc: str) -> Counter:
+    return Counter(name, doc, list(LABELS[name]))
+
+
+def _histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(name, doc, list(LABELS[name]), buckets=buckets)
+
+
+REQUESTS = _counter("gateway_requests_total", "Client requests answered, by status class")
+REQUEST_DURATION = _histogram("gateway_request_duration_seconds", "Request time to the last byte", _LATENCY)
+TTFB = _histogram("gateway_time_to_first_byte_seconds", "Time to the first response body byte", _LATENCY)
+INFLIGHT_STREAMS = Gauge("gateway_inflight_streams", "Streams being relayed now", multiprocess_mode="livesum")
+WORKER_REQUESTS = Gauge("gateway_worker_requests", "Requests served by this live worker (pid label with several)",
+                        multiprocess_mode="liveall")
+UPSTREAM_ERRORS = _counter("gateway_upstream_errors_total", "Upstream errors (bodies, stream events) by kind")
+SANITIZE_ACTIONS = _counter("gateway_sanitize_actions_total", "Repair/sanitize decisions, by action")
+TOOL_CHAIN_REPAIRS = _counter("gateway_tool_chain_repairs_total", "Tool-chain repairs, by kind")
+SCID_LOOKUPS = _counter("gateway_scid_lookups_total", "Conversation lookups of requests that replay history")
+HISTORY_REBUILDS = _counter("gateway_history_rebuilds_total", "Replayed histories restored and/or degraded")
+FORKS = _counter("gateway_conversation_forks_total", "Recorded turns that forked their conversation")
+STORE_OP_SECONDS = _histogram("gateway_store_operation_seconds", "Store call duration", _STORE_LATENCY)
+STORE_ERRORS = _counter("gateway_store_errors_total", "Failed store calls, by kind")
+STORE_ROUND_TRIPS = _counter("gateway_store_round_trips_total", "Store round trips (pipelines) of completed calls")
+STORE_CIRCUIT_OPEN = Gauge("gateway_store_circuit_open", "1 while the store circuit is open/half-open, else 0",
+                           multiprocess_mode="livemax")
+
+# ------------------------------------------------------------------ per-request observation
+
+
+class ObserveMiddleware:
+    """Times every client request and tracks streams in flight; at the end counts it and logs it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = endpoint_of(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        obs = Observation(endpoint, str(scope.get("state", {}).get("request_id", "")), time.perf_counter())
+        token = logs.current.set(obs)
+
+        async def observed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                obs.status = int(message["status"])
+                ctype = dict(message.get("headers") or []).get(b"content-type", b"")
+                if ctype.startswith(b"text/event-stream"):
+                    obs.streaming = True
+                    INFLIGHT_STREAMS.inc()
+            elif message["type"] == "http.response.body" and obs.ttfb is None and message.get("body"):
+                obs.ttfb = time.perf_counter() - obs.started
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        except BaseException:
+            obs.status = obs.status or 500
+            raise
+        finally:
+            if obs.streaming:
+                INFLIGHT_STREAMS.dec()
+            logs.current.reset(token)
+            obs.duration = time.perf_counter() - obs.started
+            _finish(obs)
+
+
+def _finish(obs: Observation) -> None:
+    REQUESTS.labels(obs.endpoint, obs.upstream, status_class(obs.status)).inc()
+    REQUEST_DURATION.labels(obs.endpoint, obs.upstream).observe(obs.duration)
+    if obs.ttfb is not None:
+        TTFB.labels(obs.endpoint, obs.upstream).observe(obs.ttfb)
+    WORKER_REQUESTS.inc()
+    logs.log_request(obs)
+
+
+def bind(ex: Exchange) -> None:
+    """Endpoints: this request's exchange (read at the end for the log line)."""
+    if (obs := logs.current.get()) is not None:
+        obs.exchange = ex
+
+
+def observe_upstream(upstream: str, status: int) -> None:
+    """Endpoints: the upstream answered (its name becomes the request's ``upstream`` label)."""
+    if (obs := logs.current.get()) is not None:
+        obs.upstream, obs.upstream_status = label(upstream, UPSTREAMS), status
+
+
+def observe_upstream_body(upstream: str, status: int, body: bytes) -> None:
+    """Endpoints: a non-streamed upstream answer; error statuses are classified and counted."""
+    observe_upstream(upstream, status)
+    if status >= 400:
+        _count_upstream_error(label(upstream, UPSTREAMS), classify.classify(status, body))
+
+
+def observe_stream_error(error: dict[str, Any] | None) -> None:
+    """Relay: the ``error`` object of an upstream's in-stream error event (``None``: there was none)."""
+    if error is not None:
+        obs = logs.current.get()
+        _count_upstream_error(obs.upstream if obs else "other", classify.classify_event(error))
+
+
+def _count_upstream_error(upstream: str, kind: str) -> None:
+    UPSTREAM_ERRORS.labels(upstream, label(kind, ERROR_KINDS)).inc()
+    if (obs := logs.current.get()) is not None:
+        obs.upstream_error = kind
+
+
+def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
+    """Pipeline, load stage: how the conversation was found. First turns (nothing to find) are not
+    counted, so the hit ratio is over requests that replay history."""
+    if via != "none":
+        SCID_LOOKUPS.labels(label(via, VIAS), "hit").inc()
+        return
+    if not (query.scid or query.tool_ids or query.exact_hashes or query.norm_hashes or query.fingerprints):
+        return
+    SCID_LOOKUPS.labels("header" if query.scid else "none", "expired" if result.unresolved else "miss").inc()
+
+
+def observe_actions(actions: Iterable[Action], dialect: str) -> None:
+    """Pipeline, repair/sanitize stage: every action, tool-chain repairs, history rebuilds."""
+    kinds = Tally(a.kind for a in actions)
+    d = label(dialect, DIALECTS)
+    for kind, n in kinds.items():
+        SANITIZE_ACTIONS.labels(label(kind.value, ACTIONS), d).inc(n)
+        if kind in TOOL_REPAIRS:
+            TOOL_CHAIN_REPAIRS.labels(TOOL_REPAIRS[kind]).inc(n)
+    restored = any(k in _RESTORING for k in kinds)
+    degraded = any(a.kind in _DEGRADING and a.detail != "thinking_disabled" for a in actions)
+    if restored or degraded:
+        HISTORY_REBUILDS.labels("partial" if restored and degraded else "restored" if restored
+                                else "degraded").inc()
+
+
+def observe_record(result: RecordResult) -> None:
+    """Pipeline, record stage."""
+    if result.status == "forked":
+        FORKS.inc()
+
+
+# ------------------------------------------------------------------ the store, instrumented
+
+
+class InstrumentedStore:
+    """The ``Store`` protocol around another store: times every call, counts failures by kind and
+    keeps ``gateway_store_circuit_open`` current (state/ never imports gateway/)."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+
+    def __getattr__(self, name: str) -> Any:  # diagnostics (round_trips, breaker, ...) pass through
+        return getattr(self.inner, name)
+
+    async def start(self) -> None:
+        await self.inner.start()
+        self._circuit()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def health(self) -> StoreHealth:
+        h = await self._call("health", self.inner.health())
+        if not h.ok:
+            STORE_ERRORS.labels("health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
+        STORE_CIRCUIT_OPEN.set(0 if h.circuit == "closed" else 1)
+        return h
+
+    async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
+        result = await self._call("load", self.inner.load(tenant, query))
+        STORE_ROUND_TRIPS.labels("load").inc(result.round_trips)
+        return result
+
+    async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
+        result = await self._call("record", self.inner.record(tenant, write))
+        STORE_ROUND_TRIPS.labels("record").inc(result.round_trips)
+        return result
+
+    async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
+        return await self._call("get_conversation", self.inner.get_conversation(tenant, scid))
+
+    async def _call(self, op: str, call: Awaitable[T]) -> T:
+        started = time.perf_counter()
+        try:
+            return await call
+        except (StoreError, ValueError) as e:
+            STORE_ERRORS.labels(op, store_error_kind(e)).inc()
+            raise
+        finally:
+            STORE_OP_SECONDS.labels(op).observe(time.perf_counter() - started)
+            self._circuit()
+
+    def _circuit(self) -> None:
+        breaker = getattr(self.inner, "breaker", None)
+        state = getattr(breaker, "state", "closed")
+        STORE_CIRCUIT_OPEN.set(0 if state == "closed" else 1)
+
+
+def store_error_kind(e: BaseException) -> str:
+    if isinstance(e, StoreUnavailable):
+        if e.__cause__ is None:
+            return "circuit_open"  # raised before any I/O: the breaker refused the call
+        return "timeout" if isinstance(e.__cause__, TimeoutError) else "unavailable"
+    if isinstance(e, StoreError):
+        return "codec" if type(e).__name__ == "CodecError" else "other"
+    return "invalid" if isinstance(e, ValueError) else "other"
+
+
+def instrument_store(store: Store | None) -> Store | None:
+    if store is None or isinstance(store, InstrumentedStore):
+        return store
+    return InstrumentedStore(store)
+
+
+# ------------------------------------------------------------------ exposition and workers
+
+
+def registry() -> CollectorRegistry:
+    if not MULTIPROCESS:
+        return REGISTRY
+    reg = CollectorRegistry()
+    mp.MultiProcessCollector(reg)  # every worker's files, merged
+    return reg
+
+
+async def metrics_endpoint(request: HTTPRequest) -> Response:
+    """``GET /metrics`` (Prometheus text format)."""
+    data = await run_in_threadpool(generate_latest, registry())
+    return Response(data, headers={"content-type": TEXT_FORMAT})
+
+
+def worker_started(upstreams: Iterable[str] = ()) -> None:
+    """Lifespan start: zero the alerting series (a counter born at 1 hides its first increase)
+    and drop live gauges left by workers that died without cleaning up."""
+    for up, kind in itertools.product(upstreams, classify.KINDS):
+        UPSTREAM_ERRORS.labels(label(up, UPSTREAMS), kind)
+    for via in ("header", "tool_id", "text", "fingerprint", "none"):
+        SCID_LOOKUPS.labels(via, "miss" if via == "none" else "hit")
+    SCID_LOOKUPS.labels("header", "miss")
+    for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
+        STORE_ERRORS.labels(op, kind)
+    STORE_CIRCUIT_OPEN.set(0)
+    if MULTIPROCESS:
+        _reap_dead_workers(os.environ[MULTIPROC_ENV])
+
+
+def worker_stopped() -> None:
+    """Lifespan end: this worker's live gauges leave the merge (its counters stay in the sum)."""
+    if MULTIPROCESS:
+        mp.mark_process_dead(os.getpid())
+
+
+def _reap_dead_workers(path: str) -> None:
+    for pid in {int(m[1]) for m in map(_LIVE_FILE.fullmatch, os.listdir(path)) if m} - {os.getpid()}:
+        with contextlib.suppress(PermissionError):  # PermissionError: alive, someone else's
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                mp.mark_process_dead(pid, path)
+
+
+@contextlib.contextmanager
+def multiprocess_dir(workers: int) -> Iterator[str | None]:
+    """``thinkgate serve``: with more than one worker and no ``PROMETHEUS_MULTIPROC_DIR``, create a
+    fresh directory and export it before the workers spawn; remove it when serving ends. A directory
+    the operator set is used as is (and must be emptied by them between runs)."""
+    if workers <= 1 or os.environ.get(MULTIPROC_ENV):
+        yield os.environ.get(MULTIPROC_ENV) or None
+        return
+    path = tempfile.mkdtemp(prefix="thinkgate-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    log.info("metrics: %d workers share %s=%s", workers, MULTIPROC_ENV, path)
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)

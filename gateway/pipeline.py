@@ -1,0 +1,251 @@
+"""The request pipeline as explicit stages, whatever the client dialect:
+
+    decode -> identify -> load -> repair/sanitize -> encode -> relay -> record
+
+``prepare`` runs everything up to the upstream call; endpoints relay and call
+``record`` with the finished turn. Store trouble never fails a request: the
+request is then served statelessly (sanitize only) and nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway import identity, metrics
+from gateway.actions import Action, ActionKind
+from gateway.errors import bad_request
+from gateway.hints import edge_tool_ids
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Request, ToolUseBlock, Turn
+from gateway.records import records_from, turn_record
+from gateway.repair import Records, rebuild_history, repair
+from gateway.sanitize import Policy, sanitize
+from state.keys import new_scid
+from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger("thinkgate.pipeline")
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Everything one client request carries through the pipeline."""
+
+    endpoint: str
+    dialect: str                     # the client's (surface) dialect
+    request_id: str
+    headers: dict[str, str]          # client headers, lowercase names
+    query: str
+    raw_body: bytes
+    upstream: str = "anthropic"      # the upstream dialect (routing table)
+    request: Request | None = None
+    tenant: str | None = None        # HMAC prefix of the credential, never the credential
+    previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)
+    header_scid: str | None = None
+    scid: str | None = None          # the conversation this exchange belongs to (sent back)
+    via: str = "none"
+    expected_position: int | None = None
+    stateful: bool = False           # records were consulted (store up, state machine on)
+    actions: list[Action] = field(default_factory=list)
+    changed: bool = False            # repair/sanitize changed the request
+    outgoing: bytes = b""            # the encoded upstream body
+    turn: Turn | None = None         # the finished assistant turn
+    recorded: bool = False
+
+    @property
+    def betas(self) -> frozenset[str]:
+        raw = self.headers.get("anthropic-beta", "")
+        return frozenset(b.strip() for b in raw.split(",") if b.strip())
+
+
+def parse_json(raw: bytes) -> Any:
+    if not raw.strip():
+        raise bad_request("Request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise bad_request(f"Request body is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") \
+            from None
+
+
+# ------------------------------------------------------------------ stages
+
+Decoder = Callable[[Any], Request]
+
+
+def decode(ex: Exchange, decoder: Decoder = anthropic.decode_request) -> None:
+    """The surface dialect's decoder turns the parsed body into the canonical request."""
+    ex.request = decoder(parse_json(ex.raw_body))
+
+
+def identify(ex: Exchange, gw: Gateway) -> None:
+    ex.tenant = identity.tenant_of(gw.settings.secret, ex.headers)
+    if gw.settings.previous_secret:
+        ex.previous_tenant = identity.tenant_of(gw.settings.previous_secret, ex.headers)
+    # The header wins; else keep an id the surface decoder found in the body (Augment conversation_id).
+    ex.header_scid = identity.scid_from_header(ex.headers)[0] or ex.header_scid
+
+
+async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
+    """One store round trip (two when the conversation had to be found by index)."""
+    if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
+        return None
+    assert ex.request is not None
+    query = identity.build_query(ex.request.messages, ex.header_scid)
+    edge_ids = edge_tool_ids(ex.request.messages)
+    if query.scid is None and edge_ids:
+        query = dataclasses.replace(query, hint_scid=gw.hints.guess(ex.tenant, edge_ids))
+    try:
+        if ex.previous_tenant and ex.previous_tenant != ex.tenant:
+            result, found = await _load_rotating(ex, gw, query)
+        else:
+            result = await gw.store.load(ex.tenant, query)
+            found = identity.identify_conversation(result, query)
+    except StoreError as e:
+        log.warning("store load failed (%s); serving statelessly", type(e).__name__)
+        return None
+    ex.stateful = True
+    ex.scid, ex.via = found.scid, found.via
+    if found.scid is not None and edge_ids:
+        gw.hints.learn(ex.tenant, edge_ids, found.scid)
+    metrics.observe_lookup(found.via, query, result)
+    return result
+
+
+async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[LoadResult, identity.Identified]:
+    """During a secret rotation, a conversation recorded under the previous secret's tenant prefix
+    continues there (both loads run concurrently); everything new lives under the current one."""
+    assert gw.store is not None and ex.tenant is not None and ex.previous_tenant is not None
+    current, previous = await asyncio.gather(gw.store.load(ex.tenant, query),
+                                             gw.store.load(ex.previous_tenant, query))
+    found = identity.identify_conversation(current, query)
+    if found.scid is None:
+        old = identity.identify_conversation(previous, query)
+        if old.scid is not None:
+            ex.tenant = ex.previous_tenant
+            return previous, old
+    return current, found
+
+
+def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) -> None:
+    assert ex.request is not None
+    req = ex.request
+    recs = records_from(result, ex.scid) if result is not None else Records()
+    rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
+    if rebuilt is not None:
+        req.messages = rebuilt[0]
+    fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None)
+    if rebuilt is not None:
+        fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
+        fixed.changed = True
+    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params)
+    actions = fixed.actions + sanitize(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas)
+    ex.actions = actions
+    metrics.observe_actions(actions, ex.dialect)
+    ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
+    _plan_record(ex, fixed.matched, result)
+
+
+def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None) -> None:
+    """Which conversation and position the answer to this request will be recorded at.
+
+    Served statelessly, the exchange still answers with a conversation id: the client's
+    own (valid) one, else a fresh one, so clients that track it keep working.
+    """
+    if not ex.stateful:
+        ex.scid = ex.header_scid or new_scid()
+        return
+    assert ex.request is not None
+    msgs = ex.request.messages
+    last_assistant = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
+    if last_assistant is not None and last_assistant in matched:
+        turn = matched[last_assistant]
+        ex.scid, ex.expected_position = turn.scid, turn.position + 1
+    elif last_assistant is None and ex.via == "header":
+        ex.expected_position = None  # continue the thread the client named
+    elif last_assistant is None and ex.via == "none" and ex.header_scid is not None:
+        # The first turn of a thread the client named: record it under that id so the client's
+        # next request (which may replay no history) finds it. Keys are tenant-scoped.
+        ex.scid, ex.expected_position = ex.header_scid, 0
+    else:
+        ex.scid, ex.expected_position = new_scid(), 0
+
+
+def encode(ex: Exchange) -> None:
+    """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded."""
+    if not ex.changed and ex.dialect == ex.upstream == "anthropic":
+        ex.outgoing = ex.raw_body
+        return
+    assert ex.request is not None
+    ex.outgoing = orjson.dumps(anthropic.encode_request(ex.request))
+
+
+# orjson parses up to 1024 levels but encodes only 255, and the hashing/repair code recurses: a body
+# nested past either limit is the client's mistake (400), not an internal error.
+TOO_DEEP = "Request JSON is nested too deeply (at most 255 levels)"
+
+
+Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default: Anthropic, see ``encode``)
+
+
+async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request,
+                  encoder: Encoder | None = None) -> None:
+    try:
+        decode(ex, decoder)
+        identify(ex, gw)
+        result = await load(ex, gw)
+        repair_and_sanitize(ex, gw, result)
+        if encoder is None:
+            encode(ex)
+        else:
+            assert ex.request is not None
+            ex.outgoing = encoder(ex.request)
+    except (RecursionError, orjson.JSONEncodeError):
+        raise bad_request(TOO_DEEP) from None
+
+
+async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
+    """Store the finished turn (one round trip); never fails the request."""
+    ex.turn = turn
+    if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
+        return
+    try:
+        rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect)
+        write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
+                          fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [])
+        res = await gw.store.record(ex.tenant, write)
+    except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
+        log.warning("store record failed (%s); turn not recorded", type(e).__name__)
+        return
+    metrics.observe_record(res)
+    ex.scid = res.scid
+    ex.recorded = True
+    tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
+    if tool_ids:
+        gw.hints.learn(ex.tenant, tool_ids, res.scid)
+
+
+def with_gateway_meta(body: bytes, scid: str | None) -> bytes:
+    """Non-stream JSON answers carry ``"_gateway": {"conversation_id": ...}``."""
+    if scid is None:
+        return body
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(data, dict):
+        return body
+    data["_gateway"] = {"conversation_id": scid}
+    return orjson.dumps(data)
+
+
+__all__ = ["Exchange", "LoadQuery", "prepare", "record"]

@@ -1,0 +1,246 @@
+"""The internal turn/block model every dialect translates to and from.
+
+Design rules:
+- Blocks are a discriminated union on ``type``. Each block keeps the fields a
+  dialect did not model in ``extra`` (a dict, original key order), so unknown
+  fields travel through unchanged. Unknown block types become ``OpaqueBlock``,
+  which keeps the whole raw dict.
+- Thinking text and signatures are ``str`` values taken verbatim from the
+  decoded JSON. Nothing here normalises, strips or re-encodes them; a missing key
+  is ``None``, distinct from an empty string (``display: omitted`` yields
+  ``thinking == ""`` with a valid signature).
+- Pure data: no I/O, no dialect knowledge. Dialect modules own the wire shapes.
+- Provider-specific reasoning travels in typed fields, never in ``extra`` (which is
+  forwarded verbatim): ``ProviderSig`` on text, tool-use and thought blocks (Gemini
+  ``thoughtSignature``), ``ThoughtBlock`` for another family's reasoning text (Gemini
+  thought summaries, OpenAI-compatible ``reasoning_content``), ``ProviderFields`` on
+  messages and turns (OpenRouter ``reasoning_details``, Copilot ``reasoning_opaque`` /
+  ``reasoning_text``, DeepSeek ``reasoning_content``). Each carries its ``origin``: the
+  model family that minted it (``routing.origin_of``), or ``CLIENT`` when a client sent
+  it and no record vouches for it. Upstream encoders emit only what sanitize left for
+  their own family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+JSON: TypeAlias = Any
+Role: TypeAlias = Literal["user", "assistant", "system"]
+CLIENT = "client"  # origin of provider data a client sent that no record vouches for
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSig:
+    """An opaque per-part signature (Gemini ``thoughtSignature``) and the family that minted it."""
+
+    origin: str
+    value: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFields:
+    """Message-level opaque reasoning fields, exactly as received, keyed by their wire name."""
+
+    origin: str
+    fields: dict[str, JSON]
+
+
+@dataclass(slots=True)
+class TextBlock:
+    text: str
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["text"] = "text"
+    sig: ProviderSig | None = None
+
+
+@dataclass(slots=True)
+class ThinkingBlock:
+    """``thinking`` / ``signature`` are ``None`` when the client dropped the key."""
+
+    thinking: str | None
+    signature: str | None
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["thinking"] = "thinking"
+
+
+@dataclass(slots=True)
+class RedactedThinkingBlock:
+    data: str
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+
+
+@dataclass(slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: JSON
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["tool_use"] = "tool_use"
+    sig: ProviderSig | None = None
+
+
+@dataclass(slots=True)
+class ThoughtBlock:
+    """Reasoning text of a non-Anthropic family (a Gemini ``thought: true`` part, OpenAI-compatible
+    reasoning text): never sent to another family, never an Anthropic ``thinking`` block."""
+
+    text: str
+    origin: str
+    sig: ProviderSig | None = None
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["thought"] = "thought"
+
+
+@dataclass(slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: JSON = None  # str, list of raw content blocks, or None (key absent)
+    is_error: bool | None = None
+    extra: dict[str, JSON] = field(default_factory=dict)
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(slots=True)
+class OpaqueBlock:
+    """Any block type thinkgate does not model (image, document, server tools...)."""
+
+    raw: dict[str, JSON]
+
+    @property
+    def type(self) -> str:
+        t = self.raw.get("type")
+        return t if isinstance(t, str) else ""
+
+
+Block: TypeAlias = (
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ThoughtBlock | OpaqueBlock
+)
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+class Message:
+    """One message. ``content`` is a list of canonical blocks.
+
+    A decoder may leave ``content`` undecoded: ``lazy`` holds the client's block dicts and the function
+    that decodes them, run on first access of ``content``. Until then ``raw_blocks`` is that client JSON,
+    which encoders splice through unchanged, and ``tool_use_ids``/``has_thinking``/``is_empty`` answer from
+    it. Repair marks a message ``verbatim`` when it is exactly a recorded turn (its replay digest): such a
+    message is never decoded unless a later stage needs its blocks.
+    """
+
+    __slots__ = ("_content", "_lazy", "content_was_string", "extra", "provider", "replay_digest", "role",
+                 "verbatim")
+
+    def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
+                 extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
+                 replay_digest: bytes | None = None, *,
+                 lazy: tuple[list[dict[str, JSON]], Callable[[], list[Block]]] | None = None) -> None:
+        self.role = role
+        self._content = content if content is not None or lazy is not None else []
+        self._lazy = lazy if content is None else None
+        # True when the client sent ``content`` as a plain string; re-encoded the same way
+        # when the content is still a single text block.
+        self.content_was_string = content_was_string
+        self.extra: dict[str, JSON] = extra if extra is not None else {}
+        self.provider = provider
+        # ``state.hashing.replay_digest`` of an assistant message's content as the client sent it (set by
+        # the Anthropic decoder); repair accepts a replay matching a recorded turn's digest as is
+        self.replay_digest = replay_digest
+        self.verbatim = False
+
+    @property
+    def content(self) -> list[Block]:
+        if self._lazy is not None:
+            self._content = self._lazy[1]()
+            self._lazy = None
+        assert self._content is not None
+        return self._content
+
+    @content.setter
+    def content(self, blocks: list[Block]) -> None:
+        self._content = blocks
+        self._lazy = None
+
+    @property
+    def raw_blocks(self) -> list[dict[str, JSON]] | None:
+        """The client's block dicts while ``content`` was not decoded (None once it was)."""
+        return self._lazy[0] if self._lazy is not None else None
+
+    def has_thinking(self) -> bool:
+        raw = self.raw_blocks
+        if raw is not None:
+            return any(type(b) is dict and b.get("type") in THINKING_TYPES for b in raw)
+        return any(b.type in THINKING_TYPES for b in self.content)
+
+    def is_empty(self) -> bool:
+        raw = self.raw_blocks
+        return not raw if raw is not None else not self.content
+
+    def tool_use_ids(self) -> list[str]:
+        raw = self.raw_blocks
+        if raw is not None and all(type(b) is dict for b in raw):
+            return [b["id"] for b in raw if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
+        return [b.id for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def tool_result_ids(self) -> list[str]:
+        return [b.tool_use_id for b in self.content if isinstance(b, ToolResultBlock)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.role, self.content, self.content_was_string, self.extra, self.provider,
+                self.replay_digest) == (other.role, other.content, other.content_was_string, other.extra,
+                                        other.provider, other.replay_digest)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        content = f"<{len(self._lazy[0])} undecoded>" if self._lazy is not None else repr(self._content)
+        return f"Message(role={self.role!r}, content={content}, verbatim={self.verbatim})"
+
+
+@dataclass(slots=True)
+class Request:
+    """A client request in canonical form.
+
+    ``params`` holds every top-level field other than ``model``, ``messages``,
+    ``stream`` and ``thinking`` in original order (system, tools, tool_choice,
+    max_tokens, temperature, metadata, context_management, output_config, ...),
+    so they are forwarded exactly as received.
+
+    ``surface`` holds options of the client's dialect that shape the answer but are
+    never sent upstream (OpenAI ``stream_options.include_usage``, ``reasoning.exclude``).
+    """
+
+    model: str
+    messages: list[Message]
+    thinking: dict[str, JSON] | None = None
+    stream: bool | None = None  # None: the client sent no ``stream`` key
+    params: dict[str, JSON] = field(default_factory=dict)
+    surface: dict[str, JSON] = field(default_factory=dict)
+
+    @property
+    def is_stream(self) -> bool:
+        return bool(self.stream)
+
+    def thinking_enabled(self) -> bool:
+        t = self.thinking
+        return isinstance(t, dict) and t.get("type") in ("enabled", "adaptive")
+
+
+@dataclass(slots=True)
+class Turn:
+    """One assistant answer as relayed (non-stream body or accumulated stream)."""
+
+    id: str
+    model: str
+    content: list[Block]
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+    usage: dict[str, JSON] = field(default_factory=dict)
+    extra: dict[str, JSON] = field(default_factory=dict)
+    provider: ProviderFields | None = None

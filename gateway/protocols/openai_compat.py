@@ -1,0 +1,215 @@
+"""OpenAI-compatible UPSTREAM dialect (OpenRouter, Copilot, DeepSeek-style, generic).
+
+Requests (``encode_request``): canonical -> a chat completions body. Assistant messages
+carry their message-level provider fields exactly as received (``reasoning_details``,
+``reasoning_opaque``, ``reasoning_text``, ``reasoning_content``; sanitize left only
+the target's own) and a tool-only message is sent with ``content: null``, never ``[]``
+or ``""``. Tool results become ``tool`` messages (before the user's own text), tools
+and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoning
+parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
+
+Answers (``decode_turn``): reasoning text (``reasoning_content`` / ``reasoning`` /
+``reasoning_text``) -> a ``ThoughtBlock``; content -> text; tool calls -> tool_use
+(a Gemini ``extra_content.google.thought_signature`` -> the block's signature); the
+message-level fields -> ``Turn.provider``. The stream form is ``openai_compat_stream``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.errors import bad_request
+from gateway.identity import credential_of
+from gateway.protocols.canonical import (
+    JSON,
+    Block,
+    Message,
+    OpaqueBlock,
+    ProviderFields,
+    ProviderSig,
+    Request,
+    TextBlock,
+    ThoughtBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Turn,
+)
+from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
+from gateway.routing import ModelCaps
+from gateway.toolchain import content_text
+
+PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content")
+REASONING_TEXT = ("reasoning_content", "reasoning", "reasoning_text")
+STOP_REASONS = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens",
+                "content_filter": "refusal", "stop": "end_turn"}
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
+# ---------------------------------------------------------------- requests
+
+def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
+    p = req.params
+    msgs: list[dict[str, JSON]] = []
+    system = p.get("system")
+    if isinstance(system, list):
+        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    if isinstance(system, str) and system:
+        msgs.append({"role": "system", "content": system})
+    for m in req.messages:
+        if m.role == "assistant":
+            msgs.append(assistant(m))
+        elif m.role == "user":
+            msgs += user(m)
+    body: dict[str, JSON] = {"model": req.model, "messages": msgs}
+    tools = [{"type": "function", "function": _function(t)} for t in p.get("tools") or ()
+             if isinstance(t, dict) and "input_schema" in t]
+    if tools:
+        body["tools"] = tools
+        choice = p.get("tool_choice")
+        if isinstance(choice, dict):
+            if choice.get("type") in _CHOICES:
+                body["tool_choice"] = _CHOICES[choice["type"]]
+            elif choice.get("type") == "tool":
+                body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+            if choice.get("disable_parallel_tool_use") is True:
+                body["parallel_tool_calls"] = False
+    for src, dst in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
+                     ("stop_sequences", "stop")):
+        if p.get(src) is not None:
+            body[dst] = p[src]
+    meta = p.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("user_id"), str):
+        body["user"] = meta["user_id"]
+    _reasoning(req, caps, body)
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _function(tool: dict[str, JSON]) -> dict[str, JSON]:
+    fn: dict[str, JSON] = {"name": tool["name"]}
+    if isinstance(tool.get("description"), str):
+        fn["description"] = tool["description"]
+    fn["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
+    return fn
+
+
+def _reasoning(req: Request, caps: ModelCaps, body: dict[str, JSON]) -> None:
+    t = req.thinking
+    if not isinstance(t, dict) or t.get("type") not in ("enabled", "adaptive"):
+        return
+    budget = t.get("budget_tokens")
+    if caps.flavor == "openrouter":
+        body["reasoning"] = {"max_tokens": budget} if isinstance(budget, int) else {"effort": "medium"}
+        return
+    if caps.flavor in ("copilot", "deepseek"):
+        return  # the model decides (deepseek-reasoner always thinks); no documented parameter to send
+    if isinstance(budget, int):
+        body["reasoning_effort"] = "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
+    else:
+        body["reasoning_effort"] = "medium"
+
+
+def assistant(m: Message) -> dict[str, JSON]:
+    texts = [b.text for b in m.content if isinstance(b, TextBlock)]
+    calls = [tool_call(b) for b in m.content if isinstance(b, ToolUseBlock)]
+    text = "".join(texts)
+    out: dict[str, JSON] = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        out["tool_calls"] = calls
+    signed = [b for b in m.content if isinstance(b, TextBlock) and b.sig is not None]
+    if signed and (extra := openai_extra(signed[-1].sig)) is not None:
+        out["extra_content"] = extra
+    if m.provider is not None:
+        out.update(m.provider.fields)
+    return out
+
+
+def tool_call(b: ToolUseBlock) -> dict[str, JSON]:
+    call: dict[str, JSON] = {"id": b.id, "type": "function",
+                             "function": {"name": b.name, "arguments": orjson.dumps(b.input).decode()}}
+    extra = openai_extra(b.sig)
+    if extra is not None:
+        call["extra_content"] = extra
+    return call
+
+
+def user(m: Message) -> list[dict[str, JSON]]:
+    out: list[dict[str, JSON]] = []
+    parts: list[dict[str, JSON]] = []
+    for b in m.content:
+        if isinstance(b, ToolResultBlock):
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": content_text(b.content)})
+        elif isinstance(b, TextBlock):
+            parts.append({"type": "text", "text": b.text})
+        elif isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict):
+            url = src.get("url") if src.get("type") == "url" else \
+                f"data:{src.get('media_type')};base64,{src.get('data')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    if parts:
+        single = len(parts) == 1 and parts[0]["type"] == "text"
+        out.append({"role": "user", "content": parts[0]["text"] if single else parts})
+    return out
+
+
+# ---------------------------------------------------------------- answers
+
+def provider_fields(msg: dict[str, Any], origin: str) -> ProviderFields | None:
+    fields = {k: msg[k] for k in PROVIDER_FIELDS if msg.get(k) not in (None, "", [])}
+    return ProviderFields(origin, fields) if fields else None
+
+
+def reasoning_text(msg: dict[str, Any]) -> str | None:
+    return next((msg[k] for k in REASONING_TEXT if isinstance(msg.get(k), str) and msg[k]), None)
+
+
+def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        raise bad_request("upstream answer has no choices")
+    choice = body["choices"][0] if isinstance(body["choices"][0], dict) else {}
+    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    blocks: list[Block] = []
+    thought = reasoning_text(msg)
+    if thought:
+        blocks.append(ThoughtBlock(thought, origin))
+    content = msg.get("content")
+    sig = signature_from_openai_extra(msg.get("extra_content"))
+    if isinstance(content, str) and (content or sig):
+        blocks.append(TextBlock(content, sig=ProviderSig(origin, sig) if sig else None))
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            continue
+        try:
+            args = orjson.loads(fn.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            args = {}
+        csig = signature_from_openai_extra(call.get("extra_content"))
+        blocks.append(ToolUseBlock(str(call.get("id") or ""), fn["name"], args,
+                                   sig=ProviderSig(origin, csig) if csig else None))
+    u = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return Turn(id=str(body.get("id") or ""), model=str(body.get("model") or model), content=blocks,
+                stop_reason=STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
+                usage={"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0)},
+                provider=provider_fields(msg, origin))
+
+
+# ---------------------------------------------------------------- headers
+
+# Client headers some OpenAI-compatible upstreams read (Copilot's integration headers, OpenRouter's
+# attribution), forwarded as they are.
+PASS_HEADERS = frozenset({"copilot-integration-id", "editor-version", "editor-plugin-version", "openai-intent",
+                          "http-referer", "x-title", "openai-organization", "openai-project"})
+
+
+def upstream_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's credential as a bearer token, plus the pass-through headers."""
+    out = {k: v for k, v in client.items() if k in PASS_HEADERS}
+    cred = credential_of(client)
+    if cred:
+        out["authorization"] = f"Bearer {cred}"
+    return out

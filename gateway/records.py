@@ -1,0 +1,217 @@
+"""Translation between stored turn records (``state``) and what repair works on.
+
+The store keeps Anthropic-shaped block dicts; repair works on canonical blocks.
+This module is the only place that converts between the two.
+
+Provider data rides in the same dicts under the reserved key ``"_provider"``, which no
+upstream encoder ever emits: ``{"origin", "value"}`` on a text or tool_use block (a
+Gemini ``thoughtSignature``), and thought blocks (``ThoughtBlock``) are
+``{"type": "thought", "thinking": text, "_provider": {"origin"[, "value"]}}``. The
+Anthropic-shaped events that non-Anthropic upstream streams are translated into use
+the same encoding (``lift_turn`` reads a turn accumulated from them). Message-level
+fields (``ProviderFields``) are ``TurnRecord.provider`` = ``{"origin", "fields"}``
+(``"_provider"`` in a translated stream's message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from gateway import identity
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import (
+    CLIENT,
+    JSON,
+    Block,
+    Message,
+    OpaqueBlock,
+    ProviderFields,
+    ProviderSig,
+    TextBlock,
+    ThoughtBlock,
+    ToolUseBlock,
+    Turn,
+)
+from gateway.repair import ConversationView, RecordedTurn, Records
+from state.hashing import replay_digest
+from state.records import ConversationState, Location, TurnRecord
+from state.store import LoadResult
+
+
+class _LazyConversation(ConversationView):
+    """A conversation's stored turns, decoded (and indexed by tool id or text hash) only when
+    repair asks: most requests match their turns through the load query's index hits."""
+
+    def __init__(self, conv: ConversationState, decode: Callable[[str, TurnRecord], RecordedTurn]) -> None:
+        self._by_pos = {r.position: r for r in conv.turns if r.position is not None}
+        self._scid = conv.scid
+        self._decode = decode
+        self._tools: dict[str, int] | None = None
+        self._texts: dict[str, int] | None = None
+        self._prefixes: dict[str, int] | None = None
+        self._digests: dict[bytes, int] | None = None
+
+    def __getitem__(self, pos: int) -> RecordedTurn:
+        return self._decode(self._scid, self._by_pos[pos])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_pos)
+
+    def __len__(self) -> int:
+        return len(self._by_pos)
+
+    def find_tool(self, tool_id: str) -> RecordedTurn | None:
+        if self._tools is None:
+            self._tools = {b["id"]: pos for pos, rec in self._by_pos.items() for b in rec.content
+                           if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+        pos = self._tools.get(tool_id)
+        return self[pos] if pos is not None else None
+
+    def find_text(self, norm: str) -> RecordedTurn | None:
+        if self._texts is None:
+            self._texts = {h: pos for pos, rec in self._by_pos.items() for h in rec.index_entries().norm}
+        pos = self._texts.get(norm)
+        return self[pos] if pos is not None else None
+
+    def find_digest(self, digest: bytes) -> RecordedTurn | None:
+        if self._digests is None:
+            self._digests = {rec.replay_digest: pos for pos, rec in self._by_pos.items() if rec.replay_digest}
+        pos = self._digests.get(digest)
+        return self[pos] if pos is not None else None
+
+    def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
+        if self._prefixes is None:  # the latest turn wins for a path answered twice (a retry)
+            self._prefixes = {rec.prefix_fingerprint: pos for pos, rec in sorted(self._by_pos.items())
+                              if rec.prefix_fingerprint}
+        if not self._prefixes:
+            return None
+        fp = identity.path_fingerprint(prefix)
+        pos = self._prefixes.get(fp) if fp else None
+        if pos is None:
+            return None
+        turn = self[pos]
+        return turn if sum(1 for b in turn.content if isinstance(b, ToolUseBlock)) == tools else None
+
+
+PROVIDER_KEY = "_provider"
+
+
+def store_block(b: Block) -> dict[str, JSON]:
+    """A canonical block as a stored (Anthropic-shaped) dict, provider data under ``_provider``."""
+    if isinstance(b, ThoughtBlock):
+        prov: dict[str, JSON] = {"origin": b.origin}
+        if b.sig is not None:
+            prov["value"] = b.sig.value
+        return {"type": "thought", "thinking": b.text, **b.extra, PROVIDER_KEY: prov}
+    out = anthropic.encode_block(b)
+    if isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None:
+        out = {**out, PROVIDER_KEY: {"origin": b.sig.origin, "value": b.sig.value}}
+    return out
+
+
+def load_block(d: dict[str, JSON]) -> Block:
+    """The inverse of ``store_block`` (for records and translated streams only: never for what a
+    client sent, whose ``_provider`` keys are not trusted)."""
+    prov = d.get(PROVIDER_KEY)
+    if not isinstance(prov, dict):
+        return anthropic.decode_block(d, "record")
+    rest = {k: v for k, v in d.items() if k != PROVIDER_KEY}
+    origin = prov.get("origin") if isinstance(prov.get("origin"), str) else CLIENT
+    sig = ProviderSig(origin, prov["value"]) if "value" in prov else None
+    if rest.get("type") == "thought":
+        text = rest.get("thinking")
+        extra = {k: v for k, v in rest.items() if k not in ("type", "thinking")}
+        return ThoughtBlock(text if isinstance(text, str) else "", origin, sig, extra)
+    b = anthropic.decode_block(rest, "record")
+    if isinstance(b, TextBlock | ToolUseBlock):
+        b.sig = sig
+    return b
+
+
+def load_fields(raw: object) -> ProviderFields | None:
+    if isinstance(raw, dict) and isinstance(raw.get("fields"), dict) and raw["fields"]:
+        origin = raw.get("origin")
+        return ProviderFields(origin if isinstance(origin, str) else CLIENT, dict(raw["fields"]))
+    return None
+
+
+def store_fields(p: ProviderFields | None) -> dict[str, JSON]:
+    return {"origin": p.origin, "fields": p.fields} if p is not None else {}
+
+
+def lift_turn(turn: Turn) -> Turn:
+    """A turn decoded from translated (Anthropic-shaped) events: provider data moved from the
+    reserved keys into the typed fields."""
+    blocks: list[Block] = []
+    for b in turn.content:
+        if isinstance(b, OpaqueBlock) and b.type == "thought":
+            blocks.append(load_block({**b.raw, PROVIDER_KEY: b.raw.get(PROVIDER_KEY) or {}}))
+        elif isinstance(b, TextBlock | ToolUseBlock) and PROVIDER_KEY in b.extra:
+            extra = dict(b.extra)
+            blocks.append(load_block({**anthropic.encode_block(b), PROVIDER_KEY: extra.pop(PROVIDER_KEY)}))
+        else:
+            blocks.append(b)
+    turn.content = blocks
+    if PROVIDER_KEY in turn.extra:
+        turn.provider = load_fields(turn.extra.pop(PROVIDER_KEY))
+    return turn
+
+
+def records_from(result: LoadResult, scid: str | None) -> Records:
+    cache: dict[tuple[str, str], RecordedTurn] = {}
+
+    def recorded(loc_scid: str, rec: TurnRecord) -> RecordedTurn:
+        key = (loc_scid, rec.turn_id)
+        hit = cache.get(key)
+        if hit is None:
+            raw_content, raw_prompt = rec.content, rec.prompt
+
+            def content() -> tuple[Block, ...]:
+                return tuple(load_block(b) for b in raw_content)
+
+            def prompt() -> tuple[Message, ...]:
+                return tuple(anthropic.decode_message(m, i) for i, m in enumerate(raw_prompt))
+
+            hit = RecordedTurn(loc_scid, rec.position if rec.position is not None else -1, prompt_loader=prompt,
+                               provider=load_fields(rec.provider), content_loader=content,
+                               replay_digest=rec.replay_digest)
+            cache[key] = hit
+        return hit
+
+    def resolve(hits: dict[str, Location]) -> dict[str, RecordedTurn]:
+        out = {}
+        for key, loc in hits.items():
+            rec = result.record(loc)
+            if rec is not None:
+                out[key] = recorded(loc.scid, rec)
+        return out
+
+    recs = Records(
+        by_tool_id=resolve(dict(result.tool_hits)),
+        by_text_hash=resolve(dict(result.norm_hits)),
+        signatures={h: (p.thinking, p.signature) for h, p in result.exact_hits.items()},
+        scid=scid,
+    )
+    conv = result.conversations.get(scid) if scid else None
+    if conv is not None:
+        recs.conversation = _LazyConversation(conv, recorded)
+    return recs
+
+
+def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str) -> TurnRecord:
+    fp = identity.path_fingerprint(request_messages)
+    last = max((i for i, m in enumerate(request_messages) if m.role == "assistant"), default=-1)
+    content = [store_block(b) for b in turn.content]
+    provider = store_fields(turn.provider)
+    # The client receives exactly the stored blocks unless provider data rides along (then its form differs)
+    plain = not provider and not any(PROVIDER_KEY in b for b in content)
+    return TurnRecord(
+        content=content,
+        provider=provider,
+        replay_digest=(replay_digest(content) or b"") if plain else b"",
+        model=turn.model,
+        upstream=upstream,
+        dialect=dialect,
+        prefix_fingerprint=fp,
+        prompt=[anthropic.encode_message(m) for m in request_messages[last + 1:]],
+    )

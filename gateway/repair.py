@@ -1,0 +1,326 @@
+"""Repair: restore replayed assistant history to its recorded, authoritative form.
+
+Pure: ``repair(messages, records) -> RepairResult``. The records are what the load
+stage fetched in one store round trip (see ``Records``). Each replayed assistant
+message is matched to a recorded turn by, in order of strength:
+
+1. its tool_use ids (Layer 1),
+2. normalized-text hashes of its thinking and text blocks, including thinking the
+   client turned into text or wrapped in ``<think>``/``<thinking>`` tags,
+3. its position, right after the previously matched turn of the same conversation,
+4. the user-side path before it (the identified conversation's turn that answered the
+   same prefix with as many tool calls).
+
+A matched message is re-emitted as recorded: thinking and redacted_thinking blocks
+with their exact bytes, signatures and order first, then text and tool_use blocks
+with the original ids and inputs (and any provider data: per-part signatures, thought
+blocks, message-level reasoning fields); tool ids the client regenerated are mapped back
+in the tool_results that follow. Unmatched thinking blocks are checked against the
+strict exact-text index (Layer 2): a signature is attached only to the exact text it
+was issued for, never to other text (seed invariant 4.1.1).
+
+The client's user messages define the path: repair never adds or removes turns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from gateway.actions import Action, ActionKind
+from gateway.protocols.canonical import (
+    THINKING_TYPES,
+    Block,
+    Message,
+    ProviderFields,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from state.hashing import exact_hash, norm_hash
+
+_TAGGED = re.compile(r"<(think|thinking)>(.*?)</\1>", re.DOTALL)
+
+
+class RecordedTurn:
+    """A turn record as repair sees it: where it sits and its exact content.
+
+    ``content`` (canonical blocks) and ``prompt`` are decoded on first use: a turn matched by its
+    replay digest is never decoded. ``replay_digest`` is the recorded ``hashing.replay_digest`` of
+    the content as the client received it (b"" when none was recorded).
+    """
+
+    __slots__ = ("_content", "_content_loader", "position", "prompt_loader", "provider", "replay_digest", "scid")
+
+    def __init__(self, scid: str, position: int, content: tuple[Block, ...] = (),
+                 prompt_loader: Callable[[], tuple[Message, ...]] | None = None,
+                 provider: ProviderFields | None = None, *,
+                 content_loader: Callable[[], tuple[Block, ...]] | None = None, replay_digest: bytes = b"") -> None:
+        self.scid = scid
+        self.position = position
+        self._content = content if content_loader is None else None
+        self._content_loader = content_loader
+        # The request-side messages this turn answered (after the previous turn), decoded on demand:
+        # only a history rebuild needs them.
+        self.prompt_loader = prompt_loader
+        self.provider = provider  # message-level provider fields as relayed
+        self.replay_digest = replay_digest
+
+    @property
+    def content(self) -> tuple[Block, ...]:
+        if self._content is None:
+            assert self._content_loader is not None
+            self._content = self._content_loader()
+        return self._content
+
+    @property
+    def prompt(self) -> tuple[Message, ...]:
+        return self.prompt_loader() if self.prompt_loader is not None else ()
+
+    def __repr__(self) -> str:
+        return f"RecordedTurn(scid={self.scid!r}, position={self.position})"
+
+
+class ConversationView(Mapping[int, RecordedTurn]):
+    """The identified conversation's turns by position, with finders by tool id and text hash.
+
+    The base class is an empty conversation; ``gateway.records`` provides the lazy view over
+    stored records.
+    """
+
+    def __getitem__(self, pos: int) -> RecordedTurn:
+        raise KeyError(pos)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def find_tool(self, tool_id: str) -> RecordedTurn | None:
+        return None
+
+    def find_text(self, norm: str) -> RecordedTurn | None:
+        return None
+
+    def find_digest(self, digest: bytes) -> RecordedTurn | None:
+        """The turn whose recorded replay digest this is (the client replayed it verbatim)."""
+        return None
+
+    def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
+        """The turn that answered this user-side path (``identity.path_fingerprint``) with ``tools``
+        tool calls: the evidence left when a client rewrote the ids and dropped all text."""
+        return None
+
+
+class TurnsConversation(ConversationView):
+    """A conversation held as canonical turns in memory (tests, rebuilt histories)."""
+
+    def __init__(self, turns: dict[int, RecordedTurn] | None = None) -> None:
+        self.turns = turns if turns is not None else {}
+
+    def __getitem__(self, pos: int) -> RecordedTurn:
+        return self.turns[pos]
+
+    def __setitem__(self, pos: int, turn: RecordedTurn) -> None:
+        self.turns[pos] = turn
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.turns)
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def find_tool(self, tool_id: str) -> RecordedTurn | None:
+        return next((t for t in self.turns.values() if tool_id in _tool_ids(t.content)), None)
+
+    def find_text(self, norm: str) -> RecordedTurn | None:
+        return next((t for t in self.turns.values()
+                     if norm in message_hashes(Message("assistant", list(t.content)))), None)
+
+
+@dataclass(slots=True)
+class Records:
+    """Everything the load stage found for one request (all scoped to one tenant).
+
+    ``by_tool_id``/``by_text_hash`` are the index hits of the load query (the most recent
+    replayed turns); older replayed turns are found in ``conversation``, the identified
+    conversation loaded in the same round trip.
+    """
+
+    by_tool_id: dict[str, RecordedTurn] = field(default_factory=dict)
+    by_text_hash: dict[str, RecordedTurn] = field(default_factory=dict)
+    signatures: dict[str, tuple[str, str]] = field(default_factory=dict)  # exact hash -> (text, signature)
+    conversation: ConversationView = field(default_factory=ConversationView)
+    scid: str | None = None
+
+
+@dataclass(slots=True)
+class RepairResult:
+    verified: set[int] = field(default_factory=set)  # id() of thinking blocks proven authentic
+    actions: list[Action] = field(default_factory=list)
+    matched: dict[int, RecordedTurn] = field(default_factory=dict)  # message index -> turn
+    changed: bool = False
+
+    def is_verified(self, block: Block) -> bool:
+        return id(block) in self.verified
+
+    @property
+    def scids(self) -> Counter[str]:
+        return Counter(t.scid for t in self.matched.values())
+
+
+def message_hashes(m: Message) -> list[str]:
+    """Normalized hashes a replayed assistant message can be found by."""
+    out: list[str] = []
+    for b in m.content:
+        if isinstance(b, ThinkingBlock) and b.thinking:
+            out.append(norm_hash(b.thinking))
+        elif isinstance(b, TextBlock) and b.text.strip():
+            out.append(norm_hash(b.text))
+            for _, inner in _TAGGED.findall(b.text):
+                out.append(norm_hash(inner))
+            outer = _TAGGED.sub(" ", b.text)
+            if outer.strip() and outer != b.text:
+                out.append(norm_hash(outer))
+    return out
+
+
+def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], dict[int, RecordedTurn]] | None:
+    """Server-side thread state: the client named a known conversation and replayed no history.
+
+    Returns the recorded conversation (each turn's prompt messages, then the turn) followed by the
+    client's messages, plus which message index holds which turn; None when there is nothing to
+    rebuild.
+    """
+    if not recs.conversation or any(m.role == "assistant" for m in msgs):
+        return None
+    out: list[Message] = []
+    pinned: dict[int, RecordedTurn] = {}
+    for pos in sorted(recs.conversation):
+        turn = recs.conversation[pos]
+        out += [Message(m.role, list(m.content), m.content_was_string, dict(m.extra)) for m in turn.prompt]
+        pinned[len(out)] = turn
+        out.append(Message("assistant", list(turn.content), provider=turn.provider))
+    return out + msgs, pinned
+
+
+def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None = None) -> RepairResult:
+    """``pinned`` fixes the turn of some message indexes (a history rebuilt from the records)."""
+    res = RepairResult()
+    id_map: dict[str, str] = {}
+    prev: RecordedTurn | None = None
+    for i, m in enumerate(msgs):
+        if m.role == "user":
+            _map_tool_results(m, i, id_map, res)
+            continue
+        if m.role != "assistant":
+            continue
+        turn = pinned.get(i) if pinned else None
+        if turn is None and m.replay_digest and (turn := recs.conversation.find_digest(m.replay_digest)):
+            # replayed verbatim: its blocks are the recorded ones, nothing to decode or restore; all of
+            # its thinking is verified (sanitize asks ``m.verbatim``, whether or not it decodes it)
+            prev = turn
+            res.matched[i] = turn
+            m.verbatim = True
+            continue
+        if turn is None:
+            turn = _match(m, recs, prev)
+        if turn is None and recs.conversation:
+            turn = recs.conversation.find_prefix(msgs[:i], len(m.tool_use_ids()))
+        if turn is None:
+            _verify_by_exact_text(m, i, recs, res)
+            continue
+        prev = turn
+        res.matched[i] = turn
+        restored = list(turn.content)
+        _learn_id_map(m, restored, id_map)
+        if not _same(m.content, restored) or m.provider != turn.provider:
+            m.content = restored
+            m.content_was_string = False
+            m.provider = turn.provider
+            res.changed = True
+            res.actions.append(Action(ActionKind.RESTORED, i))
+        for b in m.content:
+            if b.type in THINKING_TYPES:
+                res.verified.add(id(b))
+    return res
+
+
+def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn | None:
+    """Strongest evidence first: tool ids, then text hashes, then the next position."""
+    votes: Counter[tuple[str, int]] = Counter()
+    found: dict[tuple[str, int], RecordedTurn] = {}
+
+    def vote(t: RecordedTurn | None, weight: int) -> None:
+        if t is not None:
+            key = (t.scid, t.position)
+            votes[key] += weight
+            found[key] = t
+
+    tool_ids = m.tool_use_ids()
+    for tid in tool_ids:
+        vote(recs.by_tool_id.get(tid) or recs.conversation.find_tool(tid), 2)
+    if not votes:
+        hashes = message_hashes(m)
+        for h in hashes:
+            vote(recs.by_text_hash.get(h), 1)
+        if not votes:
+            for h in hashes:
+                vote(recs.conversation.find_text(h), 1)
+    if votes:
+        return found[votes.most_common(1)[0][0]]
+    if prev is not None and prev.scid == recs.scid:
+        nxt = recs.conversation.get(prev.position + 1)
+        if nxt is not None and _tool_count(nxt.content) == len(tool_ids):
+            return nxt
+    return None
+
+
+def _verify_by_exact_text(m: Message, i: int, recs: Records, res: RepairResult) -> None:
+    for b in m.content:
+        if not isinstance(b, ThinkingBlock) or b.thinking is None:
+            continue
+        pair = recs.signatures.get(exact_hash(b.thinking))
+        if pair is None or pair[0] != b.thinking:
+            continue
+        if b.signature != pair[1]:
+            b.signature = pair[1]
+            res.changed = True
+            res.actions.append(Action(ActionKind.SIGNATURE_RESTORED, i))
+        res.verified.add(id(b))
+
+
+def _learn_id_map(m: Message, restored: Iterable[Block], id_map: dict[str, str]) -> None:
+    """Client tool ids that differ from the recorded ones map back by order."""
+    recorded = [b.id for b in restored if isinstance(b, ToolUseBlock)]
+    client = m.tool_use_ids()
+    if len(recorded) == len(client):
+        for c, r in zip(client, recorded, strict=True):
+            if c != r:
+                id_map[c] = r
+
+
+def _map_tool_results(m: Message, i: int, id_map: dict[str, str], res: RepairResult) -> None:
+    if not id_map:
+        return
+    for b in m.content:
+        if isinstance(b, ToolResultBlock) and b.tool_use_id in id_map:
+            b.tool_use_id = id_map[b.tool_use_id]
+            res.changed = True
+            res.actions.append(Action(ActionKind.TOOL_ID_MAPPED, i))
+
+
+def _tool_ids(content: Iterable[Block]) -> list[str]:
+    return [b.id for b in content if isinstance(b, ToolUseBlock)]
+
+
+def _tool_count(content: Iterable[Block]) -> int:
+    return sum(1 for b in content if isinstance(b, ToolUseBlock))
+
+
+def _same(a: list[Block], b: list[Block]) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))

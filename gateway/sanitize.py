@@ -1,0 +1,325 @@
+"""The egress sanitizer: enforce the thinking invariants before anything goes upstream.
+
+One function, ``sanitize``, runs after repair on every request (also when the state
+machine is off or the store is down). It mutates the canonical request in place
+and returns every decision as a typed ``Action``. Invariants (seed section 4 and
+the reference's Anthropic rules):
+
+1. An unverifiable thinking block is never sent as ``thinking``: dropped (default)
+   or turned into a text block. A message's thinking run is verified all or
+   nothing, so a partial run never reaches the upstream (rule 7).
+2. An assistant message that contains thinking starts with it (rule 8); a final
+   assistant message does not end with thinking (rule 11); empty text blocks go.
+3. Tool chains are whole (``toolchain.repair_tool_chain``; rules 12 and 13).
+4. Thinking configuration and payload agree: thinking stays on only if the first
+   assistant message of the trailing tool loop starts with verified thinking
+   (rule 9); otherwise it is disabled and no thinking block remains anywhere
+   (rule 10) — or, for models that cannot disable thinking, that loop is closed
+   by turning its tool calls and results into text.
+5. Parameters that thinking forbids are repaired when allowed (rules 1-4).
+   Rules 2, 4 and 5 are Anthropic's: they apply when the target upstream is Anthropic.
+6. Provider reasoning never crosses model families: a per-part signature, a thought
+   block or message-level reasoning fields whose origin is not the target's
+   (``routing.origin_of``) is removed (thought text follows the unverifiable policy),
+   and so is Anthropic thinking going to another kind of upstream. Message-level
+   fields a client sent without a record (origin ``CLIENT``) are kept only for an
+   OpenAI-compatible target (there is no other way to replay them); per-part
+   signatures without a record never are.
+7. Gemini: the first ``functionCall`` of every step of the current turn carries a
+   signature; where no record supplied one, the documented bypass value does
+   (reference 2.4), never another model's signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import orjson
+
+from gateway.actions import Action, ActionKind
+from gateway.protocols.canonical import (
+    CLIENT,
+    THINKING_TYPES,
+    Block,
+    Message,
+    ProviderSig,
+    RedactedThinkingBlock,
+    Request,
+    TextBlock,
+    ThinkingBlock,
+    ThoughtBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
+from gateway.routing import ModelCaps, origin_of
+from gateway.toolchain import content_text, repair_tool_chain
+
+INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
+MIN_BUDGET = 1024
+
+Verified = Callable[[Block], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    unverifiable: Literal["drop", "text"] = "drop"
+    fix_params: bool = True
+
+
+def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
+             betas: frozenset[str] = frozenset()) -> list[Action]:
+    actions: list[Action] = []
+    msgs = req.messages
+    target = origin_of(caps, req.model)
+    for i, m in enumerate(msgs):
+        if m.role == "assistant":
+            _foreign_reasoning(m, i, caps, target, policy, actions)
+            _clean_assistant(m, i, verified, policy, actions)
+        elif m.role == "user":
+            _drop_empty_text(m, i, actions)
+    _drop_empty_assistants(msgs)
+    actions += repair_tool_chain(msgs)
+    if caps.kind == "gemini":
+        _gemini_signatures(msgs, target, actions)
+    if caps.kind != "anthropic":
+        _no_trailing_thinking(msgs, actions)
+        return actions
+    if req.thinking_enabled():
+        loop_first = trailing_loop_start(msgs)
+        if loop_first is not None and not _starts_with_thinking(msgs[loop_first]):
+            if caps.can_disable_thinking:
+                req.thinking = None
+                actions.append(Action(ActionKind.THINKING_DISABLED, loop_first, "loop_start_unverified"))
+            else:
+                _textualize_loop(msgs, loop_first, actions)
+    if not req.thinking_enabled():
+        _strip_all_thinking(msgs, actions)
+        _drop_empty_assistants(msgs)
+    _no_trailing_thinking(msgs, actions)
+    if req.thinking_enabled() and policy.fix_params:
+        _fix_params(req, betas, actions)
+    return actions
+
+
+# ------------------------------------------------------------------ per message
+
+def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, actions: list[Action]) -> None:
+    if m.verbatim and _clean_verbatim(m, i, actions):
+        return
+    _drop_empty_text(m, i, actions)
+    thinking = [b for b in m.content if b.type in THINKING_TYPES]
+    if not thinking:
+        return
+    if m.verbatim or all(verified(b) for b in thinking):
+        actions.append(Action(ActionKind.KEPT_VERIFIED, i))
+        if any(b.type not in THINKING_TYPES for b in m.content[: len(thinking)]):
+            m.content = thinking + [b for b in m.content if b.type not in THINKING_TYPES]
+            actions.append(Action(ActionKind.BLOCKS_REORDERED, i))
+        return
+    out: list[Block] = []
+    for b in m.content:
+        if b.type not in THINKING_TYPES:
+            out.append(b)
+        elif policy.unverifiable == "text" and isinstance(b, ThinkingBlock) and (b.thinking or "").strip():
+            out.append(TextBlock(b.thinking or ""))
+            actions.append(Action(ActionKind.DOWNGRADED_TEXT, i))
+        else:
+            actions.append(Action(ActionKind.DROPPED, i, b.type))
+    m.content = out
+    m.content_was_string = False
+
+
+def _clean_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
+    """A recorded turn replayed verbatim and not decoded: when its JSON already has the form the rules
+    want (no blank text block, thinking first), it is kept as it is, undecoded. False: decode and clean."""
+    raw = m.raw_blocks
+    if raw is None:
+        return False
+    seen_other = thinking = False
+    for b in raw:
+        t = b.get("type")
+        if t in THINKING_TYPES:
+            if seen_other:
+                return False  # thinking after other blocks: reorder the decoded blocks
+            thinking = True
+            continue
+        seen_other = True
+        if t == "text" and not str(b.get("text", "")).strip():
+            return False  # a blank text block the upstream would reject: drop it from the decoded blocks
+    if thinking:
+        actions.append(Action(ActionKind.KEPT_VERIFIED, i))
+    return True
+
+
+def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy: Policy,
+                       actions: list[Action]) -> None:
+    """Rule 6: only the target family's own provider reasoning stays."""
+    if m.raw_blocks is not None and m.provider is None:
+        return  # undecoded client JSON from the Anthropic decoder: no provider data to judge
+    p = m.provider
+    if p is not None and not (p.origin == target or (p.origin == CLIENT and caps.kind == "openai")):
+        m.provider = None
+        actions.append(Action(ActionKind.DROPPED, i, "foreign_reasoning"))
+    out: list[Block] = []
+    changed = False
+    for b in m.content:
+        if isinstance(b, ThoughtBlock) and b.origin != target:
+            changed = True
+            if policy.unverifiable == "text" and b.text.strip():
+                out.append(TextBlock(b.text))
+                actions.append(Action(ActionKind.DOWNGRADED_TEXT, i))
+            else:
+                actions.append(Action(ActionKind.DROPPED, i, "foreign_reasoning"))
+        elif isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None and b.sig.origin != target:
+            changed = True
+            out.append(replace(b, sig=None))
+            if b.sig.origin != CLIENT:
+                actions.append(Action(ActionKind.DROPPED, i, "foreign_signature"))
+        elif caps.kind != "anthropic" and b.type in THINKING_TYPES:
+            changed = True
+            if policy.unverifiable == "text" and isinstance(b, ThinkingBlock) and (b.thinking or "").strip():
+                out.append(TextBlock(b.thinking or ""))
+                actions.append(Action(ActionKind.DOWNGRADED_TEXT, i))
+            else:
+                actions.append(Action(ActionKind.DROPPED, i, "foreign_reasoning"))
+        else:
+            out.append(b)
+    if changed:
+        m.content = out
+        m.content_was_string = False
+
+
+def _gemini_signatures(msgs: list[Message], target: str, actions: list[Action]) -> None:
+    """Rule 7: the current turn starts after the last user message with content other than tool
+    results; in it, every assistant message's first tool call is signed."""
+    start = 0
+    for i, m in enumerate(msgs):
+        if m.role == "user" and any(not isinstance(b, ToolResultBlock) for b in m.content):
+            start = i + 1
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        if m.role != "assistant":
+            continue
+        k = next((k for k, b in enumerate(m.content) if isinstance(b, ToolUseBlock)), None)
+        if k is None:
+            continue
+        first = m.content[k]
+        assert isinstance(first, ToolUseBlock)
+        if first.sig is None or first.sig.origin != target:
+            m.content = [*m.content[:k], replace(first, sig=ProviderSig(target, BYPASS_SIGNATURE)),
+                         *m.content[k + 1:]]
+            actions.append(Action(ActionKind.SIGNATURE_BYPASS, i))
+
+
+def _drop_empty_text(m: Message, i: int, actions: list[Action]) -> None:
+    if m.content_was_string:
+        return
+    keep = [b for b in m.content if not (isinstance(b, TextBlock) and not b.text.strip() and b.sig is None)]
+    if len(keep) != len(m.content) and (keep or m.role == "assistant"):
+        actions.append(Action(ActionKind.EMPTY_TEXT_REMOVED, i))
+        m.content = keep
+
+
+def _drop_empty_assistants(msgs: list[Message]) -> None:
+    msgs[:] = [m for m in msgs if not (m.role == "assistant" and m.is_empty())]
+
+
+def _starts_with_thinking(m: Message) -> bool:
+    return bool(m.content) and m.content[0].type in THINKING_TYPES
+
+
+def trailing_loop_start(msgs: list[Message]) -> int | None:
+    """Index of the first assistant message of the trailing tool loop, if the request ends in one.
+
+    A user message without any tool_result opens a turn; the request ends in a tool
+    loop when its last user message carries tool_results. The loop's first assistant
+    message is the first one after the last turn-opening user message.
+    """
+    users = [(i, m) for i, m in enumerate(msgs) if m.role == "user"]
+    if not users or not any(isinstance(b, ToolResultBlock) for b in users[-1][1].content):
+        return None
+    start = 0
+    for i, m in users:
+        if not any(isinstance(b, ToolResultBlock) for b in m.content):
+            start = i + 1
+    for i in range(start, len(msgs)):
+        if msgs[i].role == "assistant":
+            return i
+    return None
+
+
+def _strip_all_thinking(msgs: list[Message], actions: list[Action]) -> None:
+    for i, m in enumerate(msgs):
+        if m.role == "assistant" and m.has_thinking():
+            m.content = [b for b in m.content if b.type not in THINKING_TYPES]
+            m.content_was_string = False
+            actions.append(Action(ActionKind.DROPPED, i, "thinking_disabled"))
+
+
+def _no_trailing_thinking(msgs: list[Message], actions: list[Action]) -> None:
+    if msgs and msgs[-1].role == "assistant":
+        m = msgs[-1]
+        while m.content and m.content[-1].type in THINKING_TYPES:
+            m.content.pop()
+            actions.append(Action(ActionKind.DROPPED, len(msgs) - 1, "final_block_thinking"))
+        if not m.content:
+            msgs.pop()
+
+
+def _textualize_loop(msgs: list[Message], start: int, actions: list[Action]) -> None:
+    """For models that cannot disable thinking: close the open loop as plain text."""
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        out: list[Block] = []
+        for b in m.content:
+            if isinstance(b, ThinkingBlock | RedactedThinkingBlock):
+                continue
+            if isinstance(b, ToolUseBlock):
+                out.append(TextBlock(f"[called tool {b.name} with {orjson.dumps(b.input).decode()}]"))
+            elif isinstance(b, ToolResultBlock):
+                out.append(TextBlock(f"[tool result]\n{content_text(b.content)}"))
+            else:
+                out.append(b)
+        m.content = out or [TextBlock("(no content)")]
+        m.content_was_string = False
+    actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, start))
+
+
+# ------------------------------------------------------------------ parameters
+
+def _fix_params(req: Request, betas: frozenset[str], actions: list[Action]) -> None:
+    p = req.params
+    tc = p.get("tool_choice")
+    if isinstance(tc, dict) and tc.get("type") in ("any", "tool"):
+        p["tool_choice"] = {"type": "auto", **{k: v for k, v in tc.items()
+                                               if k == "disable_parallel_tool_use"}}
+        actions.append(Action(ActionKind.PARAMS_FIXED, None, "tool_choice"))
+    temp = p.get("temperature")
+    if temp is not None and temp != 1:
+        del p["temperature"]
+        actions.append(Action(ActionKind.PARAMS_FIXED, None, "temperature"))
+    if "top_k" in p:
+        del p["top_k"]
+        actions.append(Action(ActionKind.PARAMS_FIXED, None, "top_k"))
+    t = req.thinking
+    if not isinstance(t, dict) or t.get("type") != "enabled":
+        return
+    budget = t.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        return
+    if budget < MIN_BUDGET:
+        budget = MIN_BUDGET
+        actions.append(Action(ActionKind.PARAMS_FIXED, None, "budget_tokens_min"))
+    max_tokens = p.get("max_tokens")
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens <= budget \
+            and INTERLEAVED_BETA not in betas:
+        if max_tokens > MIN_BUDGET:
+            budget = max_tokens - 1
+        else:
+            p["max_tokens"] = budget + 1
+        actions.append(Action(ActionKind.PARAMS_FIXED, None, "budget_tokens_max"))
+    if budget != t.get("budget_tokens"):
+        req.thinking = {**t, "budget_tokens": budget}

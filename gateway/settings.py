@@ -1,0 +1,137 @@
+"""One frozen settings object built from ``GATEWAY_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+from gateway.routing import FLAVORS, RouteError, Router, parse_routes
+
+DEFAULT_SECRET = "thinkgate-dev-secret"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    anthropic_base_url: str = "https://api.anthropic.com"
+    gemini_base_url: str = "https://generativelanguage.googleapis.com"
+    openai_base_url: str | None = None     # the default OpenAI-compatible upstream (unset: none)
+    openai_flavor: str = "generic"         # generic | openrouter | copilot | deepseek
+    routes: str = ""                       # extra routes, see gateway.routing.parse_routes
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0          # idle time between upstream bytes
+    upstream_retries: int = 0              # retries before the first byte (429/503/529, refused); gateway.retry
+    upstream_retry_max_delay_s: float = 10.0  # longest wait before one retry (a longer retry-after is relayed)
+    max_body_bytes: int = 32 * 1024 * 1024
+    redis_url: str | None = field(default=None, repr=False)  # may carry a password
+    secret: str = field(default=DEFAULT_SECRET, repr=False)
+    previous_secret: str | None = field(default=None, repr=False)  # accepted during a secret rotation
+    state_ttl_seconds: int = 86400
+    state_max_turns: int = 1000
+    store_timeout_ms: int = 100
+    decoded_turn_cache: int = 2048         # decoded stored turns kept per worker (state.codec); 0 = off
+    state_machine_enabled: bool = True
+    unverifiable_thinking: Literal["drop", "text"] = "drop"
+    fix_thinking_params: bool = True
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "text"
+    drain_timeout_s: float = 30.0  # after SIGTERM: longest wait for requests in flight
+    drain_delay_s: float = 0.0     # after SIGTERM: keep accepting (readiness false) before closing the listener
+
+    def __repr__(self) -> str:  # secrets never appear, whatever dataclass does
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        redis = "set" if self.redis_url else "unset"
+        prev = ", previous_secret=<redacted>" if self.previous_secret else ""
+        return f"Settings({shown}, redis_url=<{redis}>, secret=<redacted>{prev})"
+
+    __str__ = __repr__
+
+    def router(self) -> Router:
+        return Router(parse_routes(self.routes), self.openai_flavor)
+
+    def check_production(self) -> None:
+        """Refuse the development default secret once state is shared (a Redis URL is set): tenant
+        prefixes would be guessable by anyone who knows the default."""
+        if self.redis_url and self.secret == DEFAULT_SECRET:
+            raise SettingsError("GATEWAY_SECRET must be set to a private value when GATEWAY_REDIS_URL is set "
+                                "(the built-in default is only for the embedded, single-process store)")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        get = lambda name: env.get("GATEWAY_" + name)  # noqa: E731
+        kw: dict[str, object] = {}
+        _str(kw, "anthropic_base_url", get("ANTHROPIC_BASE_URL"))
+        _str(kw, "gemini_base_url", get("GEMINI_BASE_URL"))
+        _str(kw, "openai_base_url", get("OPENAI_BASE_URL"))
+        if (v := get("OPENAI_FLAVOR")) and v not in FLAVORS:
+            raise SettingsError(f"GATEWAY_OPENAI_FLAVOR must be one of {', '.join(FLAVORS)}")
+        _str(kw, "openai_flavor", v)
+        if v := get("ROUTES"):
+            try:
+                parse_routes(v)
+            except RouteError as e:
+                raise SettingsError(str(e)) from None
+            kw["routes"] = v
+        _float(kw, "connect_timeout_s", get("CONNECT_TIMEOUT_S"))
+        _float(kw, "read_timeout_s", get("READ_TIMEOUT_S"))
+        _int(kw, "upstream_retries", get("UPSTREAM_RETRIES"))
+        _float(kw, "upstream_retry_max_delay_s", get("UPSTREAM_RETRY_MAX_DELAY_S"))
+        _int(kw, "max_body_bytes", get("MAX_BODY_BYTES"))
+        _str(kw, "redis_url", get("REDIS_URL"))
+        _str(kw, "secret", get("SECRET"))
+        _str(kw, "previous_secret", get("PREVIOUS_SECRET"))
+        _int(kw, "state_ttl_seconds", get("STATE_TTL_SECONDS"))
+        _int(kw, "state_max_turns", get("STATE_MAX_TURNS"))
+        _int(kw, "store_timeout_ms", get("STORE_TIMEOUT_MS"))
+        _int(kw, "decoded_turn_cache", get("DECODED_TURN_CACHE"))
+        _bool(kw, "state_machine_enabled", get("STATE_MACHINE_ENABLED"))
+        v = get("UNVERIFIABLE_THINKING")
+        if v is not None:
+            if v not in ("drop", "text"):
+                raise SettingsError("GATEWAY_UNVERIFIABLE_THINKING must be 'drop' or 'text'")
+            kw["unverifiable_thinking"] = v
+        _bool(kw, "fix_thinking_params", get("FIX_THINKING_PARAMS"))
+        _str(kw, "log_level", get("LOG_LEVEL"))
+        if (v := get("LOG_FORMAT")) is not None and v not in ("json", "text", ""):
+            raise SettingsError("GATEWAY_LOG_FORMAT must be 'json' or 'text'")
+        _str(kw, "log_format", v)
+        _float(kw, "drain_timeout_s", get("DRAIN_TIMEOUT_S"))
+        _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
+        return cls(**kw)  # type: ignore[arg-type]
+
+
+def _str(kw: dict[str, object], name: str, v: str | None) -> None:
+    if v is not None and v != "":
+        kw[name] = v
+
+
+def _int(kw: dict[str, object], name: str, v: str | None) -> None:
+    if v:
+        try:
+            kw[name] = int(v)
+        except ValueError as e:
+            raise SettingsError(f"GATEWAY_{name.upper()} must be an integer") from e
+
+
+def _float(kw: dict[str, object], name: str, v: str | None) -> None:
+    if v:
+        try:
+            kw[name] = float(v)
+        except ValueError as e:
+            raise SettingsError(f"GATEWAY_{name.upper()} must be a number") from e
+
+
+def _bool(kw: dict[str, object], name: str, v: str | None) -> None:
+    if v:
+        low = v.strip().lower()
+        if low not in _TRUE | _FALSE:
+            raise SettingsError(f"GATEWAY_{name.upper()} must be true or false")
+        kw[name] = low in _TRUE

@@ -1,0 +1,5 @@
+"""The strict Anthropic upstream simulator: signs thinking, enforces the replay rules, scripts replies.
+
+``signing`` (HMAC signatures), ``rules`` (pure validator), ``convo`` (shared message view),
+``scenarios`` (marker-driven replies), ``render`` (SSE events), ``app`` (HTTP shell, ``run_sim``).
+"""

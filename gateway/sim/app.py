@@ -1,0 +1,297 @@
+"""The simulator's HTTP shell: Starlette routes around the pure rules and scenarios.
+
+Endpoints:
+
+* ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, then the
+  scripted reply as JSON or SSE (faults from ``scenarios`` injected here).
+* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+* ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
+* Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
+  ``:streamGenerateContent`` (AI Studio), the same under ``/vertex``; OpenAI-compatible
+  profiles (``gateway.sim.compat``): ``/v1beta/openai/chat/completions`` (Gemini's
+  compatibility layer), ``/openrouter/api/v1/chat/completions``,
+  ``/copilot/chat/completions``, ``/deepseek/v1/chat/completions``. Their rejections
+  count in the same stats (rule keys ``gemini-N`` / ``compat-N``).
+
+Every response carries a ``request-id`` header; errors use the Anthropic envelope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import anthropic_error_body
+from gateway.sim.compat import compat_routes
+from gateway.sim.gemini import gemini_routes
+from gateway.sim.render import first_delta_position, stream_events
+from gateway.sim.rules import check_messages_request
+from gateway.sim.scenarios import Reply, estimate_tokens, new_id, plan_reply
+from gateway.sim.signing import Minter
+from gateway.streaming.sse import encode_event
+
+HOLD_SECONDS = 10.0
+_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+@dataclass
+class SimConfig:
+    secret: bytes = b"thinkgate-sim"
+    strict_older_turns: bool = True
+    interleaved: bool | None = None  # None = follow the beta header/adaptive; True/False force
+
+
+@dataclass
+class _Stats:
+    requests: int = 0
+    accepted: int = 0
+    faults: int = 0
+    unauthorized: int = 0
+    rejections: Counter[str] = field(default_factory=Counter)
+    streams_open: int = 0       # SSE bodies being sent right now
+    streams_completed: int = 0  # sent to the end
+    streams_cancelled: int = 0  # the client (the gateway) went away before the end
+
+    def as_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "accepted": self.accepted, "rejections": dict(self.rejections),
+                "faults": self.faults, "unauthorized": self.unauthorized, "streams_open": self.streams_open,
+                "streams_completed": self.streams_completed, "streams_cancelled": self.streams_cancelled}
+
+
+class _State:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.minter = Minter(config.secret)
+        self.stats = _Stats()
+        self.last: dict[str, Any] = {"headers": {}, "body": None, "query": ""}
+        self.release = asyncio.Event()
+        self.release_gen = 0  # a release frees every held stream that began before it
+        self.holding = 0
+        self.fault_counts: Counter[tuple[str, int, str]] = Counter()
+
+
+class DroppedResponse(Response):
+    """Sends the status, headers and part of the body, then stops: the server closes the connection."""
+
+    def __init__(self, status_code: int, headers: dict[str, str], chunks: list[bytes],
+                 delay: float = 0.0) -> None:
+        super().__init__(status_code=status_code, headers=headers)
+        if "content-length" not in headers:  # a stream: chunked, not the empty body's length
+            self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.chunks = chunks
+        self.delay = delay
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        for chunk in self.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await asyncio.sleep(self.delay)
+
+
+def _json(status: int, body: object, rid: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers={"request-id": rid, **(headers or {})},
+                    media_type="application/json")
+
+
+def _error(status: int, message: str, rid: str, error_type: str | None = None,
+           headers: dict[str, str] | None = None) -> Response:
+    return _json(status, anthropic_error_body(status, message, error_type, rid), rid, headers)
+
+
+def _authorized(request: Request) -> bool:
+    if request.headers.get("x-api-key", "").strip():
+        return True
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and bool(token.strip())
+
+
+def _betas(request: Request) -> frozenset[str]:
+    return frozenset(b.strip() for value in request.headers.getlist("anthropic-beta")
+                     for b in value.split(",") if b.strip())
+
+
+async def _read_json(request: Request) -> tuple[Any, str | None]:
+    raw = await request.body()
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, f"There was an error parsing the body of your request: {exc}"
+
+
+def create_sim_app(config: SimConfig) -> Starlette:
+    state = _State(config)
+
+    async def messages(request: Request) -> Response:
+        rid = new_id("req_01")
+        state.stats.requests += 1
+        body, json_error = await _read_json(request)
+        state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
+                      "query": request.url.query}
+        if not _authorized(request):
+            state.stats.unauthorized += 1
+            return _error(401, "x-api-key header is required", rid, "authentication_error")
+        if json_error is not None:
+            state.stats.rejections["0"] += 1
+            return _error(400, json_error, rid, "invalid_request_error")
+        betas = _betas(request)
+        violation = check_messages_request(body, betas=betas, minter=state.minter,
+                                           strict_older_turns=config.strict_older_turns)
+        if violation is not None:
+            state.stats.rejections[str(violation.rule)] += 1
+            return _error(violation.status, violation.message, rid, violation.error_type)
+        state.stats.accepted += 1
+        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved)
+        return await _respond(state, reply, bool(body.get("stream")), rid)
+
+    async def count_tokens(request: Request) -> Response:
+        rid = new_id("req_01")
+        if not _authorized(request):
+            return _error(401, "x-api-key header is required", rid, "authentication_error")
+        body, json_error = await _read_json(request)
+        if json_error is not None:
+            return _error(400, json_error, rid, "invalid_request_error")
+        return _json(200, {"input_tokens": estimate_tokens(body)}, rid)
+
+    async def stats(request: Request) -> Response:
+        return _json(200, state.stats.as_json(), new_id("req_01"))
+
+    async def reset(request: Request) -> Response:
+        state.stats = _Stats()
+        state.fault_counts.clear()
+        return _json(200, state.stats.as_json(), new_id("req_01"))
+
+    async def last(request: Request) -> Response:
+        return _json(200, state.last, new_id("req_01"))
+
+    async def release(request: Request) -> Response:
+        released = state.holding
+        state.release_gen += 1
+        state.release.set()
+        state.release = asyncio.Event()
+        return _json(200, {"released": released}, new_id("req_01"))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return _error(status, exc.detail if isinstance(exc, HTTPException) else "Internal server error",
+                      new_id("req_01"), "not_found_error" if status == 404 else None)
+
+    routes = [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/_sim/stats", stats, methods=["GET"]),
+        Route("/_sim/reset", reset, methods=["POST"]),
+        Route("/_sim/last", last, methods=["GET"]),
+        Route("/_sim/release", release, methods=["POST"]),
+        *gemini_routes(state),
+        *compat_routes(state),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+def _active_fault(state: _State, reply: Reply) -> str | None:
+    fault = reply.fault
+    if fault is None:
+        return None
+    times = reply.scenario.fault_times
+    if times is not None:
+        key = (reply.conversation, reply.round, fault.kind)
+        if state.fault_counts[key] >= times:
+            return None
+        state.fault_counts[key] += 1
+    state.stats.faults += 1
+    return fault.kind
+
+
+async def _respond(state: _State, reply: Reply, stream: bool, rid: str) -> Response:
+    kind = _active_fault(state, reply)
+    fault_value = reply.fault.value if reply.fault else 0
+    if kind == "slow":
+        await asyncio.sleep(fault_value / 1000)
+    if kind == "overloaded" or (kind == "midstream" and not stream):
+        return _json(529, {**_OVERLOADED, "request_id": rid}, rid)
+    if kind == "ratelimit":
+        return _error(429, "This request would exceed the rate limit for your organization. "
+                           "Please try again later.", rid, "rate_limit_error",
+                      {"retry-after": str(fault_value)})
+    if not stream:
+        body = orjson.dumps(reply.message)
+        if kind == "drop":
+            return DroppedResponse(200, {"request-id": rid, "content-type": "application/json",
+                                         "content-length": str(len(body))}, [body[:len(body) // 2]])
+        return Response(body, 200, headers={"request-id": rid}, media_type="application/json")
+    raw = stream_events(reply.message)
+    first_delta = first_delta_position(raw)
+    events = [encode_event(name, data) for name, data in raw]
+    sse_headers = {"request-id": rid, "cache-control": "no-cache", "content-type": "text/event-stream"}
+    if kind == "drop":
+        return DroppedResponse(200, sse_headers, events[:max(first_delta + 2, len(events) // 2)], delay=0.005)
+    if kind == "midstream":
+        events = [*events[:max(first_delta + 2, len(events) // 2)], encode_event("error", _OVERLOADED)]
+    hold_at = first_delta if reply.scenario.hold else -1
+    return StreamingResponse(_pump(state, events, hold_at, state.release_gen), headers=sse_headers)
+
+
+async def _pump(state: _State, events: list[bytes], hold_at: int, gen: int) -> AsyncIterator[bytes]:
+    """Yield one event per body chunk; after event ``hold_at`` wait (at most ``HOLD_SECONDS``) for
+    ``/_sim/release``, unless a release already came after this stream began. Counts streams that
+    completed and streams the client abandoned (so tests can see a disconnect reach the upstream)."""
+    stats = state.stats
+    stats.streams_open += 1
+    done = False
+    try:
+        for k, event in enumerate(events):
+            yield event
+            if k == hold_at and state.release_gen == gen:
+                state.holding += 1
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(state.release.wait(), HOLD_SECONDS)
+                finally:
+                    state.holding -= 1
+        done = True
+    finally:
+        stats.streams_open -= 1
+        if done:
+            stats.streams_completed += 1
+        else:
+            stats.streams_cancelled += 1
+
+
+def run_sim(host: str, port: int, config: SimConfig) -> None:
+    """Serve the simulator with hypercorn (asyncio, uvloop when available) until SIGINT/SIGTERM."""
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    hconfig = Config()
+    hconfig.bind = [f"{host}:{port}"]
+    hconfig.accesslog = None
+    hconfig.graceful_timeout = 0.5
+    app = create_sim_app(config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await serve(app, hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())

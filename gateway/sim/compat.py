@@ -1,0 +1,278 @@
+"""The simulator's OpenAI-compatible profiles (reference rules 20-23), one URL prefix each:
+
+* ``/v1beta/openai/chat/completions``: Gemini's compatibility layer. The first tool call
+  of an answer carries ``extra_content.google.thought_signature`` (a text answer carries
+  it on the message); on replay rule 16/17's logic applies to the current turn's
+  assistant messages (AI Studio text); errors are wrapped in an array (rule 20).
+* ``/openrouter/api/v1/chat/completions``: Gemini behind OpenRouter. Answers carry
+  ``reasoning`` and ``reasoning_details`` (a ``reasoning.text`` entry and a minted
+  ``reasoning.encrypted`` entry, ``format: google-gemini-v1``); a current-turn
+  assistant message whose (simulator-minted) tool calls come back without that entry
+  gets OpenRouter's wrapped error (rule 21).
+* ``/copilot/chat/completions``: Gemini behind Copilot. Message-level ``reasoning_text``
+  and a minted ``reasoning_opaque``; dropping it fails with the Vertex text (rule 22);
+  an assistant ``content: []`` is ``invalid request body``.
+* ``/deepseek/v1/chat/completions``: ``reasoning_content``; an assistant message with
+  minted tool calls that comes back without it fails (rule 23).
+
+Tool-call ids are minted (``call_`` + random + MAC) so the simulator knows its own calls;
+opaque values are MACs over the model family and the message's tool-call ids.
+Scripted by the usual markers in the first user message; streams end with ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.sim.gemini import google_error
+from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
+from gateway.sim.render import split_awkward, split_words
+from gateway.sim.scenarios import _tool_input, parse_scenario, thinking_text
+from gateway.sim.signing import model_family
+
+GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
+FORMAT = "google-gemini-v1"
+_OPENROUTER_RAW = ("Gemini models require OpenRouter reasoning details to be preserved in each request. Please refer "
+                   "to our docs: https://openrouter.ai/docs/use-cases/reasoning-tokens#preserving-reasoning-blocks. "
+                   "Upstream error: ")
+_DEEPSEEK = "The `reasoning_content` in the thinking mode must be passed back to the API."
+
+
+class Minter:
+    def __init__(self, secret: bytes) -> None:
+        self._key = hashlib.sha256(b"thinkgate-sim-compat\0" + secret).digest()
+
+    def call_id(self) -> str:
+        token = secrets.token_hex(8)
+        return f"call_{token}{self._mac(b'id', token.encode()).hex()[:8]}"
+
+    def is_ours(self, tid: object) -> bool:
+        if not isinstance(tid, str) or len(tid) != 29 or not tid.startswith("call_"):
+            return False
+        return hmac.compare_digest(tid[21:], self._mac(b"id", tid[5:21].encode()).hex()[:8])
+
+    def opaque(self, profile: str, model: str, ids: list[str]) -> str:
+        mac = self._mac(profile.encode(), model_family(model).encode() + b"\0" + "\0".join(ids).encode())
+        return base64.b64encode(b"tgo1" + mac).decode()
+
+    def _mac(self, kind: bytes, msg: bytes) -> bytes:
+        return hmac.new(self._key, kind + b"\0" + msg, hashlib.sha256).digest()
+
+
+def _oai_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                      "code": "invalid_request_error"}}
+
+
+def _calls(m: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = m.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _contents_index(messages: list[dict[str, Any]], i: int) -> int:
+    """1-based index of message ``i`` among Gemini contents (system dropped, tool runs merged)."""
+    k, prev = 0, None
+    for j, m in enumerate(messages[:i + 1]):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            continue
+        if not (role == "tool" and prev == "tool"):
+            k += 1
+        prev = role
+        if j == i:
+            return k
+    return k
+
+
+def _args(call: dict[str, Any]) -> Any:
+    try:
+        return orjson.loads((call.get("function") or {}).get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+
+
+def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tuple[int, Any, str] | None:
+    """(status, error body, rule) for the first violation, or None."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
+            or not isinstance(body.get("model"), str):
+        err = _oai_error("messages: Field required")
+        return 400, ([google_error(400, "Invalid JSON payload received.")] if profile == GEMINI_OPENAI else err), "0"
+    msgs: list[dict[str, Any]] = [m for m in body["messages"] if isinstance(m, dict)]
+    model: str = body["model"]
+    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+    for i, m in enumerate(msgs):
+        if m.get("role") != "assistant":
+            continue
+        if profile == COPILOT and m.get("content") == []:
+            return 400, {"error": {"message": "invalid request body", "code": "invalid_request_body"}}, "22"
+        calls = _calls(m)
+        ids = [str(c.get("id")) for c in calls]
+        ours = bool(calls) and all(minter.is_ours(t) for t in ids)
+        name = str((calls[0].get("function") or {}).get("name")) if calls else ""
+        k = _contents_index(msgs, i)
+        if profile == DEEPSEEK and ours and not m.get("reasoning_content"):
+            return 400, _oai_error(_DEEPSEEK), "23"
+        if i < start or not calls:
+            continue
+        if profile == OPENROUTER and ours:
+            want = minter.opaque(OPENROUTER, model, ids)
+            details = m.get("reasoning_details") if isinstance(m.get("reasoning_details"), list) else []
+            if not any(isinstance(d, dict) and d.get("type") == "reasoning.encrypted" and d.get("data") == want
+                       and d.get("format") == FORMAT for d in details):
+                raw = _OPENROUTER_RAW + orjson.dumps(google_error(400, rule16_message(VERTEX, name, k)),
+                                                     option=orjson.OPT_INDENT_2).decode() + "\n"
+                return 400, {"error": {"message": "Provider returned error", "code": 400,
+                                       "metadata": {"raw": raw, "provider_name": "Google"}}}, "21"
+        if profile == COPILOT and ours and m.get("reasoning_opaque") != minter.opaque(COPILOT, model, ids):
+            return 400, _oai_error(rule16_message(VERTEX, name, k)), "22"
+        if profile == GEMINI_OPENAI and is_gemini3(model):
+            for n, c in enumerate(calls):
+                extra = c.get("extra_content")
+                sig = ((extra or {}).get("google") or {}).get("thought_signature") if isinstance(extra, dict) else None
+                part = {"functionCall": {"name": (c.get("function") or {}).get("name"), "args": _args(c)}}
+                if (n == 0 and not sig) or (sig and sig not in BYPASS[AISTUDIO] and not signer.verify(model, part,
+                                                                                                        sig)):
+                    fn = str((c.get("function") or {}).get("name"))
+                    return 400, [google_error(400, rule16_message(AISTUDIO, fn, k))], "20"
+    return None
+
+
+def _first_user_text(msgs: list[dict[str, Any]]) -> str:
+    for m in msgs:
+        if m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, str):
+                return c
+            if isinstance(c, list):
+                return "\n".join(p.get("text", "") for p in c if isinstance(p, dict))
+    return ""
+
+
+def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner) -> tuple[dict[str, Any], str]:
+    """(the assistant message, finish_reason)."""
+    msgs: list[dict[str, Any]] = body["messages"]
+    model: str = body["model"]
+    scenario = parse_scenario(_first_user_text(msgs))
+    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and _calls(m))
+    key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
+    thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}")
+    msg: dict[str, Any] = {"role": "assistant", "content": None}
+    finish = "stop"
+    calls: list[dict[str, Any]] = []
+    if round_ < scenario.tools:
+        tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
+        fn = next((t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)), None) or {}
+        name, schema = fn.get("name", "get_weather"), fn.get("parameters") or {}
+        for n in range(scenario.parallel):
+            args = _tool_input(schema, round_, n)
+            call = {"id": minter.call_id(), "type": "function",
+                    "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
+            if profile == GEMINI_OPENAI and n == 0:
+                part = {"functionCall": {"name": name, "args": args}}
+                call["extra_content"] = {"google": {"thought_signature": signer.mint(model, key[:16], n, part)}}
+            calls.append(call)
+        finish = "tool_calls"
+    else:
+        msg["content"] = f"Final answer after {round_} tool rounds (conversation {key[:8]})."
+        if profile == GEMINI_OPENAI:
+            msg["extra_content"] = {"google": {"thought_signature": signer.mint(model, key[:16], 0,
+                                                                                {"text": msg["content"]})}}
+    ids = [c["id"] for c in calls]
+    if profile == OPENROUTER:
+        msg["reasoning"] = thought
+        msg["reasoning_details"] = [{"type": "reasoning.text", "text": thought, "format": FORMAT, "index": 0},
+                                    {"type": "reasoning.encrypted", "data": minter.opaque(OPENROUTER, model, ids),
+                                     "format": FORMAT, "index": 1}]
+    elif profile == COPILOT:
+        msg["reasoning_text"] = thought
+        msg["reasoning_opaque"] = minter.opaque(COPILOT, model, ids)
+    elif profile == DEEPSEEK:
+        msg["reasoning_content"] = thought
+    if calls:
+        msg["tool_calls"] = calls
+    return msg, finish
+
+
+def stream_chunks(profile: str, msg: dict[str, Any], finish: str, base: dict[str, Any]) -> list[dict[str, Any]]:
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    for key in ("reasoning_content", "reasoning_text"):
+        if key in msg:
+            deltas += [{key: piece} for piece in split_awkward(msg[key], 40)]
+    if profile == OPENROUTER:
+        deltas += [{"reasoning": p, "reasoning_details": [{"type": "reasoning.text", "text": p, "format": FORMAT,
+                                                           "index": 0}]} for p in split_awkward(msg["reasoning"], 40)]
+        deltas.append({"reasoning_details": [msg["reasoning_details"][1]]})
+    if msg.get("content"):
+        deltas += [{"content": p} for p in split_words(msg["content"])]
+        if "extra_content" in msg:
+            deltas[-1]["extra_content"] = msg["extra_content"]
+    for n, call in enumerate(msg.get("tool_calls") or ()):
+        head = {"index": n, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}
+        if "extra_content" in call:
+            head["extra_content"] = call["extra_content"]
+        deltas.append({"tool_calls": [head]})
+        deltas.append({"tool_calls": [{"index": n, "function": {"arguments": call["function"]["arguments"]}}]})
+    if profile == COPILOT:
+        deltas[-1]["reasoning_opaque"] = msg["reasoning_opaque"]
+    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 20,
+                                                    "total_tokens": 30}})
+    return chunks
+
+
+def compat_routes(state: Any) -> list[Route]:
+    minter = Minter(state.config.secret)
+
+    def handler(profile: str) -> Callable[[Request], Any]:
+        async def chat(request: Request) -> Response:
+            state.stats.requests += 1
+            raw = await request.body()
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = None
+            state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
+                          "query": request.url.query, "path": request.url.path}
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                state.stats.unauthorized += 1
+                return Response(orjson.dumps(_oai_error("Missing bearer authentication")), 401,
+                                media_type="application/json")
+            bad = check(profile, body, minter, state.gemini_signer)
+            if bad is not None:
+                state.stats.rejections[f"compat-{bad[2]}"] += 1
+                return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
+            state.stats.accepted += 1
+            msg, finish = plan(profile, body, minter, state.gemini_signer)
+            base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}
+            if not body.get("stream"):
+                out = {**base, "object": "chat.completion",
+                       "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}}
+                return Response(orjson.dumps(out), 200, media_type="application/json")
+            frames = [b"data: " + orjson.dumps({**c, "object": "chat.completion.chunk"}) + b"\n\n"
+                      for c in stream_chunks(profile, msg, finish, base)] + [b"data: [DONE]\n\n"]
+
+            async def pump() -> Any:
+                for f in frames:
+                    yield f
+            return StreamingResponse(pump(), media_type="text/event-stream")
+        return chat
+
+    return [Route("/v1beta/openai/chat/completions", handler(GEMINI_OPENAI), methods=["POST"]),
+            Route("/openrouter/api/v1/chat/completions", handler(OPENROUTER), methods=["POST"]),
+            Route("/copilot/chat/completions", handler(COPILOT), methods=["POST"]),
+            Route("/deepseek/v1/chat/completions", handler(DEEPSEEK), methods=["POST"])]

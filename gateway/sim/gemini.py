@@ -1,0 +1,195 @@
+"""The simulator's Gemini dialect: ``POST /v1beta/models/{model}:generateContent`` and
+``:streamGenerateContent`` (``?alt=sse``), AI Studio profile at ``/v1beta``, Vertex
+profile (its error form, only one bypass value) at ``/vertex/v1beta``.
+
+Validation is ``gemini_rules`` (rules 16-18). Replies are scripted by the same markers
+as the Anthropic dialect (``[[sim:tools=N]]``, ``[[sim:parallel=K]]``,
+``[[sim:fault=overloaded|midstream]]``) in the first user content: the round is the
+number of ``model`` contents with function calls in the current turn. With
+``thinkingConfig.includeThoughts`` an answer starts with a ``thought: true`` part.
+Tool rounds: a text part, then K ``functionCall`` parts (call n to the n-th declared
+function, modulo their number); only the first carries a
+minted ``thoughtSignature`` (rule 16's parallel rule). The final answer's text part is
+signed; streamed (rule 19) it arrives in chunks, then ``{"text": "", "thoughtSignature"}``
+with the ``finishReason``; every chunk repeats ``responseId``. Errors use Google's
+envelope ``{"error": {"code", "message", "status"}}``. Field names are accepted in both
+JSON forms the real API takes (``includeThoughts`` / ``include_thoughts``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.sim.gemini_rules import (
+    AISTUDIO,
+    VERTEX,
+    ThoughtSigner,
+    calls_of,
+    check_request,
+    thinking_config,
+    turn_start,
+)
+from gateway.sim.render import split_awkward, split_words
+from gateway.sim.scenarios import _tool_input, new_id, parse_scenario, thinking_text
+
+STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+          429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+_NO_KEY = ("Method doesn't allow unregistered callers (callers without established identity). Please use API Key "
+           "or other form of API consumer identity to call this API.")
+DEFAULT_FUNCTION = "get_weather"
+
+
+def google_error(code: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": STATUS.get(code, "INTERNAL")}}
+
+
+def first_user_text(contents: list[dict[str, Any]]) -> str:
+    for c in contents:
+        if c.get("role", "user") == "user":
+            return "\n".join(p["text"] for p in c.get("parts") or () if isinstance(p.get("text"), str))
+    return ""
+
+
+def _functions(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Declared functions (name, schema); parallel call n uses function n modulo their number."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for tool in body.get("tools") or ():
+        decls = (tool.get("functionDeclarations") or tool.get("function_declarations") or ()) \
+            if isinstance(tool, dict) else ()
+        for decl in decls:
+            if isinstance(decl, dict) and isinstance(decl.get("name"), str):
+                schema = decl.get("parameters") or decl.get("parametersJsonSchema") \
+                    or decl.get("parameters_json_schema")
+                out.append((decl["name"], schema if isinstance(schema, dict) else {}))
+    return out or [(DEFAULT_FUNCTION, {})]
+
+
+def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str) -> list[dict[str, Any]]:
+    """The answer's parts (signatures minted) for a request that passed validation."""
+    contents: list[dict[str, Any]] = body["contents"]
+    scenario = parse_scenario(first_user_text(contents))
+    start = turn_start(contents)
+    round_ = sum(1 for c in contents[start:] if c.get("role") == "model" and calls_of(c))
+    turn = sum(1 for k in range(len(contents)) if turn_start(contents[:k + 1]) == k + 1)
+    cfg = thinking_config(body) or {}
+    key = hashlib.sha256(orjson.dumps(body.get("systemInstruction")) + first_user_text(contents).encode()).hexdigest()
+    parts: list[dict[str, Any]] = []
+    if cfg.get("includeThoughts") or cfg.get("include_thoughts"):
+        parts.append({"text": thinking_text(f"gemini/{key}/{turn}/{round_}"), "thought": True})
+    if round_ < scenario.tools:
+        functions = _functions(body)
+        parts.append({"text": f"Round {round_ + 1} of {scenario.tools}: {scenario.parallel} call(s)."})
+        for call in range(scenario.parallel):
+            name, schema = functions[call % len(functions)]
+            part: dict[str, Any] = {"functionCall": {"name": name, "args": _tool_input(schema, round_, call)}}
+            if call == 0:
+                part["thoughtSignature"] = signer.mint(model, rid, len(parts), part)
+            parts.append(part)
+    else:
+        text = (f"Final answer after {round_} tool round{'s' if round_ != 1 else ''} (conversation {key[:8]}). "
+                "Everything checked out.")
+        part = {"text": text}
+        part["thoughtSignature"] = signer.mint(model, rid, len(parts), part)
+        parts.append(part)
+    return parts
+
+
+def response_body(parts: list[dict[str, Any]], model: str, rid: str, body: dict[str, Any]) -> dict[str, Any]:
+    thoughts = sum(len(p["text"]) // 4 for p in parts if p.get("thought"))
+    out = max(1, len(orjson.dumps(parts)) // 4 - thoughts)
+    prompt = max(1, len(orjson.dumps(body)) // 4)
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": out,
+                              "thoughtsTokenCount": thoughts, "totalTokenCount": prompt + out + thoughts},
+            "modelVersion": model, "responseId": rid}
+
+
+def stream_chunks(full: dict[str, Any], signer: ThoughtSigner, model: str) -> list[dict[str, Any]]:
+    """Rule 19: thought and text in pieces, each call whole; a text answer's signature in a final
+    empty-text part with the ``finishReason``; ``responseId`` on every chunk."""
+    rid = full["responseId"]
+    parts: list[dict[str, Any]] = full["candidates"][0]["content"]["parts"]
+    pieces: list[dict[str, Any]] = []
+    for p in parts:
+        if "functionCall" in p:
+            pieces.append(p)
+        elif p.get("thought"):
+            pieces += [{"text": t, "thought": True} for t in split_awkward(p["text"], 40)]
+        else:
+            pieces += [{"text": t} for t in split_words(p["text"])]
+            if "thoughtSignature" in p:
+                last = {"text": ""}
+                last["thoughtSignature"] = signer.mint(model, rid, len(parts), last)
+                pieces.append(last)
+    chunks = [{"candidates": [{"content": {"role": "model", "parts": [piece]}, "index": 0}],
+               "modelVersion": model, "responseId": rid} for piece in pieces]
+    chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+    chunks[-1]["usageMetadata"] = full["usageMetadata"]
+    return chunks
+
+
+def _authorized(request: Request) -> bool:
+    if request.headers.get("x-goog-api-key", "").strip() or request.query_params.get("key", "").strip():
+        return True
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and bool(token.strip())
+
+
+def _json(status: int, body: object) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def gemini_routes(state: Any) -> list[Route]:
+    """Routes sharing the simulator's stats (``state.stats``, ``state.last``) and secret."""
+    signer = ThoughtSigner(state.config.secret)
+    state.gemini_signer = signer
+
+    def handler(profile: str) -> Callable[[Request], Any]:
+        async def generate(request: Request) -> Response:
+            state.stats.requests += 1
+            model, _, action = request.path_params["rest"].rpartition(":")
+            raw = await request.body()
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = None
+            state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
+                          "query": request.url.query, "path": request.url.path}
+            if not _authorized(request):
+                state.stats.unauthorized += 1
+                return _json(403, google_error(403, _NO_KEY))
+            if action not in ("generateContent", "streamGenerateContent") or not model:
+                return _json(404, google_error(404, f"models/{request.path_params['rest']} is not found"))
+            violation = check_request(body, model, signer, profile)
+            if violation is not None:
+                state.stats.rejections[f"gemini-{violation.rule}"] += 1
+                return _json(violation.status, google_error(violation.status, violation.message))
+            state.stats.accepted += 1
+            scenario = parse_scenario(first_user_text(body["contents"]))
+            if scenario.fault is not None and scenario.fault.kind == "overloaded":
+                return _json(503, google_error(503, "The model is overloaded. Please try again later."))
+            rid = new_id("")[:22]
+            full = response_body(plan_parts(body, model, signer, rid), model, rid, body)
+            if action == "generateContent":
+                return _json(200, full)
+            chunks = stream_chunks(full, signer, model)
+            frames = [b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks]
+            if scenario.fault is not None and scenario.fault.kind == "midstream":
+                frames = [*frames[:len(frames) // 2],
+                          b"data: " + orjson.dumps(google_error(503, "The model is overloaded.")) + b"\r\n\r\n"]
+
+            async def pump() -> Any:
+                for f in frames:
+                    yield f
+            return StreamingResponse(pump(), media_type="text/event-stream")
+        return generate
+
+    return [Route("/v1beta/models/{rest:path}", handler(AISTUDIO), methods=["POST"]),
+            Route("/vertex/v1beta/models/{rest:path}", handler(VERTEX), methods=["POST"])]

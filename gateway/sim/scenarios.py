@@ -1,0 +1,216 @@
+"""Deterministic scripted replies, chosen by markers in the FIRST user message.
+
+Markers (any combination, anywhere in the first user message's text):
+
+* ``[[sim:tools=N]]``     N tool rounds, then a final text answer (default 0).
+* ``[[sim:parallel=K]]``  each tool round calls K tools in one assistant message (default 1).
+* ``[[sim:redacted]]``    a ``redacted_thinking`` block follows the thinking block (also
+  triggered by Anthropic's documented magic string).
+* ``[[sim:hold]]``        streamed replies pause after the first content delta until
+  ``POST /_sim/release`` (or 10 s).
+* ``[[sim:fault=overloaded]]`` HTTP 529; ``[[sim:fault=midstream]]`` HTTP 200 then an
+  ``error`` event; ``[[sim:fault=slow:MS]]`` first byte after MS ms;
+  ``[[sim:fault=drop]]`` connection closed mid-body; ``[[sim:fault=ratelimit:S]]``
+  HTTP 429 with ``retry-after: S``.
+* ``[[sim:fault_round=R]]`` only inject the fault in tool round R (default: every round);
+  ``[[sim:fault_times=N]]`` only for the first N requests of a conversation and round
+  (counted by the app; default: always).
+
+The round is the number of assistant messages carrying ``tool_use`` in the current
+turn (see ``convo``). With thinking on (``enabled`` or ``adaptive``) every answer that
+thinks starts with a thinking block whose text is derived from a hash of the
+conversation (system + first user message), the turn number and the round, and is
+full of bytes a careless relay would change (CRLF, trailing and leading spaces, blank
+lines, non-ASCII). Without interleaving (``enabled`` and no beta) only round 0 thinks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import string
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.sim.convo import first_user_text, tool_round, turn_number, view
+from gateway.sim.rules import INTERLEAVED_BETA, thinking_mode
+from gateway.sim.signing import Minter
+
+MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
+                  "46C9A13E193C177646C7398A98432ECCCE4C1253D5E2D82641AC0E52CC2876CB")
+FAULT_KINDS = frozenset({"overloaded", "midstream", "slow", "drop", "ratelimit"})
+DEFAULT_TOOL = "get_weather"
+
+_MARKER = re.compile(r"\[\[sim:([a-z_]+)(?:=([^\]]*))?\]\]")
+_BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+_WORDS = ("amber", "basalt", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo", "juniper",
+          "kelp", "lagoon", "meadow", "nimbus", "orchid", "prairie")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str  # one of FAULT_KINDS
+    value: int = 0  # ms for "slow", seconds for "ratelimit"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    tools: int = 0
+    parallel: int = 1
+    redacted: bool = False
+    hold: bool = False
+    fault: Fault | None = None
+    fault_round: int | None = None
+    fault_times: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The planned answer: the full Message object plus what the app must do with it."""
+
+    message: dict[str, Any]
+    scenario: Scenario
+    round: int
+    conversation: str  # hex hash of system + first user message
+    fault: Fault | None = None  # the fault to inject for this request (round filter applied)
+
+
+def new_id(prefix: str) -> str:
+    """``toolu_01`` / ``msg_01`` / ``req_01`` + 22 random base62 characters."""
+    return prefix + "".join(secrets.choice(_BASE62) for _ in range(22))
+
+
+def _int(value: str | None, default: int, low: int = 0) -> int:
+    try:
+        return max(low, int(value or ""))
+    except ValueError:
+        return default
+
+
+def parse_scenario(text: str) -> Scenario:
+    """The scenario the markers in ``text`` ask for (unknown markers are ignored)."""
+    tools, parallel, redacted, hold = 0, 1, MAGIC_REDACTED in text, False
+    fault: Fault | None = None
+    fault_round: int | None = None
+    fault_times: int | None = None
+    for name, value in _MARKER.findall(text):
+        if name == "tools":
+            tools = _int(value, 0)
+        elif name == "parallel":
+            parallel = _int(value, 1, low=1)
+        elif name == "redacted":
+            redacted = True
+        elif name == "hold":
+            hold = True
+        elif name == "fault":
+            kind, _, arg = value.partition(":")
+            if kind in FAULT_KINDS:
+                fault = Fault(kind, _int(arg, 0))
+        elif name == "fault_round":
+            fault_round = _int(value, 0)
+        elif name == "fault_times":
+            fault_times = _int(value, 1)
+    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times)
+
+
+def conversation_key(body: dict[str, Any]) -> str:
+    system = orjson.dumps(body.get("system"))
+    first = first_user_text(body.get("messages")).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(system + b"\0" + first).hexdigest()
+
+
+def thinking_text(seed: str) -> str:
+    """Deterministic thinking text full of awkward bytes; different for every seed."""
+    h = hashlib.sha256(seed.encode()).hexdigest()
+    w1, w2, w3 = (_WORDS[int(h[k], 16)] for k in (20, 21, 22))
+    return (f"  Considering request {h[:12]} carefully.  \r\n"
+            "\r\n"
+            f"Step 1: café — 思考 🤔 the {w1} path, then {w2}.   \r\n"
+            f"   indented: {h[12:20]}\t\n"
+            "\n"
+            f"Conclusion ({w3}): proceed with the plan. \n")
+
+
+def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            schema = tool.get("input_schema")
+            return tool["name"], schema if isinstance(schema, dict) else {}
+    return DEFAULT_TOOL, {}
+
+
+def _tool_input(schema: dict[str, Any], round_: int, call: int) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        return {"location": ("San Francisco, CA", "Paris, France", "Tokyo, Japan")[call % 3], "round": round_}
+    required = [k for k in schema.get("required") or () if k in props] or list(props)[:1]
+    samples = {"string": f"sim-{round_}-{call}", "integer": round_, "number": round_ + 0.5,
+               "boolean": True, "array": [], "object": {}}
+    out: dict[str, Any] = {}
+    for name in required:
+        spec = props[name] if isinstance(props[name], dict) else {}
+        if isinstance(spec.get("enum"), list) and spec["enum"]:
+            out[name] = spec["enum"][0]
+        else:
+            out[name] = samples.get(str(spec.get("type")), f"sim-{round_}-{call}")
+    return out
+
+
+def estimate_tokens(obj: object) -> int:
+    """About 4 bytes a token. JSON nested deeper than the encoder writes (255) is estimated from
+    its repr length, so a deep but valid body still gets an answer, never a 500."""
+    try:
+        return max(1, len(orjson.dumps(obj)) // 4)
+    except (orjson.JSONEncodeError, RecursionError):
+        return 1024
+
+
+def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
+               interleaved: bool | None = None) -> Reply:
+    """Plan the answer to a request that passed validation."""
+    msgs = view(body["messages"])
+    scenario = parse_scenario(first_user_text(body["messages"]))
+    round_ = tool_round(msgs)
+    key = conversation_key(body)
+    mode = thinking_mode(body)
+    if interleaved is None:
+        interleaved = mode == "adaptive" or INTERLEAVED_BETA in betas
+    model: str = body["model"]
+    response_id = new_id("msg_01")
+    display = body["thinking"].get("display") if mode else None
+
+    content: list[dict[str, Any]] = []
+    if mode and (round_ == 0 or interleaved):
+        text = "" if display == "omitted" else thinking_text(f"{key}/{turn_number(msgs)}/{round_}")
+        run_len = 2 if scenario.redacted else 1
+        content.append({"type": "thinking", "thinking": text,
+                        "signature": minter.mint_thinking(model, text, response_id, 0, run_pos=0,
+                                                          run_len=run_len)})
+        if scenario.redacted:
+            content.append({"type": "redacted_thinking",
+                            "data": minter.mint_redacted(model, response_id, 1, run_pos=1, run_len=2)})
+    if round_ < scenario.tools:
+        name, schema = _tool(body)
+        calls = scenario.parallel
+        content.append({"type": "text", "text": f"Round {round_ + 1} of {scenario.tools}: I'll call "
+                                                f"`{name}` {calls} time{'s' if calls > 1 else ''}."})
+        for call in range(calls):
+            content.append({"type": "tool_use", "id": new_id("toolu_01"), "name": name,
+                            "input": _tool_input(schema, round_, call)})
+        stop_reason = "tool_use"
+    else:
+        content.append({"type": "text", "text": (
+            f"Final answer after {round_} tool round{'s' if round_ != 1 else ''} "
+            f"(conversation {key[:8]}). Everything checked out; here is the summary you asked for.")})
+        stop_reason = "end_turn"
+    usage = {"input_tokens": estimate_tokens(body), "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 0, "output_tokens": estimate_tokens(content)}
+    message = {"id": response_id, "type": "message", "role": "assistant", "model": model,
+               "content": content, "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+    fault = scenario.fault
+    if scenario.fault_round is not None and scenario.fault_round != round_:
+        fault = None
+    return Reply(message, scenario, round_, key, fault)

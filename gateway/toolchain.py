@@ -1,0 +1,109 @@
+"""Tool-chain rules: every tool_use answered in the next message, no orphan results.
+
+Pure: mutates the given message list in place and returns typed actions.
+- All tool_results for one assistant message travel in the next user message,
+  first, in tool_use order (results found in a later message are moved there).
+- A tool_use without any result gets a synthetic ``is_error`` tool_result.
+- A tool_result whose tool_use is not in the previous assistant message becomes a
+  user text block that keeps its content (the seed's textual tool-result summary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.actions import Action, ActionKind
+from gateway.protocols.canonical import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock
+
+NO_RESULT = "No result was returned for this tool call."
+
+
+def repair_tool_chain(msgs: list[Message]) -> list[Action]:
+    actions: list[Action] = []
+    # Every tool_result anywhere, by id (first occurrence wins), with where it sits.
+    results: dict[str, ToolResultBlock] = {}
+    for m in msgs:
+        if m.role == "user":
+            for b in m.content:
+                if isinstance(b, ToolResultBlock) and b.tool_use_id not in results:
+                    results[b.tool_use_id] = b
+    claimed: set[int] = set()   # ids (python object ids) of result blocks placed by rule 1
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        ids = _unique(m.tool_use_ids()) if m.role == "assistant" else []
+        if ids:
+            nxt = msgs[i + 1] if i + 1 < len(msgs) and msgs[i + 1].role == "user" else None
+            if nxt is None:
+                nxt = Message("user", [])
+                msgs.insert(i + 1, nxt)
+            placed: list[Block] = []
+            for tid in ids:
+                res = results.get(tid)
+                if res is None or id(res) in claimed:
+                    res = ToolResultBlock(tid, NO_RESULT, True)
+                    actions.append(Action(ActionKind.TOOL_RESULT_SYNTHESIZED, i + 1))
+                claimed.add(id(res))
+                placed.append(res)
+            rest = [b for b in nxt.content if not (isinstance(b, ToolResultBlock) and id(b) in claimed)]
+            before = [id(b) for b in nxt.content]
+            nxt.content = placed + rest
+            nxt.content_was_string = False
+            if [id(b) for b in nxt.content][: len(placed)] != before[: len(placed)] and \
+                    not any(a.kind is ActionKind.TOOL_RESULT_SYNTHESIZED and a.message_index == i + 1
+                            for a in actions):
+                actions.append(Action(ActionKind.TOOL_RESULTS_REORDERED, i + 1))
+            i += 1
+        i += 1
+    # Remove moved results from the messages they came from, textualize true orphans.
+    for j, m in enumerate(msgs):
+        if m.role != "user":
+            continue
+        prev_ids = set(msgs[j - 1].tool_use_ids()) if j > 0 and msgs[j - 1].role == "assistant" else set()
+        new: list[Block] = []
+        changed = False
+        for b in m.content:
+            if isinstance(b, ToolResultBlock) and b.tool_use_id not in prev_ids:
+                changed = True
+                if id(b) in claimed:
+                    continue  # it was moved to where it belongs
+                new.append(TextBlock(result_as_text(b)))
+                actions.append(Action(ActionKind.TOOL_RESULT_TEXTUALIZED, j))
+            else:
+                new.append(b)
+        if changed:
+            m.content = new or [TextBlock("(tool result moved)")]
+            m.content_was_string = False
+    return actions
+
+
+def result_as_text(b: ToolResultBlock) -> str:
+    head = f"[tool result for {b.tool_use_id}{' (error)' if b.is_error else ''}]"
+    body = content_text(b.content)
+    return f"{head}\n{body}" if body else head
+
+
+def content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for c in content:
+            if isinstance(c, dict):
+                if c.get("type") == "text" and isinstance(c.get("text"), str):
+                    parts.append(c["text"])
+                else:
+                    parts.append(f"[{c.get('type', 'content')}]")
+            elif isinstance(c, TextBlock):
+                parts.append(c.text)
+            elif isinstance(c, OpaqueBlock):
+                parts.append(f"[{c.type}]")
+        return "\n".join(parts)
+    return str(content)
+
+
+def _unique(ids: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [t for t in ids if not (t in seen or seen.add(t))]  # type: ignore[func-returns-value]

@@ -1,0 +1,156 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "thinkgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name (63 characters at most: DNS names).
+If the release name contains the chart name it is used as the full name.
+*/}}
+{{- define "thinkgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version as used by the chart label.
+*/}}
+{{- define "thinkgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "thinkgate.labels" -}}
+helm.sh/chart: {{ include "thinkgate.chart" . }}
+{{ include "thinkgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: thinkgate
+{{- end }}
+
+{{/*
+Selector labels (immutable once a Deployment exists).
+*/}}
+{{- define "thinkgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "thinkgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Name of the service account to use.
+*/}}
+{{- define "thinkgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "thinkgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container image reference.
+*/}}
+{{- define "thinkgate.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the Secret holding GATEWAY_SECRET (and the Redis password).
+*/}}
+{{- define "thinkgate.secretName" -}}
+{{- default (include "thinkgate.fullname" .) .Values.auth.existingSecret }}
+{{- end }}
+
+{{/*
+Full name of the bundled Redis (bitnami's common.names.fullname with bundledRedis.nameOverride).
+*/}}
+{{- define "thinkgate.bundledRedis.fullname" -}}
+{{- $name := default "redis" .Values.bundledRedis.nameOverride }}
+{{- if .Values.bundledRedis.fullnameOverride }}
+{{- .Values.bundledRedis.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the gateway authenticates to Redis with a password from a Secret.
+*/}}
+{{- define "thinkgate.redisPassword.enabled" -}}
+{{- if .Values.bundledRedis.enabled }}
+{{- if ((.Values.bundledRedis.auth).enabled) }}true{{ end }}
+{{- else if and .Values.redis.url (or .Values.redis.password .Values.redis.existingSecretPassword) }}true
+{{- end }}
+{{- end }}
+
+{{/*
+secretKeyRef of the Redis password.
+*/}}
+{{- define "thinkgate.redisPassword.secretKeyRef" -}}
+{{- if .Values.bundledRedis.enabled }}
+name: {{ ((.Values.bundledRedis.auth).existingSecret) | default (include "thinkgate.bundledRedis.fullname" .) }}
+key: {{ ((.Values.bundledRedis.auth).existingSecretPasswordKey) | default "redis-password" }}
+{{- else }}
+name: {{ include "thinkgate.secretName" . }}
+key: {{ .Values.auth.existingSecretKeys.redisPassword }}
+{{- end }}
+{{- end }}
+
+{{/*
+GATEWAY_REDIS_URL. The password comes from $(THINKGATE_REDIS_PASSWORD), which Kubernetes expands
+from the env var defined just before it (never written into the ConfigMap or the pod spec).
+*/}}
+{{- define "thinkgate.redisUrl" -}}
+{{- $url := .Values.redis.url }}
+{{- if .Values.bundledRedis.enabled }}
+{{- $url = printf "redis://%s-master.%s.svc:6379/0" (include "thinkgate.bundledRedis.fullname" .) .Release.Namespace }}
+{{- end }}
+{{- if and $url (include "thinkgate.redisPassword.enabled" .) }}
+{{- $user := ternary "" .Values.redis.username .Values.bundledRedis.enabled }}
+{{- regexReplaceAll "^([a-z+]+)://" $url (printf "${1}://%s:$(THINKGATE_REDIS_PASSWORD)@" $user) }}
+{{- else }}
+{{- $url }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks that fail the render with a clear message.
+*/}}
+{{- define "thinkgate.validate" -}}
+{{- $drain := add .Values.gateway.drainDelaySeconds .Values.gateway.drainTimeoutSeconds }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be longer than gateway.drainDelaySeconds + gateway.drainTimeoutSeconds (%v): Kubernetes would kill streams still draining" .Values.terminationGracePeriodSeconds $drain) }}
+{{- end }}
+{{- if and .Values.redis.url (regexMatch "^[a-z+]+://[^/]*@" .Values.redis.url) }}
+{{- fail "redis.url must not carry credentials: set redis.password (or auth.existingSecret with redis.existingSecretPassword)" }}
+{{- end }}
+{{- if and .Values.redis.existingSecretPassword (not .Values.auth.existingSecret) }}
+{{- fail "redis.existingSecretPassword needs auth.existingSecret" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Replicas the chart asks for at least (autoscaling: its minimum).
+*/}}
+{{- define "thinkgate.replicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
+{{- end }}

@@ -1,0 +1,192 @@
+"""Bytes on the wire: a one-byte format version followed by msgpack.
+
+=========  =====================================================
+version    payload
+=========  =====================================================
+``0x01``   msgpack
+``0x02``   zlib-compressed msgpack (used when it saves >= 1/8 of a payload of >= 1 KiB;
+           >= 4 KiB for index pairs, which are decoded by the hundred per load)
+=========  =====================================================
+
+Strings are packed as UTF-8 with ``surrogatepass``, so every Python ``str`` (thinking text, signature,
+unknown fields) round-trips exactly, byte for byte. Any failure raises ``CodecError``.
+A stored turn is the array ``[turn_id, content, provider, model, upstream, dialect, created_at,
+prefix_fingerprint, prompt, replay_digest]``; ``prompt`` and ``replay_digest`` are optional when decoding
+(older records lack them) and decoders ignore further trailing fields so newer writers stay readable.
+
+Decoded turns are cached per process (``decode_turn``), keyed by the stored bytes and position: a
+conversation's older turns come back with every load, byte for byte the same, and decoding them again
+(inflate, unpack, validate) was a third of a long conversation's load. Records are immutable by contract,
+so every caller may share one decoded record; nobody mutates ``content`` or ``prompt``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from typing import Any
+
+import msgpack
+
+from state.errors import CodecError
+from state.records import Location, TurnRecord, VerifiedPair
+
+VERSION_MSGPACK = 0x01
+VERSION_ZLIB = 0x02
+COMPRESS_MIN_BYTES = 1024
+PAIR_COMPRESS_MIN_BYTES = 4096
+MAX_DECODED_BYTES = 64 * 1024 * 1024
+_TURN_FIELDS = 8
+DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (~6 KB each with 2 KB of thinking)
+
+
+def pack(obj: Any, *, compress_min: int | None = COMPRESS_MIN_BYTES) -> bytes:
+    """Encode ``obj`` with a version byte; compress when large and worth it (``None`` = never)."""
+    try:
+        body = msgpack.packb(obj, use_bin_type=True, unicode_errors="surrogatepass")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"cannot encode: {exc}") from exc
+    if compress_min is not None and len(body) >= compress_min:
+        packed = zlib.compress(body, 1)
+        if len(packed) <= len(body) - len(body) // 8:
+            return bytes((VERSION_ZLIB,)) + packed
+    return bytes((VERSION_MSGPACK,)) + body
+
+
+def unpack(data: bytes) -> Any:
+    """Decode bytes produced by ``pack``; raise ``CodecError`` on anything else."""
+    if not isinstance(data, bytes | bytearray) or len(data) < 2:
+        raise CodecError("not an encoded value (too short or not bytes)")
+    version = data[0]
+    try:
+        if version == VERSION_MSGPACK:
+            body = memoryview(data)[1:]
+        elif version == VERSION_ZLIB:
+            inflater = zlib.decompressobj()
+            body = inflater.decompress(memoryview(data)[1:], MAX_DECODED_BYTES)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise CodecError("compressed payload truncated or larger than the limit")
+        else:
+            raise CodecError(f"unknown codec version byte 0x{version:02x}")
+        return msgpack.unpackb(body, raw=False, unicode_errors="surrogatepass", strict_map_key=False)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, zlib.error, msgpack.ExtraData, msgpack.FormatError,
+            msgpack.StackError) as exc:
+        raise CodecError(f"cannot decode: {exc}") from exc
+
+
+def encode_turn(record: TurnRecord) -> bytes:
+    return pack([
+        record.turn_id, record.content, record.provider, record.model, record.upstream,
+        record.dialect, record.created_at, record.prefix_fingerprint, record.prompt, record.replay_digest,
+    ])
+
+
+class _TurnCache:
+    """LRU of decoded turns keyed by (stored bytes, position); 0 entries disables it."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._items: OrderedDict[tuple[bytes, int | None], TurnRecord] = OrderedDict()
+
+    def get(self, key: tuple[bytes, int | None]) -> TurnRecord | None:
+        rec = self._items.get(key)
+        if rec is not None:
+            self._items.move_to_end(key)
+        return rec
+
+    def put(self, key: tuple[bytes, int | None], rec: TurnRecord) -> None:
+        if self.entries <= 0:
+            return
+        self._items[key] = rec
+        while len(self._items) > self.entries:
+            self._items.popitem(last=False)
+
+    def resize(self, entries: int) -> None:
+        self.entries = max(0, entries)
+        while len(self._items) > self.entries:
+            self._items.popitem(last=False)
+
+
+_turn_cache = _TurnCache(DEFAULT_TURN_CACHE_ENTRIES)
+
+
+def set_turn_cache_entries(entries: int) -> None:
+    """How many decoded turns this process keeps (``GATEWAY_DECODED_TURN_CACHE``); 0 turns it off."""
+    _turn_cache.resize(entries)
+
+
+def decode_turn(data: bytes, position: int | None = None) -> TurnRecord:
+    """Decode a stored turn; ``position`` is supplied by the caller (it is not part of the bytes).
+
+    Served from the per-process cache when the same bytes were decoded before (see the module doc).
+    """
+    if isinstance(data, bytearray | memoryview):
+        data = bytes(data)
+    key = (data, position)
+    rec = _turn_cache.get(key)
+    if rec is None:
+        rec = _decode_turn(data, position)
+        _turn_cache.put(key, rec)
+    return rec
+
+
+def _decode_turn(data: bytes, position: int | None) -> TurnRecord:
+    obj = unpack(data)
+    if not isinstance(obj, list) or len(obj) < _TURN_FIELDS:
+        raise CodecError("stored turn is not a turn array")
+    turn_id, content, provider, model, upstream, dialect, created_at, fingerprint = obj[:_TURN_FIELDS]
+    if not (isinstance(turn_id, str) and isinstance(content, list) and isinstance(provider, dict)
+            and isinstance(model, str) and isinstance(upstream, str) and isinstance(dialect, str)
+            and isinstance(created_at, int | float) and (fingerprint is None or isinstance(fingerprint, str))):
+        raise CodecError("stored turn has fields of the wrong type")
+    prompt = obj[_TURN_FIELDS] if len(obj) > _TURN_FIELDS else []
+    if not isinstance(prompt, list):
+        raise CodecError("stored turn prompt is not a list")
+    digest = obj[_TURN_FIELDS + 1] if len(obj) > _TURN_FIELDS + 1 else b""
+    if not isinstance(digest, bytes):
+        raise CodecError("stored turn replay digest is not bytes")
+    try:
+        return TurnRecord(content=content, model=model, upstream=upstream, dialect=dialect,
+                          provider=provider, prefix_fingerprint=fingerprint,
+                          created_at=float(created_at), turn_id=turn_id, position=position, prompt=prompt,
+                          replay_digest=digest)
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"stored turn is invalid: {exc}") from exc
+
+
+def encode_pair(pair: VerifiedPair) -> bytes:
+    # pairs are index values read by the hundred per load: inflating a small one costs ~4x its decode,
+    # so only long thinking texts (where the memory is) are compressed
+    return pack([pair.thinking, pair.signature], compress_min=PAIR_COMPRESS_MIN_BYTES)
+
+
+def decode_pair(data: bytes) -> VerifiedPair:
+    obj = unpack(data)
+    if not (isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[0], str) and isinstance(obj[1], str)):
+        raise CodecError("stored pair is not [thinking, signature]")
+    return VerifiedPair(obj[0], obj[1])
+
+
+def encode_location(location: Location) -> bytes:
+    return pack([location.scid, location.turn_id, location.position], compress_min=None)
+
+
+def decode_location(data: bytes) -> Location:
+    obj = unpack(data)
+    if not (isinstance(obj, list) and len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], str)
+            and (obj[2] is None or isinstance(obj[2], int))):
+        raise CodecError("stored location is not [scid, turn_id, position]")
+    return Location(obj[0], obj[1], obj[2])
+
+
+def encode_scid(scid: str) -> bytes:
+    return pack(scid, compress_min=None)
+
+
+def decode_scid(data: bytes) -> str:
+    obj = unpack(data)
+    if not isinstance(obj, str):
+        raise CodecError("stored scid is not a string")
+    return obj

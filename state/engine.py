@@ -1,0 +1,297 @@
+"""The load/record algorithm, written once for every backend.
+
+A backend supplies one primitive, ``_roundtrip(ops)``: execute a batch of ``Op`` (Lua script calls
+and SET EX) in ONE round trip (a Redis pipeline; a plain loop in memory) and return one reply per op,
+Redis-shaped (bytes, ints, nested lists, ``None``). And ``_guarded(fn, *args)``: run a whole store call
+under the backend's failure policy (timeout + circuit breaker for Redis). Everything else (key building,
+encoding, resolving index hits, forking) lives here, so all backends behave the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from state import codec, keys
+from state.errors import CodecError
+from state.records import ConversationState, Location, TurnRecord, VerifiedPair
+from state.scripts import FORK, GETEX_MANY, LOAD, RECORD, LuaScript
+from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
+
+T = TypeVar("T")
+Arg = bytes | str | int
+
+
+@dataclass(frozen=True, slots=True)
+class SetEx:
+    key: str
+    value: bytes
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    script: LuaScript
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+
+Op = SetEx | Eval
+
+
+def _dedupe(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if isinstance(v, str) and v))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class EngineStore:
+    """Base class of the backends; implements the ``Store`` protocol's data methods."""
+
+    backend = "abstract"
+
+    def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
+                 max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
+            raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
+        self.ttl_seconds = int(ttl_seconds)
+        self.max_turns = int(max_turns)
+        self.max_fetch = int(max_fetch)
+        self._wall = wall_clock
+
+    # -- backend hooks -------------------------------------------------------------------------
+    async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
+        raise NotImplementedError
+
+    async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run one whole store call ``fn(*args)`` under the backend's failure policy."""
+        return await fn(*args)
+
+    # -- Store API -----------------------------------------------------------------------------
+    async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
+        keys.check_tenant(tenant)
+        if not keys.is_valid_scid(scid):
+            return None
+        return await self._guarded(self._get_conversation, tenant, scid)
+
+    async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
+        keys.check_tenant(tenant)
+        return await self._guarded(self._load, tenant, query)
+
+    async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
+        keys.check_tenant(tenant)
+        scid = keys.check_scid(write.scid) if write.scid is not None else keys.new_scid()
+        if write.expected_position is not None and write.expected_position < 0:
+            raise ValueError("expected_position must be >= 0")
+        blob = codec.encode_turn(write.record)  # CodecError before any I/O
+        return await self._guarded(self._record, tenant, scid, write, blob)
+
+    # -- implementation ------------------------------------------------------------------------
+    def _load_op(self, tenant: str, scid: str) -> Eval:
+        return Eval(LOAD, keys.conversation_keys(tenant, scid).all(), (self.ttl_seconds,))
+
+    async def _get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
+        (reply,) = await self._roundtrip([self._load_op(tenant, scid)])
+        return _parse_conversation(scid, reply)[0]
+
+    async def _load(self, tenant: str, query: LoadQuery) -> LoadResult:
+        scid = query.scid if keys.is_valid_scid(query.scid) else None
+        tool_ids, exact = _dedupe(query.tool_ids), _dedupe(query.exact_hashes)
+        norms, fps = _dedupe(query.norm_hashes), _dedupe(query.fingerprints)
+        lookups = [keys.tool_key(tenant, t) for t in tool_ids]
+        lookups += [keys.exact_key(tenant, h) for h in exact]
+        lookups += [keys.norm_key(tenant, h) for h in norms]
+        lookups += [keys.fingerprint_key(tenant, f) for f in fps]
+        buckets: dict[str, list[int]] = {}
+        for i, key in enumerate(lookups):
+            buckets.setdefault(keys.hash_tag(key), []).append(i)
+        hint = query.hint_scid if not scid and lookups and keys.is_valid_scid(query.hint_scid) else None
+        first = scid or hint
+        ops: list[Op] = [self._load_op(tenant, first)] if first else []
+        ops += [Eval(GETEX_MANY, tuple(lookups[i] for i in idx), (self.ttl_seconds,)) for idx in buckets.values()]
+        if not ops:
+            return LoadResult()
+        replies = await self._roundtrip(ops)
+        bad = 0
+        convs: dict[str, ConversationState] = {}
+        guessed: ConversationState | None = None
+        if first:
+            conv, n = _parse_conversation(first, replies[0])
+            bad += n
+            if conv and scid:
+                convs[scid] = conv
+            guessed = conv if hint else None
+        found: list[bytes | None] = [None] * len(lookups)
+        for idx, reply in zip(buckets.values(), replies[1 if first else 0:], strict=True):
+            for i, value in zip(idx, reply, strict=True):
+                found[i] = value
+        values = iter(found)
+        raw_tool, n1 = _decode_hits(tool_ids, values, codec.decode_location)
+        exact_hits, n2 = _decode_hits(exact, values, codec.decode_pair)
+        raw_norm, n3 = _decode_hits(norms, values, codec.decode_location)
+        fp_hits, n4 = _decode_hits(fps, values, codec.decode_scid)
+        bad += n1 + n2 + n3 + n4
+        fp_hits = {f: s for f, s in fp_hits.items() if keys.is_valid_scid(s)}
+        if guessed is not None and hint is not None and (
+                any(loc.scid == hint for loc in (*raw_tool.values(), *raw_norm.values()))
+                or hint in fp_hits.values()):
+            convs[hint] = guessed  # the index names the hinted conversation: as if fetched for it
+
+        tool_hits, pend_tool = _resolve(raw_tool, convs, scid)
+        norm_hits, pend_norm = _resolve(raw_norm, convs, scid)
+        refs = Counter(loc.scid for loc in (*pend_tool.values(), *pend_norm.values()))
+        if not convs:
+            refs.update(fp_hits.values())
+        wanted = [s for s, _ in refs.most_common() if s not in convs and keys.is_valid_scid(s)]
+        wanted = wanted[: self.max_fetch]
+        round_trips = 1
+        if wanted:
+            round_trips = 2
+            more = await self._roundtrip([self._load_op(tenant, s) for s in wanted])
+            for s, reply in zip(wanted, more, strict=True):
+                conv, n = _parse_conversation(s, reply)
+                bad += n
+                if conv:
+                    convs[s] = conv
+            extra_tool, pend_tool = _resolve(pend_tool, convs, scid)
+            extra_norm, pend_norm = _resolve(pend_norm, convs, scid)
+            tool_hits.update(extra_tool)
+            norm_hits.update(extra_norm)
+        return LoadResult(
+            conversation=convs.get(scid) if scid else None, conversations=convs,
+            tool_hits=tool_hits, norm_hits=norm_hits, exact_hits=exact_hits, fingerprint_hits=fp_hits,
+            round_trips=round_trips,
+            unresolved=len(raw_tool) + len(raw_norm) - len(tool_hits) - len(norm_hits),
+            undecodable=bad,
+        )
+
+    def _index_ops(self, tenant: str, scid: str, write: TurnWrite, hint: int | None) -> list[Op]:
+        rec, ttl = write.record, self.ttl_seconds
+        entries = rec.index_entries()
+        loc = codec.encode_location(Location(scid, rec.turn_id, hint))
+        ops: list[Op] = [SetEx(keys.tool_key(tenant, t), loc, ttl) for t in entries.tool_ids]
+        ops += [SetEx(keys.exact_key(tenant, h), codec.encode_pair(VerifiedPair(text, sig)), ttl)
+                for h, text, sig in entries.exact]
+        ops += [SetEx(keys.norm_key(tenant, h), loc, ttl) for h in entries.norm]
+        sc = codec.encode_scid(scid)
+        fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])
+        ops += [SetEx(keys.fingerprint_key(tenant, f), sc, ttl) for f in fps]
+        return ops
+
+    async def _record(self, tenant: str, scid: str, write: TurnWrite, blob: bytes) -> RecordResult:
+        rec, expected = write.record, write.expected_position
+        pair = rec.verified_pair()
+        pair_blob = codec.encode_pair(pair) if pair else b""
+        now_ms = int(self._wall() * 1000)
+        args: tuple[Arg, ...] = (rec.turn_id, blob, "" if expected is None else expected, now_ms,
+                                 self.ttl_seconds, self.max_turns, pair_blob)
+        ops: list[Op] = [Eval(RECORD, keys.conversation_keys(tenant, scid).all(), args)]
+        replies = await self._roundtrip(ops + self._index_ops(tenant, scid, write, expected))
+        reply = replies[0]
+        status = _text(reply[0])
+        if status != "conflict":
+            return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id,
+                                status="duplicate" if status == "dup" else "appended",
+                                version=int(reply[2]), created=bool(int(reply[3])))
+        # Another turn holds ``expected``: fork = retained prefix [start, pos) + this turn.
+        pos, start = int(reply[1]), int(reply[4])
+        blobs, tids = list(reply[5]), list(reply[6])
+        fork_start = start if pos >= start else pos
+        new = keys.fork_scid(scid, pos, rec.turn_id)
+        if not pair_blob:
+            prefix_pair = _last_pair(blobs)
+            pair_blob = codec.encode_pair(prefix_pair) if prefix_pair else b""
+        fork_args: tuple[Arg, ...] = (now_ms, self.ttl_seconds, self.max_turns, fork_start, pair_blob,
+                                      scid, rec.turn_id, blob, len(blobs), *blobs, *tids)
+        ops = [Eval(FORK, keys.conversation_keys(tenant, new).all(), fork_args)]
+        replies = await self._roundtrip(ops + self._index_ops(tenant, new, write, pos))
+        reply = replies[0]
+        return RecordResult(scid=new, position=int(reply[1]), turn_id=rec.turn_id,
+                            status="duplicate" if _text(reply[0]) == "dup" else "forked",
+                            version=int(reply[2]), created=_text(reply[0]) != "dup", forked=True,
+                            forked_from=scid, round_trips=2)
+
+
+def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -> tuple[dict[str, T], int]:
+    hits: dict[str, T] = {}
+    bad = 0
+    for name in names:
+        raw = next(replies)
+        if raw is None:
+            continue
+        try:
+            hits[name] = decode(raw)
+        except CodecError:
+            bad += 1
+    return hits, bad
+
+
+def _parse_conversation(scid: str, reply: Any) -> tuple[ConversationState | None, int]:
+    """LOAD reply -> (conversation or None, number of undecodable items)."""
+    if not reply:
+        return None, 0
+    flat, blobs = reply[0], reply[1]
+    meta = {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
+    try:
+        start, nxt, version = int(meta["start"]), int(meta["next"]), int(meta["version"])
+        created, updated = int(meta["created"]) / 1000, int(meta["updated"]) / 1000
+    except (KeyError, ValueError):
+        return None, 1
+    bad = 0
+    pair = None
+    if meta.get("pair"):
+        try:
+            pair = codec.decode_pair(meta["pair"])
+        except CodecError:
+            bad += 1
+    turns: list[TurnRecord] = []
+    for i, blob in enumerate(blobs):
+        if not blob:
+            continue  # a gap: a position the store never received
+        try:
+            turns.append(codec.decode_turn(blob, start + i))
+        except CodecError:
+            bad += 1
+    parent = _text(meta["parent"]) if meta.get("parent") else None
+    conv = ConversationState(scid=scid, created_at=created, updated_at=updated, version=version,
+                             turns=tuple(turns), last_verified=pair, first_position=start,
+                             next_position=nxt, forked_from=parent)
+    return conv, bad
+
+
+def _resolve(raw: dict[str, Location], convs: dict[str, ConversationState],
+             prefer: str | None) -> tuple[dict[str, Location], dict[str, Location]]:
+    """Point each hit at a loaded record (the preferred conversation first). Returns (resolved,
+    pending); pending = hits into conversations not loaded yet. Stale hits are dropped."""
+    order = sorted(convs.values(), key=lambda c: c.scid != prefer)
+    resolved: dict[str, Location] = {}
+    pending: dict[str, Location] = {}
+    for name, loc in raw.items():
+        for conv in order:
+            rec = conv.turn_by_id(loc.turn_id)
+            if rec is not None:
+                resolved[name] = Location(conv.scid, rec.turn_id, rec.position)
+                break
+        else:
+            if loc.scid not in convs:
+                pending[name] = loc
+    return resolved, pending
+
+
+def _last_pair(blobs: Sequence[bytes]) -> VerifiedPair | None:
+    for blob in reversed(blobs):
+        if not blob:
+            continue
+        try:
+            pair = codec.decode_turn(blob).verified_pair()
+        except CodecError:
+            continue
+        if pair:
+            return pair
+    return None

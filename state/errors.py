@@ -1,0 +1,19 @@
+"""The state package's errors. ``state.store`` re-exports them; catch ``StoreError`` for all of them."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error the state package raises on purpose."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend did not answer in time, failed, or the circuit breaker is open.
+
+    The gateway treats this as "no state available" and carries on statelessly; it must never turn
+    into a client-visible error.
+    """
+
+
+class CodecError(StoreError):
+    """Bytes could not be encoded or decoded (unknown version byte, corrupt msgpack, wrong shape)."""

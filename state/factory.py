@@ -1,0 +1,100 @@
+"""``open_store(url, ...)``: the one place that turns configuration into a ``Store``.
+
+URLs:
+
+- ``None`` / ``""``: the embedded ``MemoryStore`` (one process only).
+- ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS): a single Redis node.
+- ``redis+cluster://[[user]:password@]host:port[,host:port...]`` (``rediss+cluster://`` for TLS): a
+  Redis Cluster through ``redis.asyncio.cluster.RedisCluster``; the hosts are startup nodes.
+- ``redis+sentinel://[[user]:password@]host:port[,host:port...]/<service>[/db]``: the master of
+  ``<service>`` as Redis Sentinel names it (the hosts are sentinels; the password is the master's),
+  followed through failovers by redis-py's Sentinel connection pool.
+
+The returned store is not connected yet: ``await store.start()`` (never raises for an unreachable
+Redis), ``await store.close()`` at shutdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
+
+from state import keys
+from state.breaker import CircuitBreaker
+from state.memory_store import MemoryStore
+from state.redis_store import RedisStore
+from state.store import Store
+
+_CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+
+
+def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
+               max_turns: int = keys.DEFAULT_MAX_TURNS, timeout_ms: int = 100,
+               failure_threshold: int = 3, cooldown_seconds: float = 2.0, max_fetch: int = 2,
+               max_connections: int = 64, clock: Callable[[], float] = time.monotonic) -> Store:
+    """Build the store for ``url`` (see module doc). ``clock`` drives the breaker (memory: TTLs)."""
+    if not url:
+        return MemoryStore(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch, clock=clock)
+    breaker = CircuitBreaker(failure_threshold, cooldown_seconds, clock)
+    timeout_s = timeout_ms / 1000
+    common = {
+        "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
+        # one immediate retry on a fresh connection (a pooled socket may be dead after a Redis
+        # restart); the whole call stays bounded by timeout_ms.
+        "retry": Retry(NoBackoff(), 1), "max_connections": max_connections,
+    }
+    parts = urlsplit(url)
+    client: Redis | RedisCluster
+    also_close: tuple[Redis, ...] = ()
+    if parts.scheme in ("redis", "rediss"):
+        client = Redis.from_url(url, **common)
+    elif parts.scheme == "redis+sentinel":
+        client, also_close = _sentinel_master(parts, common)
+    elif parts.scheme in _CLUSTER_SCHEMES:
+        client = RedisCluster(
+            startup_nodes=_cluster_nodes(parts.netloc), ssl=_CLUSTER_SCHEMES[parts.scheme],
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None, **common,
+        )
+    else:
+        raise ValueError(f"unsupported store URL scheme {parts.scheme!r} "
+                         "(use redis://, rediss://, redis+cluster://, redis+sentinel:// or nothing for in-memory)")
+    return RedisStore(client, timeout_ms=timeout_ms, breaker=breaker, ttl_seconds=ttl_seconds,
+                      max_turns=max_turns, max_fetch=max_fetch, max_concurrency=max_connections,
+                      also_close=also_close)
+
+
+def _sentinel_master(parts: SplitResult, common: dict[str, Any]) -> tuple[Redis, tuple[Redis, ...]]:
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ValueError("redis+sentinel:// needs /<service name>[/<db>] after the sentinel hosts")
+    sentinels = [(n.host, n.port) for n in _cluster_nodes(parts.netloc)]
+    timeout = common["socket_timeout"]
+    sentinel = Sentinel(sentinels, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client: Redis = sentinel.master_for(
+        path[0], redis_class=Redis, db=int(path[1]) if len(path) == 2 else 0,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None, **common)
+    client.auto_close_connection_pool = True  # the store owns this pool: close it with the client
+    return client, tuple(sentinel.sentinels)
+
+
+def _cluster_nodes(netloc: str) -> list[ClusterNode]:
+    hosts = netloc.rpartition("@")[2]
+    nodes = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"cluster node {item!r} must be host:port")
+        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError("the URL needs at least one host:port")
+    return nodes

@@ -1,0 +1,136 @@
+"""Every hash and normalisation the store indexes by; the gateway calls the same functions to look up.
+
+One module on purpose: a lookup only hits if the writer and the reader computed the key the same way.
+
+- ``exact_hash(text)``: SHA-256 (hex) of the exact UTF-8 bytes of a thinking text (Layer 2, strict).
+  Lone surrogates (possible in JSON-decoded text) are encoded with ``surrogatepass`` so nothing is lost.
+- ``normalize_text(text)`` / ``norm_hash(text)``: whitespace-insensitive matching. All runs of Unicode
+  whitespace (spaces, tabs, CR, LF, CRLF, NBSP...) collapse to one space, then both ends are stripped;
+  ``norm_hash`` is SHA-256 (hex) of the normalised text. Used for thinking and assistant text blocks.
+- ``compute_turn_id(content, prefix_fingerprint)``: SHA-256 (hex) over the canonical msgpack (map keys
+  sorted recursively) of the assistant content plus the prefix fingerprint the turn answered. Same
+  content answering the same prefix = same id, so recording is idempotent; an identical short reply
+  ("Done.") answering a different prefix is a different turn.
+- ``replay_digest(content)``: BLAKE2b-128 over the JSON of an assistant message's content with keys
+  sorted (key order and whitespace insensitive, every value exact). A replay whose digest equals a
+  turn's recorded one is that turn, verbatim: repair accepts it without decoding the record.
+- ``index_entries(content)``: the lookup entries a turn contributes (tool ids, exact pairs, norm hashes).
+  Empty thinking texts (``display: omitted``) get no exact-hash entry: every such block has the same
+  hash, so it would map to an arbitrary other turn's signature (a signature-only fallback).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import orjson
+
+TURN_ID_SCHEME = "tg-turn/1"
+
+
+def text_bytes(text: str) -> bytes:
+    """The exact bytes a text hashes as (UTF-8, lone surrogates kept)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def exact_hash(text: str) -> str:
+    """SHA-256 hex of the exact thinking text bytes (no normalisation at all)."""
+    return hashlib.sha256(text_bytes(text)).hexdigest()
+
+
+def normalize_text(text: str) -> str:
+    """Collapse every run of whitespace to a single space and strip both ends."""
+    return " ".join(text.split())
+
+
+def norm_hash(text: str) -> str:
+    """SHA-256 hex of ``normalize_text(text)``; insensitive to whitespace, CRLF/LF and trimming."""
+    return hashlib.sha256(text_bytes(normalize_text(text))).hexdigest()
+
+
+def _canonical(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        items = [(k, _canonical(v)) for k, v in obj.items()]
+        items.sort(key=lambda kv: (type(kv[0]).__name__, kv[0]))
+        return dict(items)
+    if isinstance(obj, list | tuple):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def canonical_packb(obj: Any) -> bytes:
+    """Deterministic msgpack: map keys sorted recursively, tuples as arrays, strings surrogate-safe."""
+    return msgpack.packb(_canonical(obj), use_bin_type=True, unicode_errors="surrogatepass")
+
+
+def compute_turn_id(content: Sequence[Mapping[str, Any]], prefix_fingerprint: str | None = None) -> str:
+    """The idempotency id of a turn (64 hex chars). Provider-opaque fields are not part of it."""
+    return hashlib.sha256(canonical_packb([TURN_ID_SCHEME, content, prefix_fingerprint])).hexdigest()
+
+
+REPLAY_DIGEST_BYTES = 16
+
+
+def replay_digest(content: Any) -> bytes | None:
+    """The digest of an assistant message's content as JSON (keys sorted); None if it is not a list
+    or not representable as JSON (lone surrogates, non-string keys)."""
+    if not isinstance(content, list):
+        return None
+    try:
+        data = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    return hashlib.blake2b(data, digest_size=REPLAY_DIGEST_BYTES).digest()
+
+
+def thinking_pairs(content: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, str]]:
+    """``(thinking, signature)`` of every thinking block that has both (signature non-empty)."""
+    for block in content:
+        if block.get("type") != "thinking":
+            continue
+        text, sig = block.get("thinking"), block.get("signature")
+        if isinstance(text, str) and isinstance(sig, str) and sig:
+            yield text, sig
+
+
+def last_thinking_pair(content: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """The last verified ``(thinking, signature)`` pair of a turn, or ``None``."""
+    last = None
+    for pair in thinking_pairs(content):
+        last = pair
+    return last
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntries:
+    """What one turn contributes to the indexes (duplicates removed, first occurrence order)."""
+
+    tool_ids: tuple[str, ...]
+    exact: tuple[tuple[str, str, str], ...]  # (exact_hash, thinking, signature)
+    norm: tuple[str, ...]  # norm hashes of thinking and text blocks
+
+
+def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
+    """Tool-use ids, exact thinking pairs and normalised-text hashes of one turn's content."""
+    tool_ids: dict[str, None] = {}
+    exact: dict[str, tuple[str, str, str]] = {}
+    norm: dict[str, None] = {}
+    for block in content:
+        kind = block.get("type")
+        if kind == "tool_use":
+            tid = block.get("id")
+            if isinstance(tid, str) and tid:
+                tool_ids[tid] = None
+        elif kind in ("thinking", "text"):
+            text = block.get(kind)
+            if isinstance(text, str) and normalize_text(text):
+                norm[norm_hash(text)] = None
+    for text, sig in thinking_pairs(content):
+        if text:
+            h = exact_hash(text)
+            exact[h] = (h, text, sig)
+    return IndexEntries(tuple(tool_ids), tuple(exact.values()), tuple(norm))

@@ -1,0 +1,226 @@
+"""The embedded in-process store (the default when no Redis URL is configured).
+
+It runs the very same engine as ``RedisStore`` over a tiny Redis-like keyspace: strings, hashes and
+lists with per-key expiry, and Python twins of the Lua scripts in ``state.scripts`` (same arguments,
+same replies). Only one process sees it; replicas of the gateway need Redis.
+
+TTL uses a monotonic clock (injectable for tests). Every key gets the same TTL and is moved to the end
+of an ordered dict whenever its TTL is set, so the front always holds the next key to expire: expired
+keys are swept from the front on every call in O(expired). ``max_keys`` bounds memory: past it, the
+keys closest to expiry are evicted first (like Redis ``volatile-ttl``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from state import keys
+from state.engine import EngineStore, Eval, Op, SetEx
+from state.scripts import FORK, GETEX_MANY, LOAD, RECORD
+from state.store import StoreHealth
+
+
+class _Keyspace:
+    def __init__(self, clock: Callable[[], float], max_keys: int | None) -> None:
+        self._clock = clock
+        self._max_keys = max_keys
+        self._data: OrderedDict[str, list[Any]] = OrderedDict()  # key -> [value, expires_at]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def sweep(self) -> None:
+        now = self._clock()
+        while self._data:
+            key, (_, expires_at) = next(iter(self._data.items()))
+            if expires_at > now:
+                break
+            del self._data[key]
+        if self._max_keys is not None:
+            while len(self._data) > self._max_keys:
+                self._data.popitem(last=False)
+
+    def get(self, key: str) -> Any:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= self._clock():
+            del self._data[key]
+            return None
+        return entry[0]
+
+    def put(self, key: str, value: Any, ttl: float | None = None) -> None:
+        self._data[key] = [value, math.inf if ttl is None else self._clock() + ttl]
+        self._data.move_to_end(key)
+
+    def expire(self, key: str, ttl: float) -> None:
+        if self.get(key) is not None:
+            self._data[key][1] = self._clock() + ttl
+            self._data.move_to_end(key)
+
+    def delete(self, *names: str) -> None:
+        for key in names:
+            self._data.pop(key, None)
+
+
+class MemoryStore(EngineStore):
+    """In-process ``Store``; same semantics and contract as ``RedisStore``."""
+
+    backend = "memory"
+
+    def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
+                 max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
+                 max_keys: int | None = 1_000_000, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
+                         wall_clock=wall_clock)
+        self._ks = _Keyspace(clock, max_keys)
+        self.round_trips = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def health(self) -> StoreHealth:
+        return StoreHealth(ok=True, backend=self.backend, circuit="closed", detail=f"{len(self._ks)} keys")
+
+    async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
+        self.round_trips += 1
+        self._ks.sweep()
+        out: list[Any] = []
+        for op in ops:
+            if isinstance(op, SetEx):
+                self._ks.put(op.key, op.value, op.ttl)
+                out.append(True)
+            else:
+                out.append(self._eval(op))
+        self._ks.sweep()
+        return out
+
+    def _eval(self, op: Eval) -> Any:
+        if op.script is RECORD:
+            return self._record_script(op.keys, op.args)
+        if op.script is FORK:
+            return self._fork_script(op.keys, op.args)
+        if op.script is LOAD:
+            return self._load_script(op.keys, int(op.args[0]))
+        if op.script is GETEX_MANY:
+            return self._getex_many_script(op.keys, int(op.args[0]))
+        raise ValueError(f"unknown script {op.script.name}")
+
+    def _touch(self, names: Sequence[str], ttl: int) -> None:
+        for key in names:
+            self._ks.expire(key, ttl)
+
+    def _lists(self, names: Sequence[str]) -> tuple[list[Any], list[Any]]:
+        turns, tids = self._ks.get(names[1]), self._ks.get(names[2])
+        if turns is None:
+            turns = []
+            self._ks.put(names[1], turns)
+        if tids is None:
+            tids = []
+            self._ks.put(names[2], tids)
+        return turns, tids
+
+    # Python twin of scripts.GETEX_MANY
+    def _getex_many_script(self, names: Sequence[str], ttl: int) -> list[Any]:
+        out = []
+        for key in names:
+            value = self._ks.get(key)
+            if value is not None:
+                self._ks.expire(key, ttl)
+            out.append(value if isinstance(value, bytes) else None)
+        return out
+
+    # Python twin of scripts.LOAD
+    def _load_script(self, names: Sequence[str], ttl: int) -> Any:
+        meta = self._ks.get(names[0])
+        if meta is None:
+            return None
+        flat = [item for kv in meta.items() for item in kv]
+        turns = list(self._ks.get(names[1]) or [])
+        self._touch(names, ttl)
+        return [flat, turns]
+
+    # Python twin of scripts.RECORD
+    def _record_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:
+        tid, blob, expected, now, ttl, maxn, pair = args
+        meta = self._ks.get(names[0])
+        created = 0
+        if meta is None:
+            created = 1
+            start = nxt = 0 if expected == "" else int(expected)
+            self._ks.delete(names[1], names[2])
+            meta = {"created": now, "updated": now, "version": 0, "start": start, "next": nxt}
+            self._ks.put(names[0], meta)
+        start, nxt, version = int(meta["start"]), int(meta["next"]), int(meta["version"])
+        turns, tids = self._lists(names)
+        if expected == "":
+            idx = next((i for i in range(len(tids) - 1, -1, -1) if tids[i] == tid), None)
+            if idx is not None:
+                self._touch(names, ttl)
+                return [b"dup", start + idx, version, created]
+            pos = nxt
+        else:
+            pos = int(expected)
+            if pos < nxt:
+                if pos >= start and pos - start < len(tids) and tids[pos - start] == tid:
+                    self._touch(names, ttl)
+                    return [b"dup", pos, version, created]
+                n = max(pos - start, 0)
+                self._touch(names, ttl)
+                return [b"conflict", pos, version, created, start, list(turns[:n]), list(tids[:n])]
+            if pos > nxt:
+                if pos - nxt >= maxn:
+                    turns.clear()
+                    tids.clear()
+                    start = pos
+                else:
+                    turns.extend([b""] * (pos - nxt))
+                    tids.extend([b""] * (pos - nxt))
+        turns.append(blob)
+        tids.append(tid)
+        if len(tids) > maxn:
+            excess = len(tids) - maxn
+            del turns[:excess], tids[:excess]
+            start += excess
+        version += 1
+        meta.update(updated=now, version=version, start=start, next=pos + 1)
+        if pair:
+            meta["pair"] = pair
+        self._touch(names, ttl)
+        return [b"ok", pos, version, created]
+
+    # Python twin of scripts.FORK
+    def _fork_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:
+        now, ttl, maxn, start, pair, parent, tid, blob, n = args[:9]
+        n, start = int(n), int(start)
+        blobs, tids_in = list(args[9:9 + n]), list(args[9 + n:9 + 2 * n])
+        meta = self._ks.get(names[0])
+        if meta is not None:
+            tids = self._ks.get(names[2]) or []
+            idx = next((i for i in range(len(tids) - 1, -1, -1) if tids[i] == tid), None)
+            self._touch(names, ttl)
+            pos = start + n if idx is None else int(meta["start"]) + idx
+            return [b"dup", pos, int(meta["version"])]
+        turns, tids = [*blobs, blob], [*tids_in, tid]
+        pos = start + n
+        if len(tids) > maxn:
+            excess = len(tids) - maxn
+            del turns[:excess], tids[:excess]
+            start += excess
+        meta = {"created": now, "updated": now, "version": 1, "start": start, "next": pos + 1,
+                "parent": parent, "forked_at": pos}
+        if pair:
+            meta["pair"] = pair
+        self._ks.put(names[0], meta)
+        self._ks.put(names[1], turns)
+        self._ks.put(names[2], tids)
+        self._touch(names, ttl)
+        return [b"ok", pos, 1]

@@ -1,0 +1,122 @@
+"""The stored data model: one assistant turn (``TurnRecord``) and one conversation (``ConversationState``).
+
+Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.hashing``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from state.hashing import IndexEntries, compute_turn_id, index_entries, last_thinking_pair
+from state.keys import is_valid_turn_id
+
+Block = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedPair:
+    """A thinking text and the signature it was relayed with. Always travels as a pair."""
+
+    thinking: str
+    signature: str
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an indexed block lives: conversation, turn id and absolute position.
+
+    In ``LoadResult`` hits, ``position`` is the record's real position in the loaded conversation.
+    """
+
+    scid: str
+    turn_id: str
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One assistant turn exactly as relayed.
+
+    ``content`` is the list of Anthropic-shaped block dicts (``thinking``, ``redacted_thinking``,
+    ``tool_use``, ``text`` and anything else, with every field as given); thinking text and signatures
+    round-trip byte-exact. ``provider`` holds provider-specific opaque fields. ``turn_id`` defaults to
+    ``compute_turn_id(content, prefix_fingerprint)``; ``position`` is assigned by the store (``None``
+    on a record that was not stored yet). ``prompt`` holds the request-side messages (Anthropic-shaped
+    message dicts) that came after the previous assistant turn, so a conversation can be rebuilt for
+    clients that replay no history (server-side thread state).
+    """
+
+    content: list[Block]
+    model: str = ""
+    upstream: str = ""
+    dialect: str = ""
+    provider: dict[str, Any] = field(default_factory=dict)
+    prefix_fingerprint: str | None = None
+    created_at: float = field(default_factory=time.time)
+    turn_id: str = ""
+    position: int | None = None
+    prompt: list[dict[str, Any]] = field(default_factory=list)
+    # ``hashing.replay_digest`` of the content as the client received it (b"" when the writer set none:
+    # turns with provider data, whose client form differs from the stored one)
+    replay_digest: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.content, list) or not all(
+                type(b) is dict or isinstance(b, Mapping) for b in self.content):
+            raise TypeError("TurnRecord.content must be a list of block dicts")
+        if not self.turn_id:
+            object.__setattr__(self, "turn_id", compute_turn_id(self.content, self.prefix_fingerprint))
+        elif not is_valid_turn_id(self.turn_id):
+            raise ValueError("turn_id must be 64 lowercase hex chars (see hashing.compute_turn_id)")
+
+    def verified_pair(self) -> VerifiedPair | None:
+        """The last thinking block that has both text and a non-empty signature, as a pair."""
+        pair = last_thinking_pair(self.content)
+        return VerifiedPair(*pair) if pair else None
+
+    def index_entries(self) -> IndexEntries:
+        return index_entries(self.content)
+
+    def tool_use_ids(self) -> tuple[str, ...]:
+        return self.index_entries().tool_ids
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    """One conversation: metadata plus its retained turns, ordered by absolute position.
+
+    Positions are absolute: trimming to ``max_turns`` drops the oldest records and raises
+    ``first_position``; positions never renumber. ``next_position`` is where an append lands.
+    Positions the store never received (a gap) or could not decode are simply absent from ``turns``.
+    ``version`` increases by one on every append. ``forked_from`` names the conversation this one was
+    forked from (history edited by the client), if any.
+    """
+
+    scid: str
+    created_at: float
+    updated_at: float
+    version: int
+    turns: tuple[TurnRecord, ...]
+    last_verified: VerifiedPair | None
+    first_position: int
+    next_position: int
+    forked_from: str | None = None
+    _by_turn_id: dict[str, TurnRecord] = field(init=False, repr=False, compare=False)
+    _by_position: dict[int, TurnRecord] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_id: dict[str, TurnRecord] = {}
+        for rec in self.turns:
+            by_id.setdefault(rec.turn_id, rec)
+        object.__setattr__(self, "_by_turn_id", by_id)
+        object.__setattr__(self, "_by_position", {r.position: r for r in self.turns if r.position is not None})
+
+    def turn_at(self, position: int) -> TurnRecord | None:
+        return self._by_position.get(position)
+
+    def turn_by_id(self, turn_id: str) -> TurnRecord | None:
+        """The first retained record with this turn id."""
+        return self._by_turn_id.get(turn_id)

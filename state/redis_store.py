@@ -1,0 +1,186 @@
+"""``RedisStore``: the engine over a single Redis node or a Redis Cluster (redis-py asyncio).
+
+- One ``_roundtrip`` = one pipeline (``transaction=False``): EVALSHA for the scripts (conversation
+  updates and reads, index reads batched per hash-tag bucket) and SET EX for index writes. On a
+  cluster the pipeline is split by node and sent to all nodes concurrently; it is still one round
+  trip of latency. Scripts are loaded on ``start()`` (SCRIPT LOAD, every primary); a NOSCRIPT reply
+  (restarted node, failover) reloads them and replays the pipeline once: every op in it is idempotent.
+- Every store call runs under ``asyncio.timeout(timeout_ms)`` (the whole call, all round trips) and
+  the circuit breaker: any Redis, socket or timeout error becomes ``StoreUnavailable`` and counts as a
+  failure; while the breaker is open calls fail at once without touching the network.
+- Any other exception a backend call leaks (redis-py can leak transport internals, e.g. an
+  ``AttributeError``/``TypeError`` on a ``None`` writer while a Cluster master fails over, redis-py
+  issue #4287; or a reply of an unexpected shape) is also ``StoreUnavailable``, logged with its
+  traceback: the gateway then serves statelessly instead of failing the request with a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import (
+    ClusterDownError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from state import keys
+from state.breaker import CircuitBreaker
+from state.engine import EngineStore, Eval, Op
+from state.errors import StoreError, StoreUnavailable
+from state.scripts import ALL_SCRIPTS
+from state.store import StoreHealth
+
+log = logging.getLogger("thinkgate.state")
+T = TypeVar("T")
+_BACKEND_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
+START_TIMEOUT_SECONDS = 2.0
+RETRY_PAUSES_SECONDS = (0.05, 0.2)
+# Worth one more round trip: the connection went away, or the cluster is moving slots. The
+# AttributeError/TypeError are redis-py transport internals leaking from a connection that was closed
+# under it (redis-py issue #4287); a fresh connection does not have the problem.
+_TRANSIENT = (RedisConnectionError, ClusterDownError, TryAgainError, AttributeError, TypeError)
+
+
+def _log_unexpected(backend: str, exc: BaseException) -> None:
+    log.error("state store %s failed with an unexpected %s; treated as unavailable", backend,
+              type(exc).__name__, exc_info=exc)
+
+
+class RedisStore(EngineStore):
+    """``Store`` over ``redis.asyncio.Redis`` (backend "redis") or ``RedisCluster`` ("redis-cluster")."""
+
+    def __init__(self, client: Redis | RedisCluster, *, timeout_ms: int = 100,
+                 breaker: CircuitBreaker | None = None, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
+                 max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
+                 wall_clock: Callable[[], float] | None = None,
+                 also_close: tuple[Redis, ...] = ()) -> None:
+        """``also_close``: further clients the store owns (e.g. the Sentinel connections)."""
+        extra = {"wall_clock": wall_clock} if wall_clock else {}
+        super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch, **extra)
+        if timeout_ms <= 0:
+            raise ValueError("timeout_ms must be > 0")
+        self._client = client
+        self._also_close = also_close
+        self._cluster = isinstance(client, RedisCluster)
+        self.backend = "redis-cluster" if self._cluster else "redis"
+        self.timeout_s = timeout_ms / 1000
+        self.breaker = breaker or CircuitBreaker()
+        self.round_trips = 0  # pipelines executed (diagnostics; tests count at the socket too)
+        # redis-py's async pools raise MaxConnectionsError instead of waiting when exhausted; one
+        # round trip holds at most one connection per node, so this bound keeps every pool within
+        # max_connections (= max_concurrency) and makes excess calls queue, inside their timeout.
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._closed = False
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        return self._client
+
+    async def start(self) -> None:
+        try:
+            async with asyncio.timeout(max(self.timeout_s, START_TIMEOUT_SECONDS)), self._slots:
+                await self._load_scripts()
+        except Exception as exc:  # _BACKEND_ERRORS, or whatever else the client leaks
+            log.warning("state store %s not reachable at start (%s); will retry on use",
+                        self.backend, type(exc).__name__)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for client in (self._client, *self._also_close):
+                try:
+                    await client.aclose()
+                except Exception as exc:  # a half-dead connection must not fail the shutdown
+                    log.warning("state store %s: error while closing (%s)", self.backend, type(exc).__name__)
+
+    async def health(self) -> StoreHealth:
+        if not self.breaker.acquire():
+            return StoreHealth(False, self.backend, self.breaker.state, "circuit open")
+        try:
+            async with asyncio.timeout(self.timeout_s), self._slots:
+                await self._client.ping()
+        except Exception as exc:  # _BACKEND_ERRORS, or whatever else the client leaks
+            self.breaker.on_failure()
+            if not isinstance(exc, _BACKEND_ERRORS):
+                _log_unexpected(self.backend, exc)
+            return StoreHealth(False, self.backend, self.breaker.state, type(exc).__name__)
+        except BaseException:
+            self.breaker.on_abandon()
+            raise
+        self.breaker.on_success()
+        return StoreHealth(True, self.backend, self.breaker.state)
+
+    async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if not self.breaker.acquire():
+            raise StoreUnavailable(f"{self.backend}: circuit open")
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                result = await fn(*args)
+        except _BACKEND_ERRORS as exc:
+            self.breaker.on_failure()
+            kind = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+            raise StoreUnavailable(f"{self.backend}: {kind}") from exc
+        except StoreError:  # raised on purpose by the engine (e.g. CodecError): not the backend's fault
+            self.breaker.on_abandon()
+            raise
+        except Exception as exc:  # leaked by the client library (or a malformed reply): still unavailable
+            self.breaker.on_failure()
+            _log_unexpected(self.backend, exc)
+            raise StoreUnavailable(f"{self.backend}: {type(exc).__name__}") from exc
+        except BaseException:  # cancelled
+            self.breaker.on_abandon()
+            raise
+        self.breaker.on_success()
+        return result
+
+    async def _load_scripts(self) -> None:
+        for script in ALL_SCRIPTS:
+            sha = await self._client.script_load(script.source)
+            if sha != script.sha:  # pragma: no cover - would be a redis bug
+                raise RedisError(f"SCRIPT LOAD returned {sha} for {script.name}")
+
+    async def _execute(self, ops: Sequence[Op]) -> list[Any]:
+        pipe: Any = self._client.pipeline() if self._cluster else self._client.pipeline(transaction=False)
+        for op in ops:
+            if isinstance(op, Eval):
+                pipe.execute_command("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+            else:
+                pipe.set(op.key, op.value, ex=op.ttl)
+        self.round_trips += 1
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
+        """One pipeline. A connection the server dropped (a restart; a Cluster failover: the old
+        master closes its clients while the slots move) is retried after a short pause, once on a
+        single node and twice on a Cluster (the client needs a moment to learn the new topology),
+        always within the call's timeout: every op is idempotent (a replayed append is a "dup")."""
+        pauses = RETRY_PAUSES_SECONDS if self._cluster else RETRY_PAUSES_SECONDS[:1]
+        async with self._slots:
+            for pause in pauses:
+                try:
+                    return await self._attempt(ops)
+                except _TRANSIENT as exc:
+                    log.info("state store %s: %s; retrying the round trip in %.2f s", self.backend,
+                             type(exc).__name__, pause)
+                await asyncio.sleep(pause)
+            return await self._attempt(ops)
+
+    async def _attempt(self, ops: Sequence[Op]) -> list[Any]:
+        replies = await self._execute(ops)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            log.info("state store %s lost its scripts (restart/failover); reloading", self.backend)
+            await self._load_scripts()
+            replies = await self._execute(ops)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies

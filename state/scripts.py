@@ -1,0 +1,161 @@
+"""Lua scripts, as named constants. Each touches only KEYS/ARGV, and all KEYS of one call share a hash
+tag: one conversation's ``(meta, turns, tids)`` (``state.keys.ConversationKeys``) or one index bucket.
+
+No ``cmsgpack``/``cjson`` inside Lua: values the scripts store are opaque bytes encoded in Python.
+``state.memory_store`` implements exactly the same semantics in Python; the contract tests hold
+both to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    name: str
+    source: str
+    sha: str = field(init=False)  # what EVALSHA names it by, computed once (used on every call)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+_TOUCH = """
+local function touch(ttl)
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+"""
+
+# RECORD: append one turn, idempotently.
+# ARGV: turn_id, blob, expected_position ('' = append at the end), now_ms, ttl_s, max_turns,
+#       pair blob ('' = keep the previous last verified pair)
+# Reply: {'ok'|'dup', position, version, created(0/1)}
+#        {'conflict', position, version, created, start, {prefix blobs}, {prefix turn ids}}
+#   'conflict' = another turn already holds expected_position (the client edited history): nothing is
+#   written and the retained prefix [start, expected_position) comes back so the caller can FORK.
+RECORD = LuaScript("record", _TOUCH + """
+local tid, blob, expected = ARGV[1], ARGV[2], ARGV[3]
+local now, ttl, maxn = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local start, nxt, version, created = 0, 0, 0, 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  created = 1
+  if expected ~= '' then start = tonumber(expected); nxt = start end
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'version', 0, 'start', start, 'next', nxt)
+else
+  local m = redis.call('HMGET', KEYS[1], 'start', 'next', 'version')
+  start, nxt, version = tonumber(m[1]), tonumber(m[2]), tonumber(m[3])
+end
+local pos
+if expected == '' then
+  local idx = redis.call('LPOS', KEYS[3], tid, 'RANK', -1)
+  if idx then
+    touch(ttl)
+    return {'dup', start + idx, version, created}
+  end
+  pos = nxt
+else
+  pos = tonumber(expected)
+  if pos < nxt then
+    if pos >= start and redis.call('LINDEX', KEYS[3], pos - start) == tid then
+      touch(ttl)
+      return {'dup', pos, version, created}
+    end
+    local blobs, tids = {}, {}
+    if pos > start then
+      blobs = redis.call('LRANGE', KEYS[2], 0, pos - start - 1)
+      tids = redis.call('LRANGE', KEYS[3], 0, pos - start - 1)
+    end
+    touch(ttl)
+    return {'conflict', pos, version, created, start, blobs, tids}
+  end
+  if pos > nxt then
+    if pos - nxt >= maxn then
+      redis.call('DEL', KEYS[2], KEYS[3])
+      start = pos
+    else
+      for _ = 1, pos - nxt do
+        redis.call('RPUSH', KEYS[2], '')
+        redis.call('RPUSH', KEYS[3], '')
+      end
+    end
+  end
+end
+redis.call('RPUSH', KEYS[2], blob)
+local len = redis.call('RPUSH', KEYS[3], tid)
+if len > maxn then
+  redis.call('LTRIM', KEYS[2], len - maxn, -1)
+  redis.call('LTRIM', KEYS[3], len - maxn, -1)
+  start = start + len - maxn
+end
+version = version + 1
+redis.call('HSET', KEYS[1], 'updated', now, 'version', version, 'start', start, 'next', pos + 1)
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'pair', ARGV[7]) end
+touch(ttl)
+return {'ok', pos, version, created}
+""")
+
+# FORK: create the fork of a conversation (new keys) = retained prefix + the new turn, idempotently.
+# ARGV: now_ms, ttl_s, max_turns, start, pair blob ('' = none), parent scid, turn_id, blob, n,
+#       then n prefix blobs, then n prefix turn ids
+# Reply: {'ok'|'dup', position, version}
+FORK = LuaScript("fork", _TOUCH + """
+local now, ttl, maxn, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tid, blob, n = ARGV[7], ARGV[8], tonumber(ARGV[9])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local m = redis.call('HMGET', KEYS[1], 'start', 'version')
+  local idx = redis.call('LPOS', KEYS[3], tid, 'RANK', -1)
+  touch(ttl)
+  local pos = start + n
+  if idx then pos = tonumber(m[1]) + idx end
+  return {'dup', pos, tonumber(m[2])}
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+local i = 1
+while i <= n do
+  local j = math.min(i + 999, n)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 9 + i, 9 + j))
+  redis.call('RPUSH', KEYS[3], unpack(ARGV, 9 + n + i, 9 + n + j))
+  i = j + 1
+end
+redis.call('RPUSH', KEYS[2], blob)
+local len = redis.call('RPUSH', KEYS[3], tid)
+local pos = start + n
+if len > maxn then
+  redis.call('LTRIM', KEYS[2], len - maxn, -1)
+  redis.call('LTRIM', KEYS[3], len - maxn, -1)
+  start = start + len - maxn
+end
+redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'version', 1, 'start', start,
+  'next', pos + 1, 'parent', ARGV[6], 'forked_at', pos)
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'pair', ARGV[5]) end
+touch(ttl)
+return {'ok', pos, 1}
+""")
+
+# LOAD: read one conversation atomically (meta + turns) and refresh its TTL.
+# ARGV: ttl_s.  Reply: nil when absent, else {flat meta hash, {turn blobs}}
+LOAD = LuaScript("load", _TOUCH + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local meta = redis.call('HGETALL', KEYS[1])
+local turns = redis.call('LRANGE', KEYS[2], 0, -1)
+touch(tonumber(ARGV[1]))
+return {meta, turns}
+""")
+
+# GETEX_MANY: read index entries that share one hash tag and refresh the TTL of those that exist
+# (GETEX: Redis >= 6.2).
+# KEYS: any number of keys of one bucket. ARGV: ttl_s.  Reply: {value or nil, ...} in KEYS order.
+GETEX_MANY = LuaScript("getex_many", """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = redis.call('GETEX', key, 'EX', ARGV[1])
+end
+return out
+""")
+
+ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY)

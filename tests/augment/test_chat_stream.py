@@ -1,0 +1,163 @@
+"""``POST /gateway/chat-stream`` through real gateway and simulator processes, read as NDJSON."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.augment.client import (
+    MAIN_TEXT_FINISHED,
+    MODEL,
+    RAW_RESPONSE,
+    SCID,
+    THINKING_NODE,
+    TOKEN_USAGE,
+    TOOL_USE,
+    TOOL_USE_START,
+    Exchange,
+    Loop,
+    Reply,
+    chat,
+    run_loop,
+)
+from tests.process_fixtures import ServerProcess, Sim
+
+
+def rejections(sim: Sim) -> int:
+    return sum(sim.stats()["rejections"].values())
+
+
+def check_reply(reply: Reply, *, last: bool) -> None:
+    """The shape every chat-stream answer must have."""
+    assert [n["id"] for n in reply.nodes] == list(range(1, len(reply.nodes) + 1))
+    assert all(set(line) >= {"text", "unknown_blob_names", "checkpoint_not_found", "workspace_file_chunks"}
+               for line in reply.lines)
+    assert [("stop_reason" in line) for line in reply.lines] == [False] * (len(reply.lines) - 1) + [True]
+    types = [n["type"] for n in reply.nodes]
+    # Thinking arrives first (interleaved beta: every answer thinks), as its own node, never as text.
+    thinking = reply.of_type(THINKING_NODE)
+    assert thinking and types.index(THINKING_NODE) < types.index(RAW_RESPONSE)
+    for node in thinking:
+        summary, signature = node["thinking"]["summary"], node["thinking"]["signature"]
+        assert summary and signature and "Considering request" in summary
+        assert summary not in reply.text and "Considering request" not in reply.text
+        assert all(summary not in n["content"] for n in reply.of_type(RAW_RESPONSE))
+    assert "".join(n["content"] for n in reply.of_type(RAW_RESPONSE)) == reply.text
+    # Each tool: TOOL_USE_START (name known, no input yet) strictly before its TOOL_USE.
+    starts = {n["tool_use"]["tool_use_id"]: n for n in reply.of_type(TOOL_USE_START)}
+    uses = {n["tool_use"]["tool_use_id"]: n for n in reply.of_type(TOOL_USE)}
+    assert starts.keys() == uses.keys()
+    for tid, use in uses.items():
+        assert starts[tid]["id"] < use["id"]
+        assert starts[tid]["tool_use"]["tool_name"] == use["tool_use"]["tool_name"] == "get_weather"
+        assert starts[tid]["tool_use"]["input_json"] == "" and use["tool_use"]["input_json"].startswith("{")
+    assert reply.of_type(TOKEN_USAGE)[0]["token_usage"]["output_tokens"] > 0
+    assert reply.of_type(MAIN_TEXT_FINISHED)[-1]["content"] == reply.text
+    assert reply.stop_reason == (1 if last else 3)
+    assert bool(uses) is not last
+
+
+def check_loop(loop: Loop, rounds: int) -> None:
+    assert len(loop.replies) == rounds + 1
+    for i, reply in enumerate(loop.replies):
+        check_reply(reply, last=i == rounds)
+    assert f"Final answer after {rounds} tool rounds" in loop.replies[-1].text
+
+
+def test_server_side_state_tool_loop(sim: Sim, gateway: ServerProcess) -> None:
+    """Empty chat_history on every request: the gateway rebuilds the thread from its records."""
+    conv = str(uuid.uuid4())
+    before = rejections(sim)
+    loop = run_loop(gateway.url, "[[sim:tools=3]] what's the weather?", key="sk-aug-state", conversation_id=conv)
+    check_loop(loop, 3)
+    assert rejections(sim) == before
+    assert {r.headers[SCID] for r in loop.replies} == {conv}
+    sent = sim.last()["body"]
+    assert len(sent["messages"]) == 7  # the whole thread went upstream, thinking and signatures included
+    assert sent["thinking"]["type"] == "enabled"
+    assert all(m["content"][0]["type"] == "thinking" for m in sent["messages"] if m["role"] == "assistant")
+
+
+def test_conversation_id_header_is_accepted(sim: Sim, gateway: ServerProcess) -> None:
+    conv = str(uuid.uuid4())
+    before = rejections(sim)
+    loop = run_loop(gateway.url, "[[sim:tools=2]] header thread", key="sk-aug-header", conversation_id=None,
+                    headers={SCID: conv})
+    check_loop(loop, 2)
+    assert rejections(sim) == before
+    assert {r.headers[SCID] for r in loop.replies} == {conv}
+
+
+def _drop_thinking_reencode_text(history: list[Exchange]) -> list[Exchange]:
+    """No THINKING nodes, no streamed text nodes; response text re-encoded (CRLF, padding)."""
+    out = []
+    for h in copy.deepcopy(history):
+        h["response_nodes"] = [n for n in h["response_nodes"] if n["type"] == TOOL_USE]
+        h["response_text"] = "  " + h["response_text"].replace("`", "'").replace(" ", "\r\n", 1) + "  "
+        out.append(h)
+    return out
+
+
+def _unsigned_trimmed_thinking(history: list[Exchange]) -> list[Exchange]:
+    """THINKING nodes replayed without signature and with trimmed text; only TOOL_USE_START nodes."""
+    out = []
+    for h in copy.deepcopy(history):
+        nodes: list[dict[str, Any]] = []
+        for n in h["response_nodes"]:
+            if n["type"] == THINKING_NODE:
+                nodes.append({**n, "thinking": {"summary": n["thinking"]["summary"].strip()}})
+            elif n["type"] in (TOOL_USE_START, MAIN_TEXT_FINISHED):
+                nodes.append(n)
+        h["response_nodes"] = nodes
+        h["response_text"] = ""
+        out.append(h)
+    return out
+
+
+MANGLINGS = {"drop_thinking_reencode_text": _drop_thinking_reencode_text,
+             "unsigned_trimmed_thinking": _unsigned_trimmed_thinking,
+             "faithful": lambda history: copy.deepcopy(history)}
+
+
+@pytest.mark.parametrize("with_id", [True, False], ids=["conversation_id", "body_only"])
+@pytest.mark.parametrize("mangle", sorted(MANGLINGS))
+def test_replayed_mangled_history(sim: Sim, gateway: ServerProcess, mangle: str, with_id: bool) -> None:
+    """Clients that replay history: the replay is repaired to the recorded form; thinking stays on."""
+    before = rejections(sim)
+    loop = run_loop(gateway.url, f"[[sim:tools=3]] replay {mangle} {with_id}", key="sk-aug-replay",
+                    conversation_id=str(uuid.uuid4()) if with_id else None, replay=MANGLINGS[mangle])
+    check_loop(loop, 3)
+    assert rejections(sim) == before
+    assert len({r.headers[SCID] for r in loop.replies}) == 1
+    sent = sim.last()["body"]
+    assert len(sent["messages"]) == 7 and sent["thinking"]["type"] == "enabled"
+    assert all(m["content"][0]["type"] == "thinking" for m in sent["messages"] if m["role"] == "assistant")
+
+
+def test_midstream_failure_is_an_error_line(gateway: ServerProcess) -> None:
+    body = {"model": MODEL, "message": "[[sim:fault=midstream]] hi", "chat_history": [],
+            "thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}
+    reply = chat(gateway.url, body, {"authorization": "Bearer sk-aug-fault"})
+    assert reply.status == 200
+    last = reply.lines[-1]
+    assert last["error"]["type"] == "overloaded_error"
+    assert last["stop_reason"] == 1 and "upstream error" in last["text"]
+    assert all("error" not in line for line in reply.lines[:-1])
+
+
+def test_errors_before_streaming(gateway: ServerProcess) -> None:
+    key = {"authorization": "Bearer sk-aug-errors"}
+    r = httpx.post(gateway.url + "/gateway/chat-stream", content=b"{not json", headers=key)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(gateway.url + "/gateway/chat-stream", json={"message": "hi"}, headers=key)
+    assert r.status_code == 400 and "model" in r.json()["error"]["message"]
+    r = httpx.post(gateway.url + "/gateway/chat-stream", json={"model": "gpt-4o", "message": "hi"},
+                   headers=key)  # no GATEWAY_OPENAI_BASE_URL: no OpenAI-compatible upstream
+    assert r.status_code == 400 and "not configured" in r.json()["error"]["message"]
+    # The upstream's own refusal keeps its status and body.
+    overloaded = chat(gateway.url, {"model": MODEL, "message": "[[sim:fault=overloaded]] hi"}, key)
+    assert overloaded.status == 529 and overloaded.body["error"]["type"] == "overloaded_error"

@@ -1,0 +1,74 @@
+"""The official openai SDK -> real `thinkgate serve` -> the simulator's OpenAI-compatible profiles:
+OpenRouter-style (``reasoning_details``), Copilot-style (``reasoning_opaque``), DeepSeek-style
+(``reasoning_content``) and Gemini's own OpenAI-compatibility layer (``extra_content``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.gemini.helpers import COPILOT, DEEPSEEK, GEMINI_COMPAT, OPENROUTER, Rejections, ask, run_loop
+from tests.process_fixtures import ServerProcess, Sim
+
+FIELDS = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_opaque", DEEPSEEK: "reasoning_content"}
+
+
+@pytest.fixture()
+def gw(provider_gateway: ServerProcess) -> ServerProcess:
+    return provider_gateway
+
+
+@pytest.fixture()
+def client(gw: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test-compat", max_retries=0) as c:
+        yield c
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("model", [OPENROUTER, COPILOT, DEEPSEEK])
+def test_tool_loop_carries_reasoning_fields(client: openai.OpenAI, sim: Sim, model: str, stream: bool) -> None:
+    with Rejections(sim):
+        answers, _ = run_loop(lambda h: ask(client, model, h, stream=stream, reasoning_effort="low"),
+                              "[[sim:tools=2]] [[sim:parallel=2]] weather?")
+    assert [a.finish_reason for a in answers] == ["tool_calls"] * 2 + ["stop"]
+    for a in answers[:2]:
+        assert a.message[FIELDS[model]], f"{FIELDS[model]} relayed to the client"
+        assert "\r\n" in a.message["reasoning_content"], "reasoning text relayed byte-exact"
+        assert a.message.get("content") is None, "tool-only answers have content null"
+    body = sim.last()["body"]
+    sent = [m for m in body["messages"] if m["role"] == "assistant"]
+    for m, a in zip(sent, answers, strict=False):
+        assert m[FIELDS[model]] == a.message[FIELDS[model]], "carried back exactly as received"
+        assert m["content"] is None
+    if model == OPENROUTER:
+        kinds = [d["type"] for d in answers[0].message["reasoning_details"]]
+        assert kinds == ["reasoning.text", "reasoning.encrypted"]
+    if model == COPILOT:
+        assert all(m["reasoning_text"] for m in sent)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_gemini_openai_compat_layer(client: openai.OpenAI, sim: Sim, stream: bool) -> None:
+    with Rejections(sim):
+        answers, _ = run_loop(lambda h: ask(client, GEMINI_COMPAT, h, stream=stream),
+                              "[[sim:tools=2]] [[sim:parallel=2]] weather?")
+    assert [a.finish_reason for a in answers] == ["tool_calls"] * 2 + ["stop"]
+    calls = answers[0].tool_calls
+    assert calls[0]["extra_content"]["google"]["thought_signature"] and "extra_content" not in calls[1]
+    assert answers[-1].message["extra_content"]["google"]["thought_signature"], "a text answer's signature"
+    assert sim.last()["path"] == "/v1beta/openai/chat/completions"
+
+
+def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenAI, sim: Sim) -> None:
+    """A client that drops reasoning_details of a conversation thinkgate has no record of (another key)."""
+    with openai.OpenAI(base_url=client.base_url, api_key="sk-other", max_retries=0) as other:
+        first = ask(other, OPENROUTER, [{"role": "user", "content": "[[sim:tools=1]] x"}], stream=False)
+    msg = {k: v for k, v in first.message.items() if k != "reasoning_details"}
+    history = [{"role": "user", "content": "[[sim:tools=1]] x"}, msg,
+               {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, OPENROUTER, history, stream=False)
+    assert "Gemini models require OpenRouter reasoning details to be preserved" in e.value.message
+    assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]

@@ -1,0 +1,312 @@
+"""helm/thinkgate, checked offline (no Kubernetes cluster here).
+
+Tools (the ``deploy`` extra): ``helm-python-sdk`` (the Helm v4 Go SDK: render and ``lint --strict``),
+``kubernetes-validate`` (every built-in resource against the Kubernetes 1.30 OpenAPI schemas,
+strict: unknown fields fail). The ServiceMonitor and PrometheusRule (no CRD schema offline) are
+checked field by field, and the rule groups with ``promtool check rules`` when it is installed.
+
+Every ``ci/*-values.yaml`` scenario is rendered, validated and linted. The bitnami/redis dependency
+is not vendored and cannot be fetched here (its OCI registry is out of reach), so lint runs on a
+copy of the chart with an empty stand-in chart named ``redis`` in ``charts/``; the pristine chart
+lints with exactly one finding, that missing dependency.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.settings import Settings
+from state.factory import open_store
+
+helm = pytest.importorskip("helm_python", reason="Helm SDK: pip install -e '.[deploy]' (helm-python-sdk)")
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[deploy]'")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "thinkgate"
+SCENARIOS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+KUBE = "1.30.0"
+RELEASE, NAMESPACE = "tg", "ai"
+PASSWORD = "pa55word"
+
+
+def load_values(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CHART / "ci" / name).read_text()) or {}
+
+
+def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Template path -> its documents (NOTES.txt left out)."""
+    chart = helm.Chart.load(str(CHART))
+    try:
+        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    finally:
+        chart.close()
+    return {path: [d for d in yaml.safe_load_all(text) if d] for path, text in out.items()
+            if not path.endswith("NOTES.txt")}
+
+
+def docs(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [d for ds in rendered.values() for d in ds]
+
+
+def one(rendered: dict[str, list[dict[str, Any]]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs(rendered) if d["kind"] == kind and "helm.sh/hook" not in
+              d["metadata"].get("annotations", {})]
+    return doc
+
+
+@pytest.fixture(scope="module", params=SCENARIOS)
+def scenario(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    values = load_values(request.param)
+    return request.param, values, render(values)
+
+
+@pytest.fixture(scope="module")
+def linted_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The chart with an empty stand-in for the bitnami/redis dependency in charts/."""
+    copy = tmp_path_factory.mktemp("chart") / "thinkgate"
+    shutil.copytree(CHART, copy)
+    dep = next(d for d in yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"] if d["name"] == "redis")
+    stub = copy / "charts" / "redis"
+    (stub / "templates").mkdir(parents=True)
+    (stub / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "redis", "version": dep["version"].replace("x", "0"),
+        "description": "stand-in for bitnami/redis in tests", "icon": "https://example.invalid/redis.png"}))
+    (stub / "values.yaml").write_text("{}\n")
+    yield copy
+
+
+# ------------------------------------------------------------------ lint
+
+
+def findings(report: dict[str, Any], min_severity: int = 2) -> list[str]:
+    return [f"{m['path']}: {m['error']}" for m in report["messages"] if m["severity"] >= min_severity]
+
+
+def test_pristine_chart_lints_with_only_the_unvendored_dependency() -> None:
+    report = helm.lint(str(CHART), strict=True, kube_version="v" + KUBE)
+    assert findings(report) == [f"{CHART}: chart directory is missing these dependencies: redis"]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_helm_lint_strict(linted_copy: Path, name: str) -> None:
+    report = helm.lint(str(linted_copy), load_values(name), strict=True, kube_version="v" + KUBE)
+    assert report["total_charts_linted"] == 1
+    assert not findings(report), findings(report)
+
+
+# ------------------------------------------------------------------ schemas
+
+
+def check_custom_resource(doc: dict[str, Any]) -> None:
+    """No offline schema for the prometheus-operator CRDs here: their shape is checked field by
+    field (the PrometheusRule's rules by promtool, below)."""
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and doc["metadata"]["name"]
+    if doc["kind"] == "ServiceMonitor":
+        spec = doc["spec"]
+        assert set(spec) <= {"jobLabel", "namespaceSelector", "selector", "endpoints"}
+        for ep in spec["endpoints"]:
+            assert set(ep) <= {"port", "path", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+            for key in ("interval", "scrapeTimeout"):
+                assert re.fullmatch(r"(\d+(ms|s|m|h))+", ep[key]), ep[key]
+    elif doc["kind"] == "PrometheusRule":
+        assert set(doc["spec"]) == {"groups"}
+        for group in doc["spec"]["groups"]:
+            assert set(group) <= {"name", "interval", "rules"}
+            for rule in group["rules"]:
+                assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+    else:
+        raise AssertionError(f"unexpected custom resource {doc['kind']}")
+
+
+def test_every_resource_validates_against_kubernetes_1_30(scenario: tuple[str, Any, Any]) -> None:
+    _, _, rendered = scenario
+    for path, documents in rendered.items():
+        assert len(documents) <= 1, f"{path}: one resource per template"
+        for doc in documents:
+            if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+                check_custom_resource(doc)
+            else:
+                kubernetes_validate.validate(doc, KUBE, strict=True)
+
+
+def test_kubernetes_validate_cli_strict(scenario: tuple[str, Any, Any], tmp_path: Path) -> None:
+    """The same through the command line the README names (one multi-document file)."""
+    cli = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
+    _, _, rendered = scenario
+    builtin = [d for d in docs(rendered) if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump_all(builtin))
+    done = subprocess.run([cli, "--strict", "-k", KUBE, "--quiet", str(manifest)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_values_schema_rejects_mistakes() -> None:
+    for bad in ({"replicas": 3}, {"gateway": {"logFormat": "xml"}}, {"redis": {"url": "redis://:pw@h:6379/0"}},
+                {"redis": {"url": "memcached://h:11211"}}, {"image": {"pullPolicy": "Sometimes"}}):
+        with pytest.raises(helm.HelmValuesError):
+            render(bad)
+    with pytest.raises(helm.HelmRenderError, match="terminationGracePeriodSeconds"):
+        render({"terminationGracePeriodSeconds": 60})  # shorter than drain delay + timeout
+    with pytest.raises(helm.HelmRenderError, match=r"existingSecretPassword needs auth\.existingSecret"):
+        render({"redis": {"url": "redis://h:6379/0", "existingSecretPassword": True}})
+
+
+# ------------------------------------------------------------------ what every scenario must keep
+
+
+def test_deployment_is_hardened_and_drains(scenario: tuple[str, Any, Any]) -> None:
+    _, values, rendered = scenario
+    dep = one(rendered, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    sc, psc = ctr["securityContext"], pod["securityContext"]
+    assert psc["runAsNonRoot"] and psc["runAsUser"] >= 1000 and psc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["runAsNonRoot"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    assert pod["automountServiceAccountToken"] is False
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert ctr["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert ctr["resources"]["requests"] and ctr["resources"]["limits"]["memory"]
+    (tmp,) = [m for m in ctr["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp["name"])
+    assert {c["topologyKey"] for c in pod["topologySpreadConstraints"]} >= {"kubernetes.io/hostname"}
+    config = one(rendered, "ConfigMap")["data"]
+    drain = float(config["GATEWAY_DRAIN_DELAY_S"]) + float(config["GATEWAY_DRAIN_TIMEOUT_S"])
+    assert pod["terminationGracePeriodSeconds"] > drain
+    assert ctr["args"] == ["--host", "0.0.0.0", "--port", str(ctr["ports"][0]["containerPort"]), "--workers",
+                           str(values.get("gateway", {}).get("workers", 1))]
+    # the Service reaches these pods on that port
+    svc = one(rendered, "Service")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert dep["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert svc["spec"]["ports"][0]["targetPort"] == ctr["ports"][0]["name"] == "http"
+
+
+def _secret_values(rendered: dict[str, list[dict[str, Any]]], ref: dict[str, Any]) -> str | None:
+    secrets = [d for d in docs(rendered) if d["kind"] == "Secret" and d["metadata"]["name"] == ref["name"]]
+    if not secrets:
+        return PASSWORD if ref["key"].endswith("password") else "from-an-existing-secret"  # not ours to render
+    value = secrets[0].get("data", {}).get(ref["key"])
+    return base64.b64decode(value).decode() if value is not None else None
+
+
+def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any]) -> None:
+    """The pod's environment, resolved as Kubernetes would (ConfigMap, secretKeyRefs, $(VAR)), is
+    accepted by ``Settings.from_env`` and ``check_production``, and its Redis URL by the store."""
+    _, values, rendered = scenario
+    ctr = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env: dict[str, str] = dict(one(rendered, "ConfigMap")["data"])
+    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
+    assert {k.removeprefix("GATEWAY_") for k in env} <= known, "a ConfigMap key the gateway does not read"
+    for var in ctr["env"]:
+        if "valueFrom" in var:
+            ref = var["valueFrom"]["secretKeyRef"]
+            value = _secret_values(rendered, ref)
+            if value is None:
+                assert ref.get("optional"), f"{var['name']}: {ref} is missing"
+                continue
+            env[var["name"]] = value
+        else:
+            env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], var["value"])
+    settings = Settings.from_env(env)
+    if settings.redis_url:
+        settings.check_production()
+        assert "$(" not in settings.redis_url
+        open_store(settings.redis_url)  # parses (no connection is made)
+        wanted = values.get("redis", {}).get("url")
+        if wanted:
+            assert settings.redis_url.split("://", 1)[1].split("@")[-1] == wanted.split("://", 1)[1]
+            assert settings.redis_url.split("://")[0] == wanted.split("://")[0]
+        if values.get("redis", {}).get("password") or values.get("redis", {}).get("existingSecretPassword"):
+            assert f":{env['THINKGATE_REDIS_PASSWORD']}@" in settings.redis_url
+    assert settings.secret and settings.secret != "thinkgate-dev-secret"
+
+
+# ------------------------------------------------------------------ optional features
+
+
+def kinds(rendered: dict[str, list[dict[str, Any]]]) -> set[str]:
+    return {d["kind"] for d in docs(rendered)}
+
+
+def test_optional_features_default_off() -> None:
+    rendered = render({})
+    assert kinds(rendered) == {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount", "Pod"}
+    assert one(rendered, "Deployment")["spec"]["replicas"] == 2
+
+
+def test_autoscaling_and_pdb() -> None:
+    rendered = render(load_values("autoscaling-pdb-values.yaml"))
+    hpa, pdb = one(rendered, "HorizontalPodAutoscaler"), one(rendered, "PodDisruptionBudget")
+    assert hpa["apiVersion"] == "autoscaling/v2" and pdb["apiVersion"] == "policy/v1"
+    assert "replicas" not in one(rendered, "Deployment")["spec"]  # the HPA owns it
+    assert hpa["spec"]["scaleTargetRef"]["name"] == one(rendered, "Deployment")["metadata"]["name"]
+    assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
+    assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]
+
+
+def test_ingress_streams_and_monitoring() -> None:
+    rendered = render(load_values("ingress-servicemonitor-values.yaml"))
+    ann = one(rendered, "Ingress")["metadata"]["annotations"]
+    assert ann["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert ann["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "off"
+    assert int(ann["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 600
+    assert int(ann["nginx.ingress.kubernetes.io/proxy-body-size"].rstrip("m")) * 2**20 >= 33554432
+    sm = one(rendered, "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["port"] == "http" and sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= one(rendered, "Service")["metadata"]["labels"].items()
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    netpol = one(rendered, "NetworkPolicy")
+    assert netpol["spec"]["policyTypes"] == ["Ingress", "Egress"]
+
+
+def test_prometheus_rule_embeds_the_alert_rules(tmp_path: Path) -> None:
+    source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    values = load_values("ingress-servicemonitor-values.yaml")
+    groups = one(render(values), "PrometheusRule")["spec"]["groups"]
+    base = values["prometheusRule"]["runbookBaseUrl"]
+    for group in source["groups"]:
+        for rule in group["rules"]:
+            rule["annotations"]["runbook_url"] = rule["annotations"]["runbook_url"].replace("docs/runbook.md", base)
+    assert groups == source["groups"]
+    untouched = one(render({"prometheusRule": {"enabled": True}}), "PrometheusRule")["spec"]["groups"]
+    assert untouched == yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"]
+    if shutil.which("promtool"):
+        rules = tmp_path / "rules.yml"
+        rules.write_text(yaml.safe_dump({"groups": groups}))
+        done = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_chart_alerts_file_is_a_copy_of_deploy_alerts() -> None:
+    """helm/thinkgate/files/alerts.yml must be byte-identical to deploy/prometheus/alerts.yml
+    (after editing the rules: cp deploy/prometheus/alerts.yml helm/thinkgate/files/alerts.yml)."""
+    assert (CHART / "files" / "alerts.yml").read_bytes() == (ROOT / "deploy" / "prometheus" / "alerts.yml").read_bytes()
+
+
+def test_bundled_redis_wiring() -> None:
+    rendered = render(load_values("bundled-redis-values.yaml"))
+    env = {v["name"]: v for v in one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GATEWAY_REDIS_URL"]["value"] == \
+        f"redis://:$(THINKGATE_REDIS_PASSWORD)@{RELEASE}-redis-master.{NAMESPACE}.svc:6379/0"
+    assert env["THINKGATE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": f"{RELEASE}-redis",
+                                                                            "key": "redis-password"}
+    deps = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"]
+    assert deps == [{"name": "redis", "alias": "bundledRedis", "version": deps[0]["version"],
+                     "repository": "oci://registry-1.docker.io/bitnamicharts", "condition": "bundledRedis.enabled"}]
+    assert not (CHART / "charts").exists(), "the dependency is not vendored"

@@ -1,0 +1,86 @@
+"""The official anthropic SDK -> real `thinkgate serve` -> real `thinkgate sim`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import pytest
+
+from tests.e2e.helpers import run_tool_loop, run_tool_loop_async
+from tests.process_fixtures import ServerProcess, Sim
+
+
+@pytest.fixture()
+def client(gateway: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-e2e", max_retries=0) as c:
+        yield c
+
+
+def _masked(msg: anthropic.types.Message) -> list[tuple[str, object]]:
+    """Content with the per-response random parts (ids, signatures) masked."""
+    out: list[tuple[str, object]] = []
+    for b in msg.content:
+        if b.type == "thinking":
+            out.append(("thinking", b.thinking))
+        elif b.type == "text":
+            out.append(("text", b.text))
+        elif b.type == "tool_use":
+            out.append(("tool_use", (b.name, b.input)))
+        else:
+            out.append((b.type, None))
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_sync_tool_loop_with_thinking_completes(sim: Sim, client: anthropic.Anthropic, stream: bool) -> None:
+    before = sim.stats()
+    result = run_tool_loop(client, "[[sim:tools=3]] weather in Paris, Rome, Oslo?", stream=stream)
+    assert result.requests == 4
+    first = result.answers[0]
+    assert first.content[0].type == "thinking"
+    thinking = first.content[0].thinking
+    assert "\r\n" in thinking and thinking != thinking.strip()  # awkward bytes arrived intact
+    assert first.content[0].signature
+    assert [a.stop_reason for a in result.answers] == ["tool_use"] * 3 + ["end_turn"]
+    after = sim.stats()
+    assert sum(after["rejections"].values()) == sum(before["rejections"].values())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+async def test_async_tool_loop_with_parallel_calls(sim: Sim, gateway: ServerProcess, stream: bool) -> None:
+    before = sim.stats()
+    client = anthropic.AsyncAnthropic(base_url=gateway.url, api_key="sk-test-e2e", max_retries=0)
+    async with client:
+        result = await run_tool_loop_async(client, "[[sim:tools=2]] [[sim:parallel=3]] compare cities",
+                                           stream=stream)
+    assert result.requests == 3
+    assert sum(1 for b in result.answers[0].content if b.type == "tool_use") == 3
+    assert sum(sim.stats()["rejections"].values()) == sum(before["rejections"].values())
+
+
+def test_streamed_turn_equals_non_stream_answer(client: anthropic.Anthropic) -> None:
+    params = {"model": "claude-opus-4-5", "max_tokens": 4096,
+              "thinking": {"type": "enabled", "budget_tokens": 2048},
+              "messages": [{"role": "user", "content": "[[sim:tools=1]] [[sim:redacted]] same answer twice"}],
+              "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+    plain = client.messages.create(**params)
+    with client.messages.stream(**params) as s:
+        events = [e.type for e in s]
+        streamed = s.get_final_message()
+    assert _masked(streamed) == _masked(plain)
+    assert [b.type for b in streamed.content][:2] == ["thinking", "redacted_thinking"]
+    assert "content_block_delta" in events and events[-1] == "message_stop"
+    assert streamed.stop_reason == plain.stop_reason == "tool_use"
+
+
+def test_adaptive_omitted_thinking_replays(sim: Sim, client: anthropic.Anthropic) -> None:
+    """Empty thinking text with a signature (display: omitted) survives a tool loop."""
+    before = sim.stats()
+    result = run_tool_loop(client, "[[sim:tools=2]] omitted thinking", stream=True,
+                           thinking={"type": "adaptive", "display": "omitted"})
+    assert result.requests == 3
+    for answer in result.answers:
+        assert answer.content[0].type == "thinking" and answer.content[0].thinking == ""
+        assert answer.content[0].signature
+    assert sum(sim.stats()["rejections"].values()) == sum(before["rejections"].values())

@@ -1,0 +1,93 @@
+"""The Anthropic dialect round-trips requests and turns without losing a byte."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.errors import ClientError
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import OpaqueBlock, ThinkingBlock
+
+AWKWARD = ["", " ", "a\r\nb", "trailing   ", "\n\n\nblank lines\n", "café — 思考 🤔", "\t tab\r", "\u2028\u00a0"]
+
+CLAUDE_CODE_BODY = {
+    "model": "claude-opus-4-7",
+    "max_tokens": 32000,
+    "stream": True,
+    "thinking": {"type": "adaptive", "display": "omitted"},
+    "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+    "messages": [
+        {"role": "system", "content": "injected reminder"},
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "", "signature": "EqSig=="},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"q": "x"}},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}, "caller": {"k": 1}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "ok"}],
+                                      "cache_control": {"type": "ephemeral"}}]},
+    ],
+    "tools": [{"name": "Read", "input_schema": {"type": "object"}, "defer_loading": True}],
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "high"},
+    "metadata": {"user_id": "u"},
+}
+
+
+def test_claude_code_body_round_trips_exactly() -> None:
+    req = anthropic.decode_request(CLAUDE_CODE_BODY)
+    assert isinstance(req.messages[2].content[1], OpaqueBlock)
+    assert anthropic.encode_request(req) == CLAUDE_CODE_BODY
+    # and key order of the top level is preserved for model/messages/stream/thinking then params
+    assert list(anthropic.encode_request(req))[:2] == ["model", "messages"]
+
+
+@given(text=st.sampled_from(AWKWARD) | st.text(), sig=st.sampled_from(["", "EqX=="]) | st.text(min_size=1))
+def test_thinking_text_and_signature_are_never_reencoded(text: str, sig: str) -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": text, "signature": sig},
+                                          {"type": "text", "text": "a"}]}]}
+    req = anthropic.decode_request(json.loads(json.dumps(body)))
+    block = req.messages[1].content[0]
+    assert isinstance(block, ThinkingBlock)
+    assert block.thinking is not None and block.thinking.encode("utf-8", "surrogatepass") == text.encode(
+        "utf-8", "surrogatepass")
+    assert anthropic.encode_request(req) == body
+
+
+def test_missing_thinking_and_signature_keys_stay_missing() -> None:
+    body = {"model": "m", "messages": [{"role": "assistant", "content": [{"type": "thinking"}]}]}
+    req = anthropic.decode_request(body)
+    block = req.messages[0].content[0]
+    assert isinstance(block, ThinkingBlock) and block.thinking is None and block.signature is None
+    assert anthropic.encode_request(req) == body
+
+
+@pytest.mark.parametrize(("body", "msg"), [
+    ([], "Request body must be a JSON object"),
+    ({"messages": []}, "model: Field required"),
+    ({"model": "m"}, "messages: Field required"),
+    ({"model": "m", "messages": {}}, "messages: Input should be a valid list"),
+    ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages.0.content: Input should be a valid list"),
+    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+     "messages.0.content.0.text: Input should be a valid string"),
+    ({"model": "m", "messages": [], "stream": "yes"}, "stream: Input should be a valid boolean"),
+])
+def test_wrong_types_are_client_errors(body: object, msg: str) -> None:
+    with pytest.raises(ClientError) as e:
+        anthropic.decode_request(body)
+    assert e.value.status == 400 and e.value.message == msg
+
+
+def test_turn_round_trip() -> None:
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "thinking", "thinking": "x\r\n", "signature": "s"},
+                        {"type": "redacted_thinking", "data": "d"},
+                        {"type": "tool_use", "id": "t", "name": "n", "input": {"a": [1]}}],
+            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1}, "container": None}
+    assert anthropic.encode_turn(anthropic.decode_turn(body)) == body

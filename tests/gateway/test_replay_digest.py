@@ -1,0 +1,97 @@
+"""Verbatim replays are matched by their replay digest: no stored record is decoded for them.
+
+Turns are recorded through the gateway's own ``turn_record`` into the embedded store, loaded back
+(``records_from``) and the replayed history is decoded from JSON, as the Anthropic surface does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gateway.actions import ActionKind
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import ProviderFields, Turn
+from gateway.records import records_from, turn_record
+from gateway.repair import repair
+from gateway.routing import caps_for
+from gateway.sanitize import Policy, sanitize
+from state.hashing import replay_digest
+from state.keys import new_scid
+from state.memory_store import MemoryStore
+from state.store import LoadQuery, TurnWrite
+from tests.state.factories import TENANT_A
+
+
+def answer(i: int) -> list[dict[str, Any]]:
+    return [{"type": "thinking", "thinking": f"  step {i}:\r\n weigh it  ", "signature": f"sig-{i}-" + "A" * 40},
+            {"type": "text", "text": f"Reading file {i}."},
+            {"type": "tool_use", "id": f"toolu_d_{i}", "name": "read_file", "input": {"path": f"f{i}.py"}}]
+
+
+async def recorded_history(n: int) -> tuple[MemoryStore, str, list[dict[str, Any]]]:
+    store = MemoryStore()
+    await store.start()
+    scid = new_scid()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "fix the bug"}]
+    for i in range(n):
+        msgs = anthropic.decode_request({"model": "m", "messages": history}).messages
+        turn = Turn(f"msg_{i}", "m", [anthropic.decode_block(b, "x") for b in answer(i)])
+        rec = turn_record(turn, msgs, upstream="anthropic", dialect="anthropic")
+        await store.record(TENANT_A, TurnWrite(rec, scid=scid, expected_position=i))
+        history.append({"role": "assistant", "content": answer(i)})
+        history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_d_{i}",
+                                                     "content": "x" * 100}]})
+    return store, scid, history
+
+
+async def test_verbatim_turns_match_by_digest_without_decoding_records() -> None:
+    store, scid, history = await recorded_history(6)
+    result = await store.load(TENANT_A, LoadQuery(scid=scid))
+    recs = records_from(result, scid)
+    msgs = anthropic.decode_request({"model": "m", "messages": history}).messages
+
+    res = repair(msgs, recs)
+
+    assistants = [i for i, m in enumerate(msgs) if m.role == "assistant"]
+    assert sorted(res.matched) == assistants
+    assert [res.matched[i].position for i in assistants] == list(range(6))
+    assert not res.changed and not res.actions
+    assert all(res.matched[i]._content is None for i in assistants)  # no record decoded
+    assert all(msgs[i].verbatim and msgs[i].raw_blocks is not None for i in assistants)  # nor the replay
+
+    req = anthropic.decode_request({"model": "claude-opus-4-5", "messages": history,
+                                    "thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096})
+    res = repair(req.messages, recs)
+    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy())
+    assert [a.kind for a in actions] == [ActionKind.KEPT_VERIFIED] * 6  # thinking kept on every turn
+    # only the open tool loop's first turn is built (it must start with thinking); the rest stay JSON
+    assert [m.raw_blocks is None for m in req.messages if m.role == "assistant"] == [True] + [False] * 5
+    out = anthropic.encode_request(req)
+    assert out["messages"] == history  # spliced through unchanged
+
+
+async def test_key_order_does_not_matter_but_any_byte_does() -> None:
+    store, scid, history = await recorded_history(3)
+    reordered = copy.deepcopy(history)
+    reordered[1]["content"] = [dict(reversed(list(b.items()))) for b in reordered[1]["content"]]
+    assert replay_digest(reordered[1]["content"]) == replay_digest(history[1]["content"])
+    trimmed = copy.deepcopy(history)
+    trimmed[3]["content"][0]["thinking"] = trimmed[3]["content"][0]["thinking"].strip()  # a client trimmed it
+    recs = records_from(await store.load(TENANT_A, LoadQuery(scid=scid)), scid)
+    msgs = anthropic.decode_request({"model": "m", "messages": trimmed}).messages
+
+    res = repair(msgs, recs)
+
+    # the trimmed turn is not the recorded bytes: matched the slow way and restored exactly
+    assert res.matched[3]._content is not None and res.changed
+    assert msgs[3].content[0].thinking == answer(1)[0]["thinking"]
+    assert res.matched[1]._content is None and res.matched[5]._content is None
+
+
+async def test_turns_with_provider_data_record_no_digest() -> None:
+    turn = Turn("r", "m", [anthropic.decode_block(b, "x") for b in answer(0)])
+    plain = turn_record(turn, [], upstream="anthropic", dialect="anthropic")
+    assert plain.replay_digest == replay_digest(answer(0))
+    turn.provider = ProviderFields("openrouter", {"reasoning_details": [{"type": "reasoning.encrypted"}]})
+    assert turn_record(turn, [], upstream="openai", dialect="openai").replay_digest == b""

@@ -1,0 +1,35 @@
+"""Settings come from GATEWAY_* variables and never show their secrets."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.settings import Settings, SettingsError
+
+
+def test_from_env_reads_every_documented_variable() -> None:
+    s = Settings.from_env({
+        "GATEWAY_ANTHROPIC_BASE_URL": "http://up", "GATEWAY_MAX_BODY_BYTES": "10",
+        "GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value",
+        "GATEWAY_STATE_TTL_SECONDS": "5", "GATEWAY_STATE_MAX_TURNS": "7", "GATEWAY_STORE_TIMEOUT_MS": "9",
+        "GATEWAY_STATE_MACHINE_ENABLED": "false", "GATEWAY_UNVERIFIABLE_THINKING": "text",
+        "GATEWAY_FIX_THINKING_PARAMS": "no", "GATEWAY_READ_TIMEOUT_S": "1.5",
+    })
+    assert (s.anthropic_base_url, s.max_body_bytes, s.state_ttl_seconds, s.state_max_turns) == ("http://up", 10, 5, 7)
+    assert (s.store_timeout_ms, s.state_machine_enabled, s.unverifiable_thinking) == (9, False, "text")
+    assert s.fix_thinking_params is False and s.read_timeout_s == 1.5
+
+
+def test_secrets_are_redacted_in_repr_and_str() -> None:
+    s = Settings.from_env({"GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value"})
+    for text in (repr(s), str(s), f"{s}"):
+        assert "hunter2" not in text and "s3cret-value" not in text
+        assert "<redacted>" in text
+
+
+@pytest.mark.parametrize(("var", "value"), [("GATEWAY_MAX_BODY_BYTES", "lots"),
+                                            ("GATEWAY_STATE_MACHINE_ENABLED", "maybe"),
+                                            ("GATEWAY_UNVERIFIABLE_THINKING", "forge")])
+def test_bad_values_are_refused(var: str, value: str) -> None:
+    with pytest.raises(SettingsError):
+        Settings.from_env({var: value})

@@ -1,0 +1,22 @@
+"""Pytest plugin: the gateways the Gemini and OpenAI-compatible suites share (session scope, so the
+suites start three gateway processes in all): ``provider_gateway`` (embedded store) and
+``provider_pair`` (two gateways on one redis-server), every upstream kind at the session's simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gemini.helpers import gateway_env
+from tests.gemini.matrix import Pair, start_pair
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from tests.redis_fixtures import RedisServer
+
+
+@pytest.fixture(scope="session")
+def provider_gateway(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
+    return gateways.start(sim.url, gateway_env(sim))
+
+
+@pytest.fixture(scope="session")
+def provider_pair(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Pair:
+    return start_pair(sim, gateways, redis_server)

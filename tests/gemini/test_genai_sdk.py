@@ -1,0 +1,106 @@
+"""The official google-genai SDK -> real `thinkgate serve` (the /v1beta Gemini surface) -> the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from google import genai
+from google.genai import errors, types
+
+from tests.gemini.helpers import GEMINI, Rejections
+from tests.process_fixtures import ServerProcess, Sim
+
+WEATHER = types.FunctionDeclaration(name="get_weather", description="Weather for a city",
+                                    parameters_json_schema={"type": "object",
+                                                            "properties": {"city": {"type": "string"}}})
+CONFIG = types.GenerateContentConfig(
+    tools=[types.Tool(function_declarations=[WEATHER])],
+    automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    thinking_config=types.ThinkingConfig(include_thoughts=True))
+
+
+@pytest.fixture()
+def gw(provider_gateway: ServerProcess) -> ServerProcess:
+    return provider_gateway
+
+
+def make_client(url: str, key: str = "gk-test-genai") -> genai.Client:
+    return genai.Client(api_key=key, http_options=types.HttpOptions(
+        base_url=url, api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)))
+
+
+@pytest.fixture()
+def client(gw: ServerProcess) -> Iterator[genai.Client]:
+    c = make_client(gw.url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def answer(client: genai.Client, contents: list[types.Content], stream: bool) -> types.Content:
+    if not stream:
+        resp = client.models.generate_content(model=GEMINI, contents=contents, config=CONFIG)
+        assert resp.candidates and resp.candidates[0].content
+        return resp.candidates[0].content
+    parts: list[types.Part] = []
+    for chunk in client.models.generate_content_stream(model=GEMINI, contents=contents, config=CONFIG):
+        assert chunk.candidates and chunk.candidates[0].content
+        parts += chunk.candidates[0].content.parts or []
+    return types.Content(role="model", parts=parts)
+
+
+def play(client: genai.Client, prompt: str, stream: bool) -> list[types.Content]:
+    contents = [types.Content(role="user", parts=[types.Part(text=prompt)])]
+    answers: list[types.Content] = []
+    for _ in range(8):
+        content = answer(client, contents, stream)
+        answers.append(content)
+        calls = [p.function_call for p in content.parts or [] if p.function_call]
+        if not calls:
+            return answers
+        contents.append(content)
+        contents.append(types.Content(role="user", parts=[
+            types.Part.from_function_response(name=c.name or "", response={"weather": "sunny", "args": c.args})
+            for c in calls]))
+    raise AssertionError("tool loop did not finish")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_genai_tool_loop(client: genai.Client, sim: Sim, stream: bool) -> None:
+    with Rejections(sim):
+        answers = play(client, "[[sim:tools=3]] [[sim:parallel=2]] weather?", stream)
+    assert len(answers) == 4
+    for content in answers[:3]:
+        parts = content.parts or []
+        assert parts[0].thought is True and "思考 🤔" in "".join(p.text or "" for p in parts if p.thought)
+        calls = [p for p in parts if p.function_call]
+        assert len(calls) == 2 and calls[0].thought_signature and not calls[1].thought_signature
+    final = answers[-1].parts or []
+    assert "Final answer after 3 tool rounds" in "".join(p.text or "" for p in final if not p.thought)
+    assert final[-1].thought_signature, "the text answer's signature (an empty-text part when streamed)"
+
+
+def test_google_error_envelope_for_own_and_relayed_errors(client: genai.Client, gw: ServerProcess) -> None:
+    with pytest.raises(errors.APIError) as e:
+        client.models.generate_content(model=GEMINI, contents="[[sim:fault=overloaded]] hi", config=CONFIG)
+    assert e.value.code == 503 and e.value.status == "UNAVAILABLE"
+    with pytest.raises(errors.APIError) as e:
+        client.models.generate_content(model="claude-opus-4-5", contents="hi")
+    assert e.value.code == 400 and e.value.status == "INVALID_ARGUMENT"
+    assert "not served by a Gemini upstream" in (e.value.message or "")
+
+
+def test_stream_without_alt_sse_is_a_json_array(gw: ServerProcess, sim: Sim) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "[[sim:tools=1]] array form"}]}],
+            "tools": [{"functionDeclarations": [{"name": "get_weather"}]}]}
+    with Rejections(sim):
+        r = httpx.post(f"{gw.url}/v1beta/models/{GEMINI}:streamGenerateContent", json=body,
+                       headers={"x-goog-api-key": "gk-array"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    chunks = r.json()
+    assert isinstance(chunks, list) and len(chunks) > 1
+    parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+    assert any("functionCall" in p and p.get("thoughtSignature") for p in parts)

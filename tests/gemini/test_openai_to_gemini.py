@@ -1,0 +1,78 @@
+"""The official openai SDK -> real `thinkgate serve` -> the simulator's Gemini dialect (generateContent)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.gemini.helpers import GEMINI, Rejections, ask, run_loop
+from tests.process_fixtures import ServerProcess, Sim
+
+
+@pytest.fixture()
+def gw(provider_gateway: ServerProcess) -> ServerProcess:
+    return provider_gateway
+
+
+@pytest.fixture()
+def client(gw: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test-gemini", max_retries=0) as c:
+        yield c
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_tool_loop_with_signatures_and_thoughts(client: openai.OpenAI, sim: Sim, stream: bool) -> None:
+    with Rejections(sim):
+        answers, _ = run_loop(lambda h: ask(client, GEMINI, h, stream=stream, reasoning_effort="low"),
+                              "[[sim:tools=3]] [[sim:parallel=2]] weather in Paris and Rome?")
+    assert [a.finish_reason for a in answers] == ["tool_calls"] * 3 + ["stop"]
+    for a in answers[:3]:
+        calls = a.tool_calls
+        assert len(calls) == 2 and len({c["id"] for c in calls}) == 2
+        assert calls[0]["extra_content"]["google"]["thought_signature"], "the first call carries the signature"
+        assert "extra_content" not in calls[1], "parallel calls after the first carry none"
+        thought = a.message["reasoning_content"]
+        assert "\r\n" in thought and "思考 🤔" in thought and thought != thought.strip()  # bytes intact
+    final = answers[-1].message
+    assert final["content"].startswith("Final answer after 3 tool rounds")
+    assert final["extra_content"]["google"]["thought_signature"]
+    body = sim.last()["body"]
+    model_turns = [c for c in body["contents"] if c["role"] == "model"]
+    assert len(model_turns) == 3
+    for turn in model_turns:
+        calls = [p for p in turn["parts"] if "functionCall" in p]
+        assert calls[0]["thoughtSignature"] != "skip_thought_signature_validator", "restored, not bypassed"
+        assert "thoughtSignature" not in calls[1]
+        assert turn["parts"][0].get("thought") is True
+
+
+def test_stateless_client_without_signatures_gets_the_bypass(gw: ServerProcess, sim: Sim) -> None:
+    """A history no record vouches for (another tenant's key): the first call of each step of the
+    current turn gets the documented bypass value, never another signature."""
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-a", max_retries=0) as a, \
+            openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-b", max_retries=0) as b:
+        history = [{"role": "user", "content": "[[sim:tools=2]] stateless"}]
+        first = ask(a, GEMINI, history, stream=False)
+        history += [first.message, {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
+        with Rejections(sim):
+            second = ask(b, GEMINI, history, stream=False)
+        assert second.finish_reason == "tool_calls"
+        sent = [p for c in sim.last()["body"]["contents"] if c["role"] == "model" for p in c["parts"]
+                if "functionCall" in p]
+        assert sent[0]["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+def test_upstream_error_keeps_the_openai_envelope(client: openai.OpenAI) -> None:
+    history = [{"role": "user", "content": "[[sim:fault=overloaded]] hi"}]
+    with pytest.raises(openai.APIStatusError) as e:
+        ask(client, GEMINI, history, stream=False)
+    assert e.value.status_code == 503
+    assert e.value.body["message"] == "The model is overloaded. Please try again later."  # type: ignore[index]
+
+
+def test_midstream_error_becomes_an_openai_error_chunk(client: openai.OpenAI) -> None:
+    history = [{"role": "user", "content": "[[sim:fault=midstream]] [[sim:tools=1]] hi"}]
+    with pytest.raises(openai.APIError):
+        ask(client, GEMINI, history, stream=True)

@@ -1,0 +1,131 @@
+"""The simulator's Gemini and OpenAI-compatible rules (reference 16-23), exact texts and envelopes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from gateway.sim.app import SimConfig, create_sim_app
+from gateway.sim.gemini_rules import ThoughtSigner, check_request, rule16_message
+
+MODEL = "gemini-3-pro-preview"
+KEY = {"x-goog-api-key": "k"}
+AISTUDIO_16 = ("Function call is missing a thought_signature in functionCall parts. This is required for tools to "
+               "work correctly, and missing thought_signature may lead to degraded model performance. Additional "
+               "data, function call `default_api:f` , position 2. Please refer to "
+               "https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")
+VERTEX_16 = ("Unable to submit request because function call `default_api:f` in the 2. content block is missing a "
+             "`thought_signature`. Learn more: https://docs.cloud.google.com/vertex-ai/generative-ai/docs/"
+             "thought-signatures")
+
+
+@pytest.fixture()
+def client() -> Any:
+    with TestClient(create_sim_app(SimConfig())) as c:
+        yield c
+
+
+def _turn(sig: str | None, second: str | None = None) -> list[dict[str, Any]]:
+    first: dict[str, Any] = {"functionCall": {"name": "f", "args": {"a": 1}}}
+    if sig is not None:
+        first["thoughtSignature"] = sig
+    other: dict[str, Any] = {"functionCall": {"name": "f", "args": {"a": 2}}}
+    if second is not None:
+        other["thoughtSignature"] = second
+    return [{"role": "user", "parts": [{"text": "q"}]}, {"role": "model", "parts": [first, other]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}] * 2}]
+
+
+def test_rule_16_texts_both_profiles() -> None:
+    signer = ThoughtSigner(b"s")
+    assert rule16_message("aistudio", "f", 2) == AISTUDIO_16 and rule16_message("vertex", "f", 2) == VERTEX_16
+    v = check_request({"contents": _turn(None)}, MODEL, signer, "vertex")
+    assert v is not None and (v.rule, v.message) == (16, VERTEX_16)
+    assert check_request({"contents": _turn(None)}, "gemini-2.5-pro", signer, "aistudio") is None  # optional on 2.5
+
+
+def test_bypass_values_per_profile_and_forged_signatures() -> None:
+    signer = ThoughtSigner(b"s")
+    assert check_request({"contents": _turn("skip_thought_signature_validator")}, MODEL, signer, "vertex") is None
+    assert check_request({"contents": _turn("context_engineering_is_the_way_to_go")}, MODEL, signer,
+                         "aistudio") is None
+    v = check_request({"contents": _turn("context_engineering_is_the_way_to_go")}, MODEL, signer, "vertex")
+    assert v is not None and v.rule == 17
+    minted = signer.mint(MODEL, "r", 0, _turn(None)[1]["parts"][0])
+    assert check_request({"contents": _turn(minted)}, MODEL, signer, "aistudio") is None
+    v = check_request({"contents": _turn(minted, minted)}, MODEL, signer, "aistudio")
+    assert v is not None and v.rule == 17, "a signature copied onto another call is not valid for it"
+    v = check_request({"contents": _turn(minted)}, "gemini-3-flash-preview", signer, "aistudio")
+    assert v is not None and v.rule == 17, "signatures are bound to the model"
+
+
+def test_earlier_turns_are_not_checked_and_counts_must_match() -> None:
+    signer = ThoughtSigner(b"s")
+    older = [*_turn(None), {"role": "model", "parts": [{"text": "done"}]}, {"role": "user", "parts": [{"text": "n"}]}]
+    assert check_request({"contents": older}, MODEL, signer, "aistudio") is None
+    short = _turn("skip_thought_signature_validator")
+    short[2]["parts"] = short[2]["parts"][:1]
+    v = check_request({"contents": short}, MODEL, signer, "aistudio")
+    assert v is not None and v.rule == 101
+    both = {"contents": _turn(None)[:1], "generationConfig": {"thinkingConfig": {"thinkingLevel": "low",
+                                                                                  "thinkingBudget": 10}}}
+    v = check_request(both, MODEL, signer, "aistudio")
+    assert v is not None and v.rule == 18
+
+
+def test_http_envelopes(client: Any) -> None:
+    r = client.post(f"/v1beta/models/{MODEL}:generateContent", json={"contents": _turn(None)}, headers=KEY)
+    assert r.status_code == 400
+    assert r.json() == {"error": {"code": 400, "message": AISTUDIO_16, "status": "INVALID_ARGUMENT"}}
+    r = client.post(f"/vertex/v1beta/models/{MODEL}:generateContent", json={"contents": _turn(None)}, headers=KEY)
+    assert r.json()["error"]["message"] == VERTEX_16
+    r = client.post(f"/v1beta/models/{MODEL}:generateContent", json={"contents": _turn(None)})
+    assert r.status_code == 403 and r.json()["error"]["status"] == "PERMISSION_DENIED"
+    messages = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c", "content": "r"}]
+    r = client.post("/v1beta/openai/chat/completions", json={"model": MODEL, "messages": messages},
+                    headers={"authorization": "Bearer k"})
+    assert r.status_code == 400 and isinstance(r.json(), list) and r.json()[0]["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_stream_puts_the_text_signature_in_a_final_empty_part(client: Any) -> None:
+    r = client.post(f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse", headers=KEY,
+                    json={"contents": [{"role": "user", "parts": [{"text": "hello"}]}]})
+    chunks = [line for line in r.text.splitlines() if line.startswith("data: ")]
+    import orjson
+    last = orjson.loads(chunks[-1][6:])
+    assert last["candidates"][0]["content"]["parts"] == [{"text": "", "thoughtSignature": last["candidates"][0][
+        "content"]["parts"][0]["thoughtSignature"]}]
+    assert last["candidates"][0]["finishReason"] == "STOP"
+    assert len({orjson.loads(c[6:])["responseId"] for c in chunks}) == 1
+
+
+def _compat_loop(client: Any, path: str, drop: str | None) -> Any:
+    headers = {"authorization": "Bearer k"}
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "[[sim:tools=1]] q"}],
+                            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    msg = client.post(path, json=body, headers=headers).json()["choices"][0]["message"]
+    if drop:
+        msg.pop(drop)
+    body["messages"] += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "r"}]
+    return client.post(path, json=body, headers=headers)
+
+
+def test_compat_profiles_reject_dropped_reasoning(client: Any) -> None:
+    for path in ("/openrouter/api/v1/chat/completions", "/copilot/chat/completions", "/deepseek/v1/chat/completions"):
+        assert _compat_loop(client, path, None).status_code == 200
+    r = _compat_loop(client, "/openrouter/api/v1/chat/completions", "reasoning_details")
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"] == "Provider returned error"
+    assert err["metadata"]["raw"].startswith("Gemini models require OpenRouter reasoning details to be preserved")
+    assert "in the 2. content block is missing a `thought_signature`" in err["metadata"]["raw"]
+    r = _compat_loop(client, "/copilot/chat/completions", "reasoning_opaque")
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("Unable to submit request")
+    r = _compat_loop(client, "/deepseek/v1/chat/completions", "reasoning_content")
+    assert r.json() == {"error": {
+        "message": "The `reasoning_content` in the thinking mode must be passed back to the API.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}

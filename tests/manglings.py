@@ -1,0 +1,150 @@
+"""How IDE clients mangle replayed history, as functions over Anthropic wire dicts.
+
+Message-level manglings take one assistant message's content list and return a new
+one; history-level manglings take the whole messages list. Used by the unit,
+property and end-to-end tests alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+Content = list[dict[str, Any]]
+History = list[dict[str, Any]]
+
+
+def _thinking(fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Callable[[Content], Content]:
+    def apply(content: Content) -> Content:
+        out = []
+        for b in content:
+            if b.get("type") == "thinking":
+                nb = fn(dict(b))
+                if nb is not None:
+                    out.append(nb)
+            else:
+                out.append(b)
+        return out
+    return apply
+
+
+def _without(key: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def f(b: dict[str, Any]) -> dict[str, Any]:
+        b.pop(key, None)
+        return b
+    return f
+
+
+def _set(key: str, fn: Callable[[Any], Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def f(b: dict[str, Any]) -> dict[str, Any]:
+        b[key] = fn(b.get(key, ""))
+        return b
+    return f
+
+
+def _to_text(tagged: bool) -> Callable[[Content], Content]:
+    def apply(content: Content) -> Content:
+        out = []
+        for b in content:
+            if b.get("type") == "thinking":
+                t = b.get("thinking", "")
+                if t:
+                    out.append({"type": "text", "text": f"<thinking>{t}</thinking>" if tagged else t})
+            elif b.get("type") == "redacted_thinking":
+                continue
+            else:
+                out.append(b)
+        return out
+    return apply
+
+
+def _text_first(content: Content) -> Content:
+    texts = [b for b in content if b.get("type") == "text"]
+    rest = [b for b in content if b.get("type") != "text"]
+    if not texts:
+        texts = [{"type": "text", "text": "Let me check."}]
+    return texts + rest
+
+
+def _empty_text_beside_tool_use(content: Content) -> Content:
+    if any(b.get("type") == "tool_use" for b in content):
+        i = next(i for i, b in enumerate(content) if b.get("type") == "tool_use")
+        return [*content[:i], {"type": "text", "text": ""}, *content[i:]]
+    return content
+
+
+MESSAGE_MANGLINGS: dict[str, Callable[[Content], Content]] = {
+    "faithful": lambda c: c,
+    "drop_signature": _thinking(_without("signature")),
+    "empty_signature": _thinking(_set("signature", lambda s: "")),
+    "truncated_signature": _thinking(_set("signature", lambda s: s[: len(s) // 2])),
+    "drop_thinking": lambda c: [b for b in c if b.get("type") != "thinking"],
+    "drop_redacted": lambda c: [b for b in c if b.get("type") != "redacted_thinking"],
+    "trim_thinking": _thinking(_set("thinking", lambda t: t.strip())),
+    "rstrip_thinking": _thinking(_set("thinking", lambda t: t.rstrip())),
+    "crlf_to_lf": _thinking(_set("thinking", lambda t: t.replace("\r\n", "\n"))),
+    "lf_to_crlf": _thinking(_set("thinking", lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"))),
+    "thinking_to_tag_text": _to_text(tagged=True),
+    "thinking_to_text_block": _to_text(tagged=False),
+    "text_before_thinking": _text_first,
+    "blank_thinking": _thinking(_set("thinking", lambda t: "")),
+    "drop_empty_signed_thinking": _thinking(lambda b: None if b.get("thinking") == "" else b),
+    "drop_thinking_key": _thinking(_without("thinking")),
+    "empty_text_beside_tool_use": _empty_text_beside_tool_use,
+}
+
+
+def mangle_assistants(history: History, name: str) -> History:
+    """Apply one message-level mangling to every replayed assistant message."""
+    fn = MESSAGE_MANGLINGS[name]
+    out = copy.deepcopy(history)
+    for m in out:
+        if m["role"] == "assistant" and isinstance(m["content"], list):
+            m["content"] = fn(m["content"])
+    return out
+
+
+def drop_one_tool_result(history: History) -> History:
+    """The client lost one tool_result (the last one it had)."""
+    out = copy.deepcopy(history)
+    for m in reversed(out):
+        if m["role"] == "user" and isinstance(m["content"], list):
+            results = [b for b in m["content"] if b.get("type") == "tool_result"]
+            if len(results) >= 1:
+                m["content"].remove(results[-1])
+                if not m["content"]:
+                    m["content"] = [{"type": "text", "text": "continue"}]
+                return out
+    return out
+
+
+def orphan_result_at_start(history: History) -> History:
+    out = copy.deepcopy(history)
+    first = out[0]
+    content = first["content"] if isinstance(first["content"], list) else [{"type": "text", "text": first["content"]}]
+    first["content"] = [{"type": "tool_result", "tool_use_id": "toolu_01OrphanFromAnotherSession",
+                         "content": "stale output"}, *content]
+    return out
+
+
+def rewrite_tool_ids(history: History) -> History:
+    """The client regenerates tool-call ids (consistently in tool_use and tool_result)."""
+    out = copy.deepcopy(history)
+    mapping: dict[str, str] = {}
+    for m in out:
+        if not isinstance(m["content"], list):
+            continue
+        for b in m["content"]:
+            if b.get("type") == "tool_use":
+                b["id"] = mapping.setdefault(b["id"], f"toolu_client_{len(mapping) + 1}")
+            elif b.get("type") == "tool_result" and b["tool_use_id"] in mapping:
+                b["tool_use_id"] = mapping[b["tool_use_id"]]
+    return out
+
+
+HISTORY_MANGLINGS: dict[str, Callable[[History], History]] = {
+    "tool_result_missing": drop_one_tool_result,
+    "orphan_tool_result_at_start": orphan_result_at_start,
+    "rewrite_tool_ids": rewrite_tool_ids,
+}

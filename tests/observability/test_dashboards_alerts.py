@@ -1,0 +1,254 @@
+"""The Grafana dashboard and the Prometheus alert rules against ``gateway.metrics``: every metric a
+panel or rule queries exists with the labels (and label values) it is queried by; the dashboard is
+valid for provisioning; every alert links to its runbook section; promtool accepts the rules and
+they fire (and stay silent) on synthetic series."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.metrics import MetricWrapperBase
+
+from gateway import metrics
+from gateway.classify import SIGNATURE_KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "grafana" / "dashboards" / "thinkgate.json"
+PROVISIONING = ROOT / "grafana" / "provisioning"
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+SCRAPE_LABELS = {"job", "instance"}
+
+_METRIC = re.compile(r"\b(gateway_[a-z0-9_]+)\b(\s*\{([^}]*)\})?")
+_MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
+_GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+
+
+def exported() -> dict[str, tuple[str, set[str]]]:
+    """sample name -> (metric name as defined, labels it can carry)."""
+    out: dict[str, tuple[str, set[str]]] = {}
+    for obj in vars(metrics).values():
+        if not isinstance(obj, MetricWrapperBase):
+            continue
+        name, labels = obj._name, set(obj._labelnames)
+        if obj._type == "counter":
+            out[name + "_total"] = (name + "_total", labels)
+        elif obj._type == "histogram":
+            out[name + "_bucket"] = (name, labels | {"le"})
+            out[name + "_sum"] = out[name + "_count"] = (name, labels)
+        else:
+            extra = {"pid"} if getattr(obj, "_multiprocess_mode", "") in ("all", "liveall") else set()
+            out[name] = (name, labels | extra)
+    return out
+
+
+EXPORTED = exported()
+
+
+def check_promql(expr: str, where: str) -> list[str]:
+    """Problems in ``expr``: unknown metrics, unknown labels, label values outside the closed sets."""
+    problems: list[str] = []
+    known_labels = set(SCRAPE_LABELS)
+    for m in _METRIC.finditer(expr):
+        sample = m[1]
+        if sample not in EXPORTED:
+            problems.append(f"{where}: {sample} is not exported by gateway/metrics.py")
+            continue
+        defined, labels = EXPORTED[sample]
+        known_labels |= labels
+        for label, op, value in _MATCHER.findall(m[3] or ""):
+            if label not in labels | SCRAPE_LABELS:
+                problems.append(f"{where}: {sample} has no label {label!r}")
+                continue
+            allowed = metrics.LABELS.get(defined, {}).get(label)
+            if allowed is None or "$" in value or op.startswith("!"):
+                continue
+            values = value.split("|") if op == "=~" else [value]
+            problems += [f"{where}: {sample}{{{label}={v!r}}} is never exported" for v in values if v not in allowed]
+    for group in _GROUPING.findall(expr):
+        for label in (g.strip() for g in group.split(",") if g.strip()):
+            if label not in known_labels:
+                problems.append(f"{where}: grouping by unknown label {label!r}")
+    return problems
+
+
+# ------------------------------------------------------------------ dashboard
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())  # type: ignore[no-any-return]
+
+
+def targets() -> list[tuple[str, str]]:
+    return [(f"panel {p['id']} ({p['title']})", t["expr"]) for p in dashboard()["panels"]
+            for t in p.get("targets", [])]
+
+
+def test_every_panel_query_uses_exported_metrics_and_labels() -> None:
+    assert targets()
+    problems = [p for where, expr in targets() for p in check_promql(expr, where)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_panel_selects_by_job_and_instance_on_the_datasource_variable() -> None:
+    for where, expr in targets():
+        for m in _METRIC.finditer(expr):
+            assert 'job=~"$job"' in (m[3] or "") and 'instance=~"$instance"' in (m[3] or ""), (where, m[0])
+    for p in dashboard()["panels"]:
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert all(t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for name in ("job", "instance"):
+        assert variables[name]["type"] == "query" and variables[name]["includeAll"]
+        assert not check_promql(variables[name]["definition"], f"variable {name}")
+
+
+def test_panel_ids_are_unique_and_grid_positions_valid() -> None:
+    d = dashboard()
+    panels = d["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    assert d["uid"] and d["title"] and isinstance(d["schemaVersion"], int)
+    cells: dict[tuple[int, int], int] = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert all(isinstance(g[k], int) for k in ("h", "w", "x", "y")), p["title"]
+        assert g["h"] > 0 and 0 < g["w"] <= 24 and g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["y"] >= 0
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panel {p['id']} overlaps panel {cells[(x, y)]}"
+                cells[(x, y)] = p["id"]
+    rows = [p["title"].lower() for p in panels if p["type"] == "row"]
+    for topic in ("signature", "traffic", "repair", "store", "replica"):
+        assert any(topic in r for r in rows), topic
+
+
+def test_headline_panel_counts_every_signature_kind() -> None:
+    first = next(p for p in dashboard()["panels"] if p["type"] != "row")
+    assert "signature" in first["title"].lower()
+    expr = first["targets"][0]["expr"]
+    assert "gateway_upstream_errors_total" in expr and "or vector(0)" in expr
+    kinds = set(re.search(r'kind=~"([^"]+)"', expr)[1].split("|"))  # type: ignore[index]
+    assert kinds == SIGNATURE_KINDS
+
+
+def test_provisioning_files() -> None:
+    ds = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yaml").read_text())
+    assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
+    prov = yaml.safe_load((PROVISIONING / "dashboards" / "thinkgate.yaml").read_text())
+    assert prov["apiVersion"] == 1 and prov["providers"][0]["type"] == "file"
+    assert prov["providers"][0]["options"]["path"]
+
+
+# ------------------------------------------------------------------ alert rules
+
+
+def rules() -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+
+
+def anchors() -> set[str]:
+    """GitHub's heading anchors of the runbook."""
+    out = set()
+    for line in RUNBOOK.read_text().splitlines():
+        if line.startswith("#"):
+            text = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
+    return out
+
+
+def test_every_rule_queries_exported_metrics_and_links_its_runbook_section() -> None:
+    problems = [p for r in rules() for p in check_promql(r["expr"], r["alert"])]
+    assert not problems, "\n".join(problems)
+    sections = anchors()
+    for r in rules():
+        url = r["annotations"]["runbook_url"]
+        path, _, anchor = url.partition("#")
+        assert path.endswith("docs/runbook.md") and anchor in sections, url
+        assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["summary"]
+        assert "for" in r
+
+
+def test_required_alerts() -> None:
+    by_name = {r["alert"]: r for r in rules()}
+    sig = by_name["ThinkgateSignatureErrors"]
+    assert sig["for"] == "5m" and set(re.search(r'kind=~"([^"]+)"', sig["expr"])[1].split("|")) == SIGNATURE_KINDS  # type: ignore[index]
+    assert 'result="hit"' in by_name["ThinkgateScidHitRatioCollapse"]["expr"]
+    assert "gateway_store_circuit_open" in by_name["ThinkgateStoreCircuitOpen"]["expr"]
+    assert "histogram_quantile(0.99" in by_name["ThinkgateHighLatencyP99"]["expr"]
+    assert 'status="5xx"' in by_name["ThinkgateHighErrorRate"]["expr"]
+
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    out = subprocess.run([PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _series(metric: str, values: str, **labels: str) -> dict[str, str]:
+    sel = ",".join(f'{k}="{v}"' for k, v in {"job": "tg", "instance": "a", **labels}.items())
+    return {"series": f"{metric}{{{sel}}}", "values": values}
+
+
+def _alert(name: str, at: str, *expected: dict[str, str]) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": name, "exp_alerts": [{"exp_labels": e} for e in expected]}
+
+
+@needs_promtool
+def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
+    """promtool unit tests on a copy of the rules without annotations (the expressions are tested)."""
+    doc = yaml.safe_load(ALERTS.read_text())
+    for group in doc["groups"]:
+        for r in group["rules"]:
+            r.pop("annotations")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
+    up, bucket = "gateway_upstream_errors_total", "gateway_time_to_first_byte_seconds_bucket"
+    store = "gateway_store_operation_seconds_bucket"
+    tests = [{
+        "interval": "1m",
+        "input_series": [
+            _series(up, "0+1x40", upstream="anthropic", kind="invalid_signature"),
+            _series(up, "0+5x40", upstream="anthropic", kind="overloaded"),
+            _series(up, "0x40", upstream="anthropic", kind="thinking_modified"),
+            _series("gateway_scid_lookups_total", "0+1x60", via="tool_id", result="hit"),
+            _series("gateway_scid_lookups_total", "0+3x60", via="none", result="miss"),
+            _series("gateway_store_circuit_open", "0 0 1x10 0x30", instance="b"),
+            _series("gateway_requests_total", "0+1x40", endpoint="messages", upstream="anthropic", status="5xx"),
+            _series("gateway_requests_total", "0+9x40", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(bucket, "0x40", endpoint="messages", upstream="anthropic", le="30"),
+            _series(bucket, "0+10x40", endpoint="messages", upstream="anthropic", le="120"),
+            _series(bucket, "0+10x40", endpoint="messages", upstream="anthropic", le="+Inf"),
+            _series(store, "0+100x40", op="load", le="0.05"),
+            _series(store, "0+100x40", op="load", le="+Inf"),
+        ],
+        "alert_rule_test": [
+            _alert("ThinkgateSignatureErrors", "3m"),  # not yet 5 minutes
+            _alert("ThinkgateSignatureErrors", "12m", {"severity": "warning", "job": "tg", "upstream": "anthropic",
+                                                       "kind": "invalid_signature"}),
+            _alert("ThinkgateScidHitRatioCollapse", "10m"),
+            _alert("ThinkgateScidHitRatioCollapse", "40m", {"severity": "warning", "job": "tg"}),
+            _alert("ThinkgateStoreCircuitOpen", "6m", {"severity": "critical", "job": "tg", "instance": "b"}),
+            _alert("ThinkgateStoreCircuitOpen", "30m"),
+            _alert("ThinkgateHighErrorRate", "25m", {"severity": "critical", "job": "tg"}),
+            _alert("ThinkgateHighLatencyP99", "25m", {"severity": "warning", "job": "tg"}),
+            _alert("ThinkgateStoreSlow", "25m"),  # every call under 50 ms
+        ],
+    }]
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
+                                                       "tests": tests}))
+    out = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,  # type: ignore[list-item]
+                         timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr

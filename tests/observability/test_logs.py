@@ -1,0 +1,86 @@
+"""``gateway.logs``: formats, redaction, the request line's fields, settings."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from gateway import logs
+from gateway.actions import Action, ActionKind
+from gateway.pipeline import Exchange
+from gateway.protocols.canonical import Request
+from gateway.settings import Settings, SettingsError
+
+
+def _observation() -> logs.Observation:
+    ex = Exchange(endpoint="messages", dialect="anthropic", request_id="req_gw_1",
+                  headers={"x-api-key": "sk-ant-api03-secretsecret"}, query="", raw_body=b'{"secret": 1}')
+    ex.request = Request(model="claude-opus-4-5", messages=[], stream=True)
+    ex.tenant, ex.scid, ex.via = "t" * 32, "s" * 22, "tool_id"
+    ex.actions = [Action(ActionKind.KEPT_VERIFIED, 1), Action(ActionKind.KEPT_VERIFIED, 3),
+                  Action(ActionKind.DROPPED, 5, "thinking")]
+    return logs.Observation("messages", "req_gw_1", 0.0, upstream="anthropic", upstream_status=400, status=400,
+                            ttfb=0.0123, duration=0.5, upstream_error="invalid_signature", exchange=ex)
+
+
+def test_request_fields_carry_identifiers_and_decisions_only() -> None:
+    fields = logs.request_fields(_observation())
+    assert fields == {
+        "request_id": "req_gw_1", "endpoint": "messages", "upstream": "anthropic", "upstream_status": 400,
+        "status": 400,
+        "duration_ms": 500.0, "ttfb_ms": 12.3, "upstream_error": "invalid_signature", "tenant": "t" * 32,
+        "scid": "s" * 22, "via": "tool_id", "model": "claude-opus-4-5", "stream": True,
+        "actions": {"kept_verified": 2, "dropped": 1}, "recorded": False,
+    }
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_configure_and_log_request(fmt: str) -> None:
+    buf = io.StringIO()
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        logs.configure("INFO", fmt, stream=buf)
+        logs.configure("INFO", fmt, stream=buf)  # idempotent: one handler of ours
+        assert sum(1 for h in root.handlers if getattr(h, "thinkgate", False)) == 1
+        logs.log_request(_observation())
+        logging.getLogger("thinkgate.test").debug("not at INFO")
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+        root.setLevel(level)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1
+    if fmt == "json":
+        rec = json.loads(lines[0])
+        assert rec["logger"] == "thinkgate.access" and rec["msg"] == "request" and rec["level"] == "info"
+        assert rec["actions"] == {"kept_verified": 2, "dropped": 1} and rec["scid"] == "s" * 22
+    else:
+        assert " thinkgate.access request " in lines[0] and "actions=kept_verified:2,dropped:1" in lines[0]
+    assert "sk-ant" not in lines[0] and "secret" not in lines[0]
+
+
+@pytest.mark.parametrize("text", [
+    "Authorization: Bearer abc.def-ghi",
+    '{"x-api-key": "sk-ant-api03-AAAABBBB"}',
+    "headers={'authorization': 'Bearer tok123'}",
+    "key sk-ant-api03-0123456789abcdef in a message",
+    "api_key=hunter2hunter2",
+])
+def test_redact(text: str) -> None:
+    out = logs.redact(text)
+    assert "<redacted>" in out
+    for secret in ("abc.def-ghi", "AAAABBBB", "tok123", "0123456789abcdef", "hunter2"):
+        assert secret not in out
+
+
+def test_log_format_setting() -> None:
+    assert Settings.from_env({}).log_format == "text"
+    assert Settings.from_env({"GATEWAY_LOG_FORMAT": "json"}).log_format == "json"
+    assert Settings.from_env({"GATEWAY_LOG_FORMAT": ""}).log_format == "text"
+    with pytest.raises(SettingsError, match="GATEWAY_LOG_FORMAT"):
+        Settings.from_env({"GATEWAY_LOG_FORMAT": "xml"})

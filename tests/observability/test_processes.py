@@ -1,0 +1,152 @@
+"""Metrics and logs of real ``thinkgate serve`` processes in front of the real simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import signal
+import time
+from typing import Any
+
+import anthropic
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.helpers import run_tool_loop
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+
+BODY = {"model": "claude-opus-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "hello"}]}
+HEADERS = {"x-api-key": "sk-test-workers", "anthropic-version": "2023-06-01"}
+
+
+def scrape(gw: ServerProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """name -> {sorted label items -> value}; a fresh connection, so any worker may answer."""
+    text = httpx.get(gw.url + "/metrics", timeout=10).text
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def messages_total(m: dict[str, Any]) -> float:
+    return sum(v for labels, v in m.get("gateway_requests_total", {}).items() if ("endpoint", "messages") in labels)
+
+
+def per_worker(m: dict[str, Any]) -> dict[str, float]:
+    return {dict(labels)["pid"]: v for labels, v in m.get("gateway_worker_requests", {}).items()}
+
+
+def drive(gw: ServerProcess, n: int) -> None:
+    for _ in range(n):  # a new connection per request: the kernel hands it to either worker
+        r = httpx.post(gw.url + "/v1/messages", json=BODY, headers=HEADERS, timeout=10)
+        assert r.status_code == 200, r.text
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except httpx.HTTPError:  # a worker shutting down may drop the connection it just accepted
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)  # polling another process's state: there is nothing to await
+
+
+def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways: GatewayFactory) -> None:
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO"}, workers=2)
+    match = re.search(r"PROMETHEUS_MULTIPROC_DIR=(\S+)", gw.log())
+    assert match, gw.log()
+    mp_dir = match[1]
+    assert os.path.isdir(mp_dir)
+
+    served = 0
+    while served < 400:  # until both workers answered some requests
+        drive(gw, 10)
+        served += 10
+        workers = per_worker(scrape(gw))
+        if len(workers) == 2 and all(v > 0 for v in workers.values()):
+            break
+    m = scrape(gw)
+    workers = per_worker(m)
+    assert len(workers) == 2 and all(v > 0 for v in workers.values()), workers
+    # whichever worker answers the scrape reports the sum of both
+    assert messages_total(m) == served == sum(workers.values())
+    assert messages_total(scrape(gw)) == served
+    assert m["gateway_request_duration_seconds_count"][(("endpoint", "messages"), ("upstream", "anthropic"))] \
+        == served
+
+    # SIGHUP: hypercorn replaces both workers. Their live gauges leave (marked dead), counters stay.
+    old = set(workers)
+    gw.proc.send_signal(signal.SIGHUP)
+    new = wait_for(lambda: (w := set(per_worker(scrape(gw)))) and not (w & old) and w)
+    assert messages_total(scrape(gw)) == served
+    drive(gw, 5)
+    assert messages_total(scrape(gw)) == served + 5
+    assert set(per_worker(scrape(gw))) <= new
+
+    gw.stop()
+    assert not os.path.exists(mp_dir)  # the serve command created it and removed it
+
+
+def test_two_workers_share_new_connections_evenly(sim: Sim, gateways: GatewayFactory) -> None:
+    """Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads connections between
+    them; on hypercorn's one shared socket the worker awake in accept took nearly all of them."""
+    gw = gateways.start(sim.url, {}, workers=2)
+
+    async def burst() -> None:  # 64 connections opened at once, as a loaded client pool does
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(limits=limits, timeout=20) as client:
+            rs = await asyncio.gather(*(client.post(gw.url + "/v1/messages", json=BODY, headers=HEADERS)
+                                        for _ in range(64)))
+        assert all(r.status_code == 200 for r in rs)
+
+    asyncio.run(burst())
+    workers = per_worker(scrape(gw))
+    assert len(workers) == 2, workers
+    assert min(workers.values()) >= 16, workers  # a fair split is 32/32; binomial odds of < 16: ~3e-5
+
+
+def _variants(text: str) -> list[str]:
+    """``text`` as it could appear in a log: raw, JSON-escaped, and its longer lines."""
+    out = [text, json.dumps(text)[1:-1]]
+    out += [line.strip() for line in text.splitlines() if len(line.strip()) >= 16]
+    return [v for v in out if v]
+
+
+def test_no_key_signature_or_thinking_text_is_logged(sim: Sim, gateways: GatewayFactory) -> None:
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "DEBUG", "GATEWAY_LOG_FORMAT": "json"})
+    secret_part = secrets.token_hex(24)  # no "-" inside: the whole random part is checked below
+    key = "sk-ant-api03-" + secret_part
+    client = anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0)
+    answers = []
+    for stream in (False, True):
+        result = run_tool_loop(client, "[[sim:tools=3]] weather in Paris, Rome, Oslo?", stream=stream)
+        assert result.requests == 4
+        answers += result.answers
+    signatures = [b.signature for a in answers for b in a.content if b.type == "thinking"]
+    thinking = [b.thinking for a in answers for b in a.content if b.type == "thinking"]
+    assert len(signatures) >= 2 and all(signatures) and all(thinking)
+
+    log = gw.log()
+    assert key not in log and secret_part not in log
+    for sig in signatures:
+        assert sig not in log
+    for text in thinking:
+        for variant in _variants(text):
+            assert variant not in log, variant
+
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    requests = [r for r in lines if r.get("logger") == "thinkgate.access" and r.get("msg") == "request"]
+    assert len(requests) == 8
+    assert {r["endpoint"] for r in requests} == {"messages"} and {r["status"] for r in requests} == {200}
+    assert all(r["tenant"] and r["scid"] and r["request_id"].startswith("req_") for r in requests)
+    assert {r["model"] for r in requests} == {"claude-opus-4-5"}
+    assert any(r["actions"] for r in requests)  # verified thinking kept on replays
+    assert all(isinstance(r["duration_ms"], float) for r in requests)

