@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -110,7 +111,8 @@ async def _on_unexpected(request: HTTPRequest, exc: Exception) -> Response:
 
 
 async def healthz(request: HTTPRequest) -> Response:
-    return JSONResponse({"status": "ok"})
+    """Liveness. ``worker`` (the process id) tells which of ``--workers N`` answered."""
+    return JSONResponse({"status": "ok", "worker": os.getpid()})
 
 
 async def readyz(request: HTTPRequest) -> Response:

@@ -82,6 +82,21 @@ def start_process(name: str, args: list[str], health_path: str, env: dict[str, s
         delay = min(delay * 2, 0.2)
 
 
+def wait_for_workers(sp: ServerProcess, workers: int, timeout: float = 20.0) -> None:
+    """Until each of ``workers`` processes answered ``/healthz``: the first to listen answers the
+    health poll while the others may still be starting. Every probe is a new connection, which the
+    kernel hands to any listening worker (SO_REUSEPORT)."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while len(seen) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only workers {seen} of {workers} answered in {timeout}s:\n{sp.log()}")
+        try:
+            seen.add(int(httpx.get(sp.url + "/healthz", timeout=1.0).json()["worker"]))
+        except httpx.HTTPError:
+            time.sleep(0.05)  # polling a starting process's port: there is no event to await
+
+
 class Sim:
     """Handle on a running simulator process with its control endpoints."""
 
@@ -122,6 +137,8 @@ class GatewayFactory:
         full.update(env or {})
         sp = start_process("gateway", ["serve", "--workers", str(workers)], "/healthz", full)
         self.started.append(sp)
+        if workers > 1:
+            wait_for_workers(sp, workers)
         return sp
 
     def close(self) -> None:

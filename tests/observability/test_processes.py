@@ -134,6 +134,10 @@ def test_no_key_signature_or_thinking_text_is_logged(sim: Sim, gateways: Gateway
     thinking = [b.thinking for a in answers for b in a.content if b.type == "thinking"]
     assert len(signatures) >= 2 and all(signatures) and all(thinking)
 
+    # Each access line is written just after its answer went out: stop the gateway (it drains the
+    # requests in flight and exits) so the log is complete before it is read.
+    gw.stop()
+    assert gw.proc.returncode == 0, gw.log()
     log = gw.log()
     assert key not in log and secret_part not in log
     for sig in signatures:
