@@ -147,7 +147,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
-    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params)
+    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
     actions = fixed.actions + sanitize(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas)
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)

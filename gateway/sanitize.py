@@ -26,8 +26,10 @@ the reference's Anthropic rules):
    OpenAI-compatible target (there is no other way to replay them); per-part
    signatures without a record never are.
 7. Gemini: the first ``functionCall`` of every step of the current turn carries a
-   signature; where no record supplied one, the documented bypass value does
-   (reference 2.4), never another model's signature.
+   signature; where no record supplied one, the configured bypass value does
+   (reference 2.4), never another model's signature. With the bypass off, such a step
+   degrades as a tool loop does for a model that cannot disable thinking (Gemini 3
+   cannot): its calls and their responses travel as text, so no signature is due.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ Verified = Callable[[Block], bool]
 class Policy:
     unverifiable: Literal["drop", "text"] = "drop"
     fix_params: bool = True
+    gemini_bypass: str | None = BYPASS_SIGNATURE  # None: textualize unsigned steps instead
 
 
 def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
@@ -83,7 +86,7 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
     _drop_empty_assistants(msgs)
     actions += repair_tool_chain(msgs)
     if caps.kind == "gemini":
-        _gemini_signatures(msgs, target, actions)
+        _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
     if caps.kind != "anthropic":
         _no_trailing_thinking(msgs, actions)
         return actions
@@ -192,9 +195,11 @@ def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy:
         m.content_was_string = False
 
 
-def _gemini_signatures(msgs: list[Message], target: str, actions: list[Action]) -> None:
+def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, actions: list[Action]) -> None:
     """Rule 7: the current turn starts after the last user message with content other than tool
-    results; in it, every assistant message's first tool call is signed."""
+    results; in it, every assistant message's first tool call is signed, by a record or the bypass.
+    Without a bypass an unsigned step and its results become text, which (a user message with text)
+    moves the current turn past them; the steps after it are still checked."""
     start = 0
     for i, m in enumerate(msgs):
         if m.role == "user" and any(not isinstance(b, ToolResultBlock) for b in m.content):
@@ -208,9 +213,15 @@ def _gemini_signatures(msgs: list[Message], target: str, actions: list[Action]) 
             continue
         first = m.content[k]
         assert isinstance(first, ToolUseBlock)
-        if first.sig is None or first.sig.origin != target:
-            m.content = [*m.content[:k], replace(first, sig=ProviderSig(target, BYPASS_SIGNATURE)),
-                         *m.content[k + 1:]]
+        if first.sig is not None and first.sig.origin == target:
+            continue
+        if bypass is None:
+            for j in (i, i + 1):
+                if j < len(msgs) and (j == i or msgs[j].role == "user"):
+                    _textualize(msgs[j])
+            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, i, "gemini_unsigned_step"))
+        else:
+            m.content = [*m.content[:k], replace(first, sig=ProviderSig(target, bypass)), *m.content[k + 1:]]
             actions.append(Action(ActionKind.SIGNATURE_BYPASS, i))
 
 
@@ -272,20 +283,24 @@ def _no_trailing_thinking(msgs: list[Message], actions: list[Action]) -> None:
 def _textualize_loop(msgs: list[Message], start: int, actions: list[Action]) -> None:
     """For models that cannot disable thinking: close the open loop as plain text."""
     for i in range(start, len(msgs)):
-        m = msgs[i]
-        out: list[Block] = []
-        for b in m.content:
-            if isinstance(b, ThinkingBlock | RedactedThinkingBlock):
-                continue
-            if isinstance(b, ToolUseBlock):
-                out.append(TextBlock(f"[called tool {b.name} with {orjson.dumps(b.input).decode()}]"))
-            elif isinstance(b, ToolResultBlock):
-                out.append(TextBlock(f"[tool result]\n{content_text(b.content)}"))
-            else:
-                out.append(b)
-        m.content = out or [TextBlock("(no content)")]
-        m.content_was_string = False
+        _textualize(msgs[i])
     actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, start))
+
+
+def _textualize(m: Message) -> None:
+    """One message's tool calls and results as text; Anthropic thinking removed."""
+    out: list[Block] = []
+    for b in m.content:
+        if isinstance(b, ThinkingBlock | RedactedThinkingBlock):
+            continue
+        if isinstance(b, ToolUseBlock):
+            out.append(TextBlock(f"[called tool {b.name} with {orjson.dumps(b.input).decode()}]"))
+        elif isinstance(b, ToolResultBlock):
+            out.append(TextBlock(f"[tool result]\n{content_text(b.content)}"))
+        else:
+            out.append(b)
+    m.content = out or [TextBlock("(no content)")]
+    m.content_was_string = False
 
 
 # ------------------------------------------------------------------ parameters

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
+from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
 from gateway.routing import FLAVORS, RouteError, Router, parse_routes
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
+BYPASS_OFF = "off"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -40,6 +42,7 @@ class Settings:
     state_machine_enabled: bool = True
     unverifiable_thinking: Literal["drop", "text"] = "drop"
     fix_thinking_params: bool = True
+    gemini_signature_bypass: str = BYPASS_SIGNATURE  # a documented bypass value, or "off"
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "text"
     drain_timeout_s: float = 30.0  # after SIGTERM: longest wait for requests in flight
@@ -52,6 +55,11 @@ class Settings:
         return f"Settings({shown}, redis_url=<{redis}>, secret=<redacted>{prev})"
 
     __str__ = __repr__
+
+    @property
+    def gemini_bypass(self) -> str | None:
+        """The value signing a Gemini call no record vouches for; None: degrade instead (``sanitize``)."""
+        return None if self.gemini_signature_bypass == BYPASS_OFF else self.gemini_signature_bypass
 
     def router(self) -> Router:
         return Router(parse_routes(self.routes), self.openai_flavor)
@@ -99,6 +107,10 @@ class Settings:
                 raise SettingsError("GATEWAY_UNVERIFIABLE_THINKING must be 'drop' or 'text'")
             kw["unverifiable_thinking"] = v
         _bool(kw, "fix_thinking_params", get("FIX_THINKING_PARAMS"))
+        if (v := get("GEMINI_SIGNATURE_BYPASS")) and v not in (*BYPASS_VALUES, BYPASS_OFF):
+            raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "
+                                f"(the documented bypass values) or {BYPASS_OFF}")
+        _str(kw, "gemini_signature_bypass", v)
         _str(kw, "log_level", get("LOG_LEVEL"))
         if (v := get("LOG_FORMAT")) is not None and v not in ("json", "text", ""):
             raise SettingsError("GATEWAY_LOG_FORMAT must be 'json' or 'text'")

@@ -33,8 +33,10 @@ from gateway.protocols.canonical import (
 )
 from gateway.toolchain import content_text
 
+# The documented dummy signatures (reference 2.4): the first works on the Gemini API and Vertex AI,
+# the second on the Gemini API only.
 BYPASS_SIGNATURE = "skip_thought_signature_validator"
-BYPASS_VALUES = frozenset({BYPASS_SIGNATURE, "context_engineering_is_the_way_to_go"})
+BYPASS_VALUES = (BYPASS_SIGNATURE, "context_engineering_is_the_way_to_go")
 SIG_KEYS = ("thoughtSignature", "thought_signature")
 OPAQUE_PART = "gemini_part"
 _TEXT_KEYS = frozenset({"text", "thought", *SIG_KEYS})

@@ -29,7 +29,25 @@ def test_secrets_are_redacted_in_repr_and_str() -> None:
 
 @pytest.mark.parametrize(("var", "value"), [("GATEWAY_MAX_BODY_BYTES", "lots"),
                                             ("GATEWAY_STATE_MACHINE_ENABLED", "maybe"),
-                                            ("GATEWAY_UNVERIFIABLE_THINKING", "forge")])
+                                            ("GATEWAY_UNVERIFIABLE_THINKING", "forge"),
+                                            ("GATEWAY_GEMINI_SIGNATURE_BYPASS", "forged-signature")])
 def test_bad_values_are_refused(var: str, value: str) -> None:
     with pytest.raises(SettingsError):
         Settings.from_env({var: value})
+
+
+@pytest.mark.parametrize(("value", "bypass"), [(None, "skip_thought_signature_validator"),
+                                               ("skip_thought_signature_validator", "skip_thought_signature_validator"),
+                                               ("context_engineering_is_the_way_to_go",
+                                                "context_engineering_is_the_way_to_go"),
+                                               ("off", None)])
+def test_gemini_signature_bypass_takes_the_documented_values_or_off(value: str | None, bypass: str | None) -> None:
+    s = Settings.from_env({} if value is None else {"GATEWAY_GEMINI_SIGNATURE_BYPASS": value})
+    assert s.gemini_bypass == bypass
+
+
+def test_an_undocumented_bypass_value_is_refused_by_name() -> None:
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"GATEWAY_GEMINI_SIGNATURE_BYPASS": "Skip_Thought_Signature_Validator"})
+    assert str(e.value) == ("GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of skip_thought_signature_validator, "
+                            "context_engineering_is_the_way_to_go (the documented bypass values) or off")

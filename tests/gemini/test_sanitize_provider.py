@@ -101,3 +101,44 @@ def test_signed_empty_text_is_kept() -> None:
     signed = Message("assistant", [TextBlock("answer"), TextBlock("", sig=ProviderSig(GEM, "S"))])
     req, _ = _run("claude-opus-4-5", [Message("user", [TextBlock("q")]), signed, Message("user", [TextBlock("more")])])
     assert req.messages[1].content == [TextBlock("answer")]
+
+
+def _two_steps(first: ProviderSig | None, second: ProviderSig | None) -> list[Message]:
+    """One current turn of two steps; the first call of each signed as given."""
+    return [*_history(first),
+            Message("assistant", [ThoughtBlock("again", GEM), ToolUseBlock("c3", "g", {"x": 1}, sig=second)]),
+            Message("user", [ToolResultBlock("c3", "r3")])]
+
+
+def test_each_documented_bypass_value_signs_the_unvouched_first_call() -> None:
+    for value in ("skip_thought_signature_validator", "context_engineering_is_the_way_to_go"):
+        req, kinds = _run("gemini-3-pro-preview", _two_steps(None, ProviderSig(GEM, "S")),
+                          Policy(gemini_bypass=value))
+        calls = [b for b in req.messages[1].content if isinstance(b, ToolUseBlock)]
+        assert calls[0].sig == ProviderSig(GEM, value) and calls[1].sig is None
+        assert req.messages[3].content[1] == ToolUseBlock("c3", "g", {"x": 1}, sig=ProviderSig(GEM, "S"))
+        assert kinds.count(ActionKind.SIGNATURE_BYPASS) == 1
+
+
+def test_bypass_off_turns_the_unsigned_step_and_its_results_into_text() -> None:
+    req, kinds = _run("gemini-3-pro-preview", _two_steps(ProviderSig(CLIENT, "forged"), ProviderSig(GEM, "S")),
+                      Policy(gemini_bypass=None))
+    step, results, signed, last = (m.content for m in req.messages[1:])
+    assert step == [ThoughtBlock("hmm", GEM), TextBlock("calling"), TextBlock("[called tool f with {}]"),
+                    TextBlock("[called tool f with {}]")]
+    assert results == [TextBlock("[tool result]\nr1"), TextBlock("[tool result]\nr2")]
+    assert signed[1] == ToolUseBlock("c3", "g", {"x": 1}, sig=ProviderSig(GEM, "S")), "a recorded step stays"
+    assert last == [ToolResultBlock("c3", "r3")]
+    assert kinds.count(ActionKind.TOOL_LOOP_TEXTUALIZED) == 1 and ActionKind.SIGNATURE_BYPASS not in kinds
+    assert not any(b.sig is not None and b.sig.value == "forged" for m in req.messages for b in m.content
+                   if isinstance(b, ToolUseBlock | TextBlock)), "never the client's unverifiable signature"
+
+
+def test_bypass_off_checks_every_step_after_a_textualized_one() -> None:
+    req, kinds = _run("gemini-3-pro-preview", _two_steps(None, None), Policy(gemini_bypass=None))
+    assert not any(isinstance(b, ToolUseBlock | ToolResultBlock) for m in req.messages for b in m.content)
+    assert [a for a in kinds if a == ActionKind.TOOL_LOOP_TEXTUALIZED] == [ActionKind.TOOL_LOOP_TEXTUALIZED] * 2
+    req, kinds = _run("gemini-3-pro-preview", [*_history(None), Message("assistant", [TextBlock("done")]),
+                                               Message("user", [TextBlock("next")])], Policy(gemini_bypass=None))
+    assert ActionKind.TOOL_LOOP_TEXTUALIZED not in kinds, "earlier turns need no signature: kept as calls"
+    assert isinstance(req.messages[1].content[2], ToolUseBlock)
