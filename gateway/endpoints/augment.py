@@ -5,10 +5,10 @@ load, repair/sanitize, rebuild the history from the records when the client name
 conversation and replays none), goes to the upstream the routing table names (Anthropic Messages,
 Gemini or OpenAI-compatible, through the chat surface's ``UPSTREAM_DIALECTS``; other upstreams'
 streams are translated to canonical events) as a stream, and comes back as NDJSON chunks
-(``gateway.protocols.augment_stream``; another family's thought summaries show no THINKING
-node yet). The conversation id is the body's
-``conversation_id`` (or the ``X-AG-Conversation-Id`` header, which wins) when it is a valid SCID
-(UUIDs are). Errors before streaming are JSON with their status; the upstream's own error
+(``gateway.protocols.augment_stream``: every upstream's reasoning, Anthropic thinking or another
+family's thought summaries, streams as THINKING nodes, never as text). The conversation id is the
+body's ``conversation_id`` (or the ``X-AG-Conversation-Id`` header, which wins) when it is a valid
+SCID (UUIDs are). Errors before streaming are JSON with their status; the upstream's own error
 answers are relayed with the upstream status and body.
 """
 

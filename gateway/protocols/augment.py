@@ -57,8 +57,12 @@ TOOL_USE_START, THINKING, BILLING_METADATA, TOKEN_USAGE = 7, 8, 9, 10
 STOP_UNSPECIFIED, STOP_END_TURN, STOP_MAX_TOKENS, STOP_TOOL_USE_REQUESTED = 0, 1, 2, 3
 STOP_SAFETY, STOP_RECITATION, STOP_MALFORMED_FUNCTION_CALL = 4, 5, 6
 
+# The one stop_reason table (reference section 6). ``refusal`` is the canonical name of OpenAI's
+# ``content_filter`` (which the reference maps to SAFETY, 4), Gemini's SAFETY/RECITATION/BLOCKLIST/...
+# finish reasons and Anthropic's own ``refusal``.
 _ANTHROPIC_STOP = {"end_turn": STOP_END_TURN, "stop_sequence": STOP_END_TURN, "max_tokens": STOP_MAX_TOKENS,
-                   "tool_use": STOP_TOOL_USE_REQUESTED, "safety": STOP_SAFETY, "recitation": STOP_RECITATION}
+                   "tool_use": STOP_TOOL_USE_REQUESTED, "refusal": STOP_SAFETY, "safety": STOP_SAFETY,
+                   "recitation": STOP_RECITATION}
 # Request nodes the model sees as labelled JSON text (as Augment-BYOK does).
 _LABELLED = {REQ_IMAGE_ID: ("image_id_node", "ImageId"), REQ_IDE_STATE: ("ide_state_node", "IdeState"),
              REQ_EDIT_EVENTS: ("edit_events_node", "EditEvents"),

@@ -12,9 +12,13 @@ ids start at 1 and increase by one per node within a response. What is emitted, 
 upstream event              chunk
 ==========================  ===================================================================
 ``text_delta``              ``text`` = the delta, plus a RAW_RESPONSE (0) node with the same text
-thinking block stop         THINKING (8) node ``{"thinking": {"summary": <full text>,
+reasoning block stop        THINKING (8) node ``{"thinking": {"summary": <full text>,
                             "signature": <sig>}}`` (one node per block, once it is complete and
-                            signed; never in ``text``). Blocks with no text (``display: omitted``,
+                            signed; never in ``text``). Reasoning blocks are Anthropic ``thinking``
+                            and another family's ``thought`` (Gemini thought summaries,
+                            OpenAI-compatible reasoning text); ``signature`` is Anthropic's, or the
+                            Gemini ``thoughtSignature`` a thought part carries, and is left out
+                            when the carrier has none. Blocks with no text (``display: omitted``,
                             ``redacted_thinking``) get no node: there is nothing to show, and
                             thinkgate's records restore them on the next request.
 tool_use block start        TOOL_USE_START (7) node, ``input_json: ""`` (the name is known), unless
@@ -58,6 +62,9 @@ from gateway.streaming.sse import SSEEvent
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 MEDIA_TYPE = "application/x-ndjson"
+# Canonical blocks that carry reasoning text: Anthropic ``thinking`` and another family's ``thought``
+# (Gemini ``thought: true`` parts, OpenAI-compatible reasoning text), both with ``thinking_delta``s.
+REASONING_BLOCKS = frozenset({"thinking", "thought"})
 
 
 def chunk(text: str = "", nodes: list[dict[str, Any]] | None = None, stop_reason: int | None = None,
@@ -75,6 +82,18 @@ def chunk(text: str = "", nodes: list[dict[str, Any]] | None = None, stop_reason
 def error_line(error_type: str, message: str, *, after_text: bool = False) -> bytes:
     text = ("\n\n" if after_text else "") + f"[thinkgate] upstream error ({error_type}): {message}"
     return chunk(text, stop_reason=STOP_END_TURN, error={"type": error_type, "message": message})
+
+
+def _signature(block: dict[str, Any]) -> str:
+    """A reasoning block's signature: Anthropic's ``signature`` (completed by ``signature_delta``), or
+    the opaque per-part value a ``thought`` block carries under ``_provider`` (a Gemini
+    ``thoughtSignature``); "" when the carrier has none (OpenAI-compatible reasoning text)."""
+    sig = block.get("signature")
+    if isinstance(sig, str) and sig:
+        return sig
+    provider = block.get("_provider")
+    value = provider.get("value") if isinstance(provider, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(slots=True)
@@ -164,10 +183,10 @@ class StreamEncoder:
         self._open[idx] = ob
         if btype == "text":
             return self._text_chunk(block.get("text") or "")
-        if btype == "thinking":
+        if btype in REASONING_BLOCKS:
             if isinstance(block.get("thinking"), str) and block["thinking"]:
                 ob.parts.append(block["thinking"])
-            ob.signature = block.get("signature") or ""
+            ob.signature = _signature(block)
         elif btype == "tool_use":
             ob.id, ob.name = str(block.get("id") or ""), str(block.get("name") or "")
             ob.initial_input = block.get("input")
@@ -199,7 +218,7 @@ class StreamEncoder:
         ob = self._open.pop(idx, None) if isinstance(idx, int) else None
         if ob is None:
             return b""
-        if ob.type == "thinking":
+        if ob.type in REASONING_BLOCKS:
             summary = "".join(ob.parts)
             if not summary:
                 return b""

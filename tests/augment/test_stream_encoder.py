@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -12,11 +14,15 @@ from hypothesis import strategies as st
 
 from gateway.protocols.augment import ToolMeta, stop_reason_of
 from gateway.protocols.augment_stream import StreamEncoder, error_line
+from gateway.protocols.gemini_stream import GeminiTranslator
+from gateway.protocols.openai_compat_stream import CompatTranslator
 from gateway.streaming.accumulate import Snapshot, accumulate
 from gateway.streaming.sse import SSEDecoder, SSEEvent
+from gateway.streaming.translate import TranslatedStream, Translator
+from gateway.upstream import UpstreamResponse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-GOLDEN = ["thinking_tool_use", "omitted_redacted", "midstream_error"]
+GOLDEN = ["thinking_tool_use", "omitted_redacted", "midstream_error", "parallel_tools"]
 EV = SSEEvent(None, "", b"")
 
 
@@ -90,6 +96,113 @@ def test_stop_reason_falls_back_to_what_was_seen() -> None:
 
 
 @pytest.mark.parametrize(("reason", "number"), [("end_turn", 1), ("stop_sequence", 1), ("max_tokens", 2),
-                                                ("tool_use", 3), ("refusal", 1), (None, 1)])
+                                                ("tool_use", 3), ("refusal", 4), ("pause_turn", 1), (None, 1)])
 def test_stop_reason_mapping(reason: str | None, number: int) -> None:
     assert stop_reason_of(reason) == number
+
+
+def nodes_of(ndjson: bytes) -> list[dict[str, Any]]:
+    return [n for line in ndjson.splitlines() for n in json.loads(line).get("nodes", [])]
+
+
+def check_per_tool_order(nodes: list[dict[str, Any]]) -> None:
+    """Upstreams that send tools one after another: each tool's TOOL_USE_START (name known, no input)
+    and TOOL_USE (complete input) come before the next tool's TOOL_USE_START, not all at the end."""
+    tools = [(n["type"], n["tool_use"]["tool_use_id"]) for n in nodes if n["type"] in (7, 5)]
+    ids = list(dict.fromkeys(tid for _, tid in tools))
+    assert len(ids) >= 2
+    assert tools == [pair for tid in ids for pair in ((7, tid), (5, tid))]
+    for n in nodes:
+        if n["type"] == 7:
+            assert n["tool_use"]["input_json"] == ""
+
+
+def test_parallel_tools_stream_per_tool() -> None:
+    """Anthropic streams parallel tool_use blocks one after another (start, input deltas, stop)."""
+    golden = (FIXTURES / "augment_parallel_tools.ndjson").read_bytes()
+    nodes = nodes_of(golden)
+    assert [n["type"] for n in nodes] == [8, 0, 0, 7, 5, 7, 5, 10, 2]
+    check_per_tool_order(nodes)
+    assert [json.loads(n["tool_use"]["input_json"]) for n in nodes if n["type"] == 5] == \
+        [{"city": "Paris"}, {"city": "Rome", "unit": "celsius"}]
+    # Each TOOL_USE line leaves the encoder as soon as its block stops, before the next block starts.
+    raw = (FIXTURES / "sse_parallel_tools.sse").read_bytes()
+    second_start = raw.index(b'"index": 3, "content_block"')
+    early = nodes_of(encode(raw[:second_start], StreamEncoder()))
+    assert [n["type"] for n in early][-2:] == [7, 5]
+
+
+class _Body:
+    """Just enough of an ``UpstreamResponse`` for ``TranslatedStream``: a body in one chunk."""
+
+    status, headers = 200, {"content-type": "text/event-stream"}
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        yield self.raw
+
+
+def translated(raw: bytes, translator: Translator) -> bytes:
+    """Another family's SSE as the chat-stream endpoint relays it: re-framed as canonical events."""
+
+    async def collect() -> bytes:
+        stream = TranslatedStream(cast(UpstreamResponse, _Body(raw)), translator)
+        return b"".join([c async for c in stream.iter_chunks()])
+
+    return asyncio.run(collect())
+
+
+def _gemini() -> Translator:
+    return GeminiTranslator(origin="gemini/gemini-3-pro-preview", mint=lambda k, name, args: f"call_{k}",
+                            model="gemini-3-pro-preview")
+
+
+def _deepseek() -> Translator:
+    return CompatTranslator(origin="deepseek/deepseek-reasoner", model="deepseek-reasoner")
+
+
+TRANSLATED = {"gemini_thought_parallel_tools": _gemini, "compat_reasoning_parallel_tools": _deepseek}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSLATED))
+def test_other_families_reasoning_streams_as_thinking_nodes(name: str) -> None:
+    """Gemini thought summaries and OpenAI-compatible reasoning text: THINKING nodes before the text,
+    never in it; the signature only where the part carried one; tools per tool."""
+    raw = translated((FIXTURES / f"{name}.sse").read_bytes(), TRANSLATED[name]())
+    out = encode(raw, StreamEncoder())
+    assert out == (FIXTURES / f"augment_{name}.ndjson").read_bytes()
+    lines = [json.loads(x) for x in out.splitlines()]
+    nodes = nodes_of(out)
+    types = [n["type"] for n in nodes]
+    assert 8 in types and types.index(8) < types.index(0)
+    thinking = [n["thinking"] for n in nodes if n["type"] == 8]
+    text = "".join(line["text"] for line in lines)
+    assert all(t["summary"] and t["summary"] not in text for t in thinking)
+    check_per_tool_order(nodes)
+    assert lines[-1]["stop_reason"] == 3
+
+
+def test_thought_signature_only_where_the_part_carries_one() -> None:
+    out = encode(translated((FIXTURES / "gemini_thought_parallel_tools.sse").read_bytes(), _gemini()), StreamEncoder())
+    thinking = [n["thinking"] for n in nodes_of(out) if n["type"] == 8]
+    assert thinking == [{"summary": "**Planning**\r\nTwo cities: Paris", "signature": "CsSignedThoughtPart=="},
+                        {"summary": "Checking the forecast for both — 天气. "}]
+    out = encode(translated((FIXTURES / "compat_reasoning_parallel_tools.sse").read_bytes(), _deepseek()),
+                 StreamEncoder())
+    assert [n["thinking"] for n in nodes_of(out) if n["type"] == 8] == \
+        [{"summary": "Two cities,\r\n so two calls — 思考 "}]
+
+
+@pytest.mark.parametrize(("translator", "chunk", "number"), [
+    (_deepseek, '{"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]}', 4),
+    (_gemini, '{"candidates": [{"content": {"parts": [{"text": "no"}]}, "finishReason": "SAFETY"}]}', 4),
+])
+def test_refusals_end_with_safety(translator: Any, chunk: str, number: int) -> None:
+    """OpenAI's ``content_filter`` is SAFETY (4) in the reference; thinkgate's canonical ``refusal``
+    (also Gemini's SAFETY finish) carries it to the one table."""
+    head = '{"choices": [{"index": 0, "delta": {"content": "x"}}]}' if translator is _deepseek else None
+    raw = "".join(f"data: {x}\n\n" for x in (head, chunk) if x).encode()
+    lines = [json.loads(x) for x in encode(translated(raw, translator()), StreamEncoder()).splitlines()]
+    assert lines[-1]["stop_reason"] == number
