@@ -14,6 +14,7 @@ lints with exactly one finding, that missing dependency.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -37,20 +38,26 @@ SCENARIOS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 KUBE = "1.30.0"
 RELEASE, NAMESPACE = "tg", "ai"
 PASSWORD = "pa55word"
+## Offline renders (no cluster to read a generated GATEWAY_SECRET back from) need one given.
+SECRET: dict[str, Any] = {"auth": {"secret": "test-only-secret-0123456789abcdef"}}
 
 
 def load_values(name: str) -> dict[str, Any]:
     return yaml.safe_load((CHART / "ci" / name).read_text()) or {}
 
 
-def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Template path -> its documents (NOTES.txt left out)."""
-    chart = helm.Chart.load(str(CHART))
+def render_text(values: dict[str, Any], chart_dir: Path = CHART) -> dict[str, str]:
+    """Template path -> rendered text, NOTES.txt included."""
+    chart = helm.Chart.load(str(chart_dir))
     try:
-        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
     finally:
         chart.close()
-    return {path: [d for d in yaml.safe_load_all(text) if d] for path, text in out.items()
+
+
+def render(values: dict[str, Any], chart_dir: Path = CHART) -> dict[str, list[dict[str, Any]]]:
+    """Template path -> its documents (NOTES.txt left out)."""
+    return {path: [d for d in yaml.safe_load_all(text) if d] for path, text in render_text(values, chart_dir).items()
             if not path.endswith("NOTES.txt")}
 
 
@@ -158,9 +165,9 @@ def test_values_schema_rejects_mistakes() -> None:
         with pytest.raises(helm.HelmValuesError):
             render(bad)
     with pytest.raises(helm.HelmRenderError, match="terminationGracePeriodSeconds"):
-        render({"terminationGracePeriodSeconds": 60})  # shorter than drain delay + timeout
+        render({"terminationGracePeriodSeconds": 60, **SECRET})  # shorter than drain delay + timeout
     with pytest.raises(helm.HelmRenderError, match=r"existingSecretPassword needs auth\.existingSecret"):
-        render({"redis": {"url": "redis://h:6379/0", "existingSecretPassword": True}})
+        render({"redis": {"url": "redis://h:6379/0", "existingSecretPassword": True}, **SECRET})
 
 
 # ------------------------------------------------------------------ what every scenario must keep
@@ -245,7 +252,7 @@ def kinds(rendered: dict[str, list[dict[str, Any]]]) -> set[str]:
 
 
 def test_optional_features_default_off() -> None:
-    rendered = render({})
+    rendered = render(SECRET)
     assert kinds(rendered) == {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount", "Pod"}
     assert one(rendered, "Deployment")["spec"]["replicas"] == 2
 
@@ -284,7 +291,7 @@ def test_prometheus_rule_embeds_the_alert_rules(tmp_path: Path) -> None:
         for rule in group["rules"]:
             rule["annotations"]["runbook_url"] = rule["annotations"]["runbook_url"].replace("docs/runbook.md", base)
     assert groups == source["groups"]
-    untouched = one(render({"prometheusRule": {"enabled": True}}), "PrometheusRule")["spec"]["groups"]
+    untouched = one(render({"prometheusRule": {"enabled": True}, **SECRET}), "PrometheusRule")["spec"]["groups"]
     assert untouched == yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"]
     if shutil.which("promtool"):
         rules = tmp_path / "rules.yml"
@@ -310,3 +317,134 @@ def test_bundled_redis_wiring() -> None:
     assert deps == [{"name": "redis", "alias": "bundledRedis", "version": deps[0]["version"],
                      "repository": "oci://registry-1.docker.io/bitnamicharts", "condition": "bundledRedis.enabled"}]
     assert not (CHART / "charts").exists(), "the dependency is not vendored"
+
+
+# ------------------------------------------------------------------ NetworkPolicy
+
+CLIENTS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+SCRAPERS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+HTTP = [{"port": "http", "protocol": "TCP"}]
+
+
+def network_policy(values: dict[str, Any]) -> dict[str, Any]:
+    doc = one(render({**SECRET, **values}), "NetworkPolicy")
+    kubernetes_validate.validate(doc, KUBE, strict=True)
+    return doc
+
+
+@pytest.mark.parametrize("metrics_from", [[], SCRAPERS], ids=["no-metricsFrom", "metricsFrom"])
+@pytest.mark.parametrize("ingress_from", [[], CLIENTS], ids=["any-source", "ingressFrom"])
+def test_network_policy_ingress(ingress_from: list[Any], metrics_from: list[Any]) -> None:
+    """/metrics shares the gateway port: an empty ingressFrom leaves that port open to any source
+    (metricsFrom cannot narrow it, and must not close it to clients); a set ingressFrom admits
+    exactly its peers and the scrapers."""
+    rendered_text = render_text({**SECRET, "networkPolicy": {
+        "enabled": True, "ingressFrom": ingress_from, "metricsFrom": metrics_from}})["thinkgate/templates/NOTES.txt"]
+    spec = network_policy({"networkPolicy": {"enabled": True, "ingressFrom": ingress_from,
+                                             "metricsFrom": metrics_from}})["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+    assert all(rule["ports"] == HTTP for rule in spec["ingress"])
+    if not ingress_from:
+        assert spec["ingress"] == [{"ports": HTTP}]  # no `from`: any source
+    else:
+        assert [rule["from"] for rule in spec["ingress"]] == [ingress_from] + ([metrics_from] if metrics_from else [])
+    assert ("metricsFrom has no effect" in rendered_text) == bool(metrics_from and not ingress_from)
+
+
+def redis_egress_ports(values: dict[str, Any]) -> list[int] | None:
+    """The Redis rule's ports, between the DNS rule and the upstream rule (None: no Redis rule)."""
+    np = {"enabled": True, "egress": {"enabled": True, **values.pop("egress", {})}}
+    egress = network_policy({**values, "networkPolicy": np})["spec"]["egress"]
+    assert egress[0]["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    assert egress[-1]["ports"] == [{"port": 443, "protocol": "TCP"}]
+    assert all(set(rule) == {"ports"} for rule in egress)
+    if len(egress) == 2:
+        return None
+    (redis_rule,) = egress[1:-1]
+    assert all(p["protocol"] == "TCP" for p in redis_rule["ports"])
+    return [p["port"] for p in redis_rule["ports"]]
+
+
+@pytest.mark.parametrize(("values", "ports"), [
+    ({"redis": {"url": "redis://redis.redis.svc:6379/0"}}, [6379]),
+    ({"redis": {"url": "redis://redis.redis.svc/0"}}, [6379]),  # redis-py's default port
+    ({"redis": {"url": "rediss://redis.example.internal:6380/0"}}, [6380]),
+    ({"redis": {"url": "redis+cluster://a:7000,b:7001,c:7000"}}, [7000, 7001]),
+    ({"redis": {"url": "rediss+cluster://[fd00::1]:6390,[fd00::2]:6390"}}, [6390]),
+    ({"redis": {"url": "redis+sentinel://s1:26379,s2:26380/mymaster/0"}, "egress": {"redisPorts": [6379]}},
+     [26379, 26380, 6379]),
+    ({"redis": {"url": "rediss://h:6380/0"}, "egress": {"redisPorts": [6380, 6381]}}, [6380, 6381]),
+    ({"bundledRedis": {"enabled": True}}, [6379]),
+    ({}, None),  # no Redis: no Redis rule
+], ids=["single", "default-port", "tls", "cluster", "cluster-ipv6", "sentinel", "extra", "bundled", "embedded"])
+def test_network_policy_egress_reaches_the_configured_redis(values: dict[str, Any], ports: list[int] | None) -> None:
+    assert redis_egress_ports(values) == ports
+
+
+def test_network_policy_egress_needs_the_sentinel_master_ports() -> None:
+    """A Sentinel URL names the sentinels only; the master's port is Sentinel's to say."""
+    with pytest.raises(helm.HelmRenderError, match=r"redis\+sentinel.*networkPolicy\.egress\.redisPorts"):
+        render({**SECRET, "redis": {"url": "redis+sentinel://s1:26379/mymaster"},
+                "networkPolicy": {"enabled": True, "egress": {"enabled": True}}})
+    # without egress rules, nothing to list
+    assert one(render({**SECRET, "redis": {"url": "redis+sentinel://s1:26379/mymaster"},
+                       "networkPolicy": {"enabled": True}}), "NetworkPolicy")["spec"]["policyTypes"] == ["Ingress"]
+
+
+# ------------------------------------------------------------------ GATEWAY_SECRET
+
+
+def gateway_secret(rendered: dict[str, list[dict[str, Any]]]) -> str:
+    return base64.b64decode(one(rendered, "Secret")["data"]["gateway-secret"]).decode()
+
+
+def test_offline_render_refuses_to_make_up_a_gateway_secret() -> None:
+    """helm template / Argo CD cannot read a generated secret back: a random one would rotate on
+    every render and orphan every stored conversation, so the render fails and says what to set."""
+    with pytest.raises(helm.HelmRenderError, match=r"auth\.secret is empty and the cluster cannot be read.*"
+                                                   r"auth\.existingSecret"):
+        render({"redis": {"url": "redis://h:6379/0"}})
+    assert gateway_secret(render(SECRET)) == SECRET["auth"]["secret"]
+    rendered = render({"auth": {"existingSecret": "mine"}})
+    assert "Secret" not in kinds(rendered)
+    env = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "GATEWAY_SECRET",
+                      "valueFrom": {"secretKeyRef": {"name": "mine", "key": "gateway-secret"}}}
+
+
+def test_scenarios_render_the_same_every_time(scenario: tuple[str, Any, Any]) -> None:
+    """What a GitOps controller relies on: no value (nor checksum annotation) changes between renders."""
+    _, values, rendered = scenario
+    assert render(values) == rendered
+
+
+LOOKUP_ONE = 'lookup "v1" "Secret" .Release.Namespace $name'
+LOOKUP_ALL = 'lookup "v1" "Secret" .Release.Namespace ""'
+
+
+@pytest.fixture
+def live_chart(tmp_path: Path) -> Any:
+    """The chart with the helper's two lookups answered as a cluster would: the release's Secret
+    (or nothing) and the namespace's SecretList (never empty when the API answers)."""
+    def make(current: dict[str, Any] | None) -> Path:
+        copy = tmp_path / f"chart-{len(list(tmp_path.iterdir()))}" / "thinkgate"
+        shutil.copytree(CHART, copy)
+        helpers = copy / "templates" / "_helpers.tpl"
+        text = helpers.read_text()
+        assert text.count(LOOKUP_ONE) == text.count(LOOKUP_ALL) == 1, "the helper's lookups changed"
+        found = f"(fromJson `{json.dumps(current or {})}`)"
+        secret_list = '(dict "apiVersion" "v1" "kind" "SecretList" "items" list)'
+        helpers.write_text(text.replace(LOOKUP_ONE, found).replace(LOOKUP_ALL, secret_list))
+        return copy
+    return make
+
+
+def test_live_install_generates_and_upgrade_keeps_the_gateway_secret(live_chart: Any) -> None:
+    first = gateway_secret(render({}, live_chart(None)))
+    assert len(first) == 48 and first.isalnum()
+    assert gateway_secret(render({}, live_chart(None))) != first  # why offline renders must not do this
+    kept = {"data": {"gateway-secret": base64.b64encode(first.encode()).decode()}}
+    assert gateway_secret(render({}, live_chart(kept))) == first
+    assert gateway_secret(render(SECRET, live_chart(kept))) == SECRET["auth"]["secret"]  # explicit wins
+    with pytest.raises(helm.HelmRenderError, match=r'has no key "gateway-secret"'):
+        render({}, live_chart({"data": {"other": "eA=="}}))

@@ -154,3 +154,53 @@ Replicas the chart asks for at least (autoscaling: its minimum).
 {{- define "thinkgate.replicas" -}}
 {{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
 {{- end }}
+
+{{/*
+Redis ports the NetworkPolicy lets the gateway reach, as a JSON list: the port of every host in
+redis.url (6379 when a single node names none; for redis+sentinel these are the sentinels'),
+6379 for bundledRedis, then networkPolicy.egress.redisPorts. A Sentinel-managed master listens
+where Sentinel says, which no URL tells: its ports must be listed in redisPorts.
+*/}}
+{{- define "thinkgate.redisPorts" -}}
+{{- $ports := list }}
+{{- $url := .Values.redis.url }}
+{{- if .Values.bundledRedis.enabled }}
+{{- $ports = append $ports 6379 }}
+{{- else if $url }}
+{{- range splitList "," (regexReplaceAll "^[a-z+]+://([^/]*).*$" $url "${1}") }}
+{{- $ports = append $ports (regexFind ":[0-9]+$" . | trimPrefix ":" | default "6379" | atoi) }}
+{{- end }}
+{{- if and (hasPrefix "redis+sentinel://" $url) (not .Values.networkPolicy.egress.redisPorts) }}
+{{- fail "networkPolicy.egress: with redis+sentinel:// list the ports of the Redis nodes Sentinel may name as master in networkPolicy.egress.redisPorts (usually 6379): the URL only names the sentinels" }}
+{{- end }}
+{{- end }}
+{{- range .Values.networkPolicy.egress.redisPorts }}
+{{- $ports = append $ports (int .) }}
+{{- end }}
+{{- $ports | uniq | toJson }}
+{{- end }}
+
+{{/*
+GATEWAY_SECRET for the chart's Secret, base64-encoded: auth.secret, else the value already in the
+release's Secret, else a new random one, but only when the cluster can be read. An offline render
+(helm template, Argo CD and other GitOps renderers, --dry-run=client) sees no Secret: a random
+value would change on every render and orphan every stored conversation, so it fails instead.
+*/}}
+{{- define "thinkgate.gatewaySecret" -}}
+{{- $name := include "thinkgate.fullname" . }}
+{{- $key := .Values.auth.existingSecretKeys.secret }}
+{{- $current := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- if .Values.auth.secret }}
+{{- .Values.auth.secret | b64enc }}
+{{- else if $current }}
+{{- $data := $current.data | default dict }}
+{{- if not (hasKey $data $key) }}
+{{- fail (printf "Secret %s/%s has no key %q (was auth.existingSecretKeys.secret changed?): set auth.secret to the GATEWAY_SECRET in use, a new one orphans every stored conversation" .Release.Namespace $name $key) }}
+{{- end }}
+{{- index $data $key }}
+{{- else if lookup "v1" "Secret" .Release.Namespace "" }}
+{{- randAlphaNum 48 | b64enc }}
+{{- else }}
+{{- fail "auth.secret is empty and the cluster cannot be read (helm template, Argo CD or another GitOps renderer, --dry-run=client): a generated GATEWAY_SECRET would change on every render and orphan every stored conversation. Set auth.existingSecret (a Secret you manage; key auth.existingSecretKeys.secret) or auth.secret, or install with helm install/upgrade against the cluster (--dry-run=server to preview)" }}
+{{- end }}
+{{- end }}
