@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
 
-from tests.gemini.helpers import GEMINI, Rejections, ask, run_loop
-from tests.process_fixtures import ServerProcess, Sim
+from tests.gemini.helpers import GEMINI, Answer, Rejections, ask, gateway_env, run_loop
+from tests.observability.test_processes import scrape
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 
 
 @pytest.fixture()
@@ -48,9 +53,9 @@ def test_tool_loop_with_signatures_and_thoughts(client: openai.OpenAI, sim: Sim,
         assert turn["parts"][0].get("thought") is True
 
 
-def test_stateless_client_without_signatures_gets_the_bypass(gw: ServerProcess, sim: Sim) -> None:
-    """A history no record vouches for (another tenant's key): the first call of each step of the
-    current turn gets the documented bypass value, never another signature."""
+def _replay_without_a_record(gw: ServerProcess, sim: Sim) -> tuple[Answer, dict[str, Any]]:
+    """A history no record vouches for (another tenant's key replays it): the answer and the body the
+    simulator received, which it accepted."""
     with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-a", max_retries=0) as a, \
             openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-b", max_retries=0) as b:
         history = [{"role": "user", "content": "[[sim:tools=2]] stateless"}]
@@ -58,10 +63,53 @@ def test_stateless_client_without_signatures_gets_the_bypass(gw: ServerProcess, 
         history += [first.message, {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
         with Rejections(sim):
             second = ask(b, GEMINI, history, stream=False)
-        assert second.finish_reason == "tool_calls"
-        sent = [p for c in sim.last()["body"]["contents"] if c["role"] == "model" for p in c["parts"]
-                if "functionCall" in p]
-        assert sent[0]["thoughtSignature"] == "skip_thought_signature_validator"
+    return second, sim.last()["body"]
+
+
+def _calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for c in body["contents"] if c["role"] == "model" for p in c["parts"] if "functionCall" in p]
+
+
+def _actions(gw: ServerProcess, action: str) -> float:
+    return scrape(gw)["gateway_sanitize_actions_total"].get((("action", action), ("dialect", "openai")), 0.0)
+
+
+def test_stateless_client_without_signatures_gets_the_bypass(gw: ServerProcess, sim: Sim) -> None:
+    """The first call of each step of the current turn gets the documented bypass value, never
+    another signature."""
+    second, body = _replay_without_a_record(gw, sim)
+    assert second.finish_reason == "tool_calls"
+    assert _calls(body)[0]["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+def test_configured_bypass_value_is_sent_and_counted(gateways: GatewayFactory, sim: Sim) -> None:
+    value = "context_engineering_is_the_way_to_go"
+    gw = gateways.start(sim.url, gateway_env(sim, GATEWAY_GEMINI_SIGNATURE_BYPASS=value))
+    second, body = _replay_without_a_record(gw, sim)
+    assert second.finish_reason == "tool_calls"
+    assert _calls(body)[0]["thoughtSignature"] == value
+    assert _actions(gw, "signature_bypass") == 1
+
+
+def test_bypass_off_sends_the_unsigned_step_as_text(gateways: GatewayFactory, sim: Sim) -> None:
+    gw = gateways.start(sim.url, gateway_env(sim, GATEWAY_GEMINI_SIGNATURE_BYPASS="off"))
+    second, body = _replay_without_a_record(gw, sim)
+    assert second.finish_reason == "tool_calls"
+    assert not _calls(body) and "functionResponse" not in str(body["contents"]), "no unsigned call goes upstream"
+    model, result = body["contents"][1:3]
+    assert [p["text"] for p in model["parts"] if not p.get("thought")][-1].startswith("[called tool get_weather ")
+    assert result == {"role": "user", "parts": [{"text": "[tool result]\nok"}]}
+    assert _actions(gw, "tool_loop_textualized") == 1 and _actions(gw, "signature_bypass") == 0
+
+
+def test_an_undocumented_bypass_value_stops_the_server_at_startup() -> None:
+    env = {**os.environ, "GATEWAY_GEMINI_SIGNATURE_BYPASS": "my-own-signature"}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of skip_thought_signature_validator, " \
+           "context_engineering_is_the_way_to_go (the documented bypass values) or off" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_upstream_error_keeps_the_openai_envelope(client: openai.OpenAI) -> None:
