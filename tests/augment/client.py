@@ -48,6 +48,21 @@ class Reply:
         return [n["tool_use"] for n in self.of_type(TOOL_USE)]
 
 
+def assert_tools_stream_per_tool(nodes: list[dict[str, Any]]) -> list[str]:
+    """The tool nodes of an answer whose upstream sends its tools one after another (every upstream
+    thinkgate fronts does): each tool's TOOL_USE_START (name known, no input yet) then its TOOL_USE
+    (complete input), both before the next tool's TOOL_USE_START, not all at the end. The tool ids."""
+    tools = [(n["type"], n["tool_use"]["tool_use_id"]) for n in nodes if n["type"] in (TOOL_USE_START, TOOL_USE)]
+    ids = list(dict.fromkeys(tid for _, tid in tools))
+    assert tools == [pair for tid in ids for pair in ((TOOL_USE_START, tid), (TOOL_USE, tid))]
+    starts = [n for n in nodes if n["type"] == TOOL_USE_START]
+    assert all(n["tool_use"]["input_json"] == "" for n in starts)
+    uses = [n["tool_use"] for n in nodes if n["type"] == TOOL_USE]
+    assert [u["tool_name"] for u in uses] == [n["tool_use"]["tool_name"] for n in starts]
+    assert all(isinstance(json.loads(u["input_json"]), dict) for u in uses)
+    return ids
+
+
 def chat(url: str, body: dict[str, Any], headers: dict[str, str]) -> Reply:
     with httpx.stream("POST", url + "/gateway/chat-stream", json=body, headers=headers, timeout=30) as r:
         if r.status_code != 200:

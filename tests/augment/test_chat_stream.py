@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from typing import Any
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from tests.augment.client import (
+    BETA,
     MAIN_TEXT_FINISHED,
     MODEL,
     RAW_RESPONSE,
@@ -21,6 +23,7 @@ from tests.augment.client import (
     Exchange,
     Loop,
     Reply,
+    assert_tools_stream_per_tool,
     chat,
     run_loop,
 )
@@ -47,7 +50,9 @@ def check_reply(reply: Reply, *, last: bool) -> None:
         assert summary not in reply.text and "Considering request" not in reply.text
         assert all(summary not in n["content"] for n in reply.of_type(RAW_RESPONSE))
     assert "".join(n["content"] for n in reply.of_type(RAW_RESPONSE)) == reply.text
-    # Each tool: TOOL_USE_START (name known, no input yet) strictly before its TOOL_USE.
+    # Each tool: TOOL_USE_START (name known, no input yet) strictly before its TOOL_USE, and both
+    # before the next tool's TOOL_USE_START (the simulator sends parallel tool_use blocks one by one).
+    assert_tools_stream_per_tool(reply.nodes)
     starts = {n["tool_use"]["tool_use_id"]: n for n in reply.of_type(TOOL_USE_START)}
     uses = {n["tool_use"]["tool_use_id"]: n for n in reply.of_type(TOOL_USE)}
     assert starts.keys() == uses.keys()
@@ -80,6 +85,63 @@ def test_server_side_state_tool_loop(sim: Sim, gateway: ServerProcess) -> None:
     assert len(sent["messages"]) == 7  # the whole thread went upstream, thinking and signatures included
     assert sent["thinking"]["type"] == "enabled"
     assert all(m["content"][0]["type"] == "thinking" for m in sent["messages"] if m["role"] == "assistant")
+
+
+def test_parallel_tools_stream_per_tool(sim: Sim, gateway: ServerProcess) -> None:
+    """Three tools per round: each tool's 7 then 5 before the next tool's 7, not all at the end."""
+    before = rejections(sim)
+    loop = run_loop(gateway.url, "[[sim:tools=2]] [[sim:parallel=3]] three cities", key="sk-aug-parallel",
+                    conversation_id=str(uuid.uuid4()))
+    check_loop(loop, 2)
+    assert [len(assert_tools_stream_per_tool(r.nodes)) for r in loop.replies] == [3, 3, 0]
+    assert rejections(sim) == before
+
+
+def test_nodes_stream_before_upstream_finishes(sim: Sim, gateway: ServerProcess) -> None:
+    """The simulator holds the rest of the stream after its first delta: the first NDJSON line
+    (that delta's text) is already with the client, and nothing final is."""
+    body = {"model": MODEL, "message": "[[sim:hold]] take your time", "chat_history": [], "thinking": None,
+            "max_tokens": 4096, "conversation_id": str(uuid.uuid4())}
+    with httpx.stream("POST", gateway.url + "/gateway/chat-stream", json=body,
+                      headers={"authorization": "Bearer sk-aug-hold"}, timeout=15) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = json.loads(next(line for line in lines if line.strip()))
+        # The upstream stream is still open (held), so this line cannot have waited for its end.
+        assert sim.stats()["streams_open"] >= 1
+        assert "stop_reason" not in first and first["text"]
+        assert [n["type"] for n in first["nodes"]] == [RAW_RESPONSE] and first["nodes"][0]["content"] == first["text"]
+        sim.release()
+        rest = [json.loads(line) for line in lines if line.strip()]
+    assert rest[-1]["stop_reason"] == 1
+    assert first["text"] + "".join(line["text"] for line in rest) == rest[-1]["nodes"][-1]["content"]
+
+
+def test_follow_up_after_end_turn_with_server_side_state(sim: Sim, gateway: ServerProcess) -> None:
+    """A new user message after the final answer, chat_history empty, same conversation id: the
+    gateway rebuilds the whole thread, the final answer (its thinking and signature) included."""
+    conv = str(uuid.uuid4())
+    before = rejections(sim)
+    loop = run_loop(gateway.url, "[[sim:tools=2]] weather, then a follow-up", key="sk-aug-followup",
+                    conversation_id=conv)
+    check_loop(loop, 2)
+    final = loop.replies[-1]
+    body = {**loop.bodies[-1], "message": "And tomorrow?", "nodes": [], "chat_history": []}
+    follow = chat(gateway.url, body, {"authorization": "Bearer sk-aug-followup", **BETA})
+    assert follow.status == 200, follow.body
+    assert follow.headers[SCID] == conv and follow.lines[-1]["stop_reason"] in (1, 3)
+    assert follow.of_type(THINKING_NODE) and rejections(sim) == before
+    sent = sim.last()["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant"] * 3 + ["user"]
+    answer = sent[5]["content"]
+    # The final answer exactly as streamed: its thinking block (text and signature), then its text.
+    (thinking,) = final.of_type(THINKING_NODE)
+    assert answer[0] == {"type": "thinking", "thinking": thinking["thinking"]["summary"],
+                         "signature": thinking["thinking"]["signature"]}
+    assert [b["text"] for b in answer if b["type"] == "text"] == [final.text]
+    assert not any(b["type"] == "tool_use" for b in answer)
+    assert sent[6]["content"] in ("And tomorrow?", [{"type": "text", "text": "And tomorrow?"}])
+    assert [[b["type"] for b in m["content"]] for m in sent[2:5:2]] == [["tool_result"]] * 2
 
 
 def test_conversation_id_header_is_accepted(sim: Sim, gateway: ServerProcess) -> None:

@@ -20,6 +20,7 @@ from gateway.streaming.accumulate import Snapshot, accumulate
 from gateway.streaming.sse import SSEDecoder, SSEEvent
 from gateway.streaming.translate import TranslatedStream, Translator
 from gateway.upstream import UpstreamResponse
+from tests.augment.client import assert_tools_stream_per_tool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = ["thinking_tool_use", "omitted_redacted", "midstream_error", "parallel_tools"]
@@ -105,24 +106,12 @@ def nodes_of(ndjson: bytes) -> list[dict[str, Any]]:
     return [n for line in ndjson.splitlines() for n in json.loads(line).get("nodes", [])]
 
 
-def check_per_tool_order(nodes: list[dict[str, Any]]) -> None:
-    """Upstreams that send tools one after another: each tool's TOOL_USE_START (name known, no input)
-    and TOOL_USE (complete input) come before the next tool's TOOL_USE_START, not all at the end."""
-    tools = [(n["type"], n["tool_use"]["tool_use_id"]) for n in nodes if n["type"] in (7, 5)]
-    ids = list(dict.fromkeys(tid for _, tid in tools))
-    assert len(ids) >= 2
-    assert tools == [pair for tid in ids for pair in ((7, tid), (5, tid))]
-    for n in nodes:
-        if n["type"] == 7:
-            assert n["tool_use"]["input_json"] == ""
-
-
 def test_parallel_tools_stream_per_tool() -> None:
     """Anthropic streams parallel tool_use blocks one after another (start, input deltas, stop)."""
     golden = (FIXTURES / "augment_parallel_tools.ndjson").read_bytes()
     nodes = nodes_of(golden)
     assert [n["type"] for n in nodes] == [8, 0, 0, 7, 5, 7, 5, 10, 2]
-    check_per_tool_order(nodes)
+    assert len(assert_tools_stream_per_tool(nodes)) == 2
     assert [json.loads(n["tool_use"]["input_json"]) for n in nodes if n["type"] == 5] == \
         [{"city": "Paris"}, {"city": "Rome", "unit": "celsius"}]
     # Each TOOL_USE line leaves the encoder as soon as its block stops, before the next block starts.
@@ -180,7 +169,7 @@ def test_other_families_reasoning_streams_as_thinking_nodes(name: str) -> None:
     thinking = [n["thinking"] for n in nodes if n["type"] == 8]
     text = "".join(line["text"] for line in lines)
     assert all(t["summary"] and t["summary"] not in text for t in thinking)
-    check_per_tool_order(nodes)
+    assert len(assert_tools_stream_per_tool(nodes)) == 2
     assert lines[-1]["stop_reason"] == 3
 
 
