@@ -1,7 +1,7 @@
 """The load/record algorithm, written once for every backend.
 
-A backend supplies one primitive, ``_roundtrip(ops)``: execute a batch of ``Op`` (Lua script calls
-and SET EX) in ONE round trip (a Redis pipeline; a plain loop in memory) and return one reply per op,
+A backend supplies one primitive, ``_roundtrip(ops)``: execute a batch of ``Op`` (Lua script calls,
+SET EX and EXISTS) in ONE round trip (a Redis pipeline; a plain loop in memory) and return one reply per op,
 Redis-shaped (bytes, ints, nested lists, ``None``). And ``_guarded(fn, *args)``: run a whole store call
 under the backend's failure policy (timeout + circuit breaker for Redis). Everything else (key building,
 encoding, resolving index hits, forking) lives here, so all backends behave the same.
@@ -39,7 +39,14 @@ class Eval:
     args: tuple[Arg, ...]
 
 
-Op = SetEx | Eval
+@dataclass(frozen=True, slots=True)
+class Exists:
+    """EXISTS of one key (reply 0/1); reads without refreshing the TTL."""
+
+    key: str
+
+
+Op = SetEx | Eval | Exists
 
 
 def _dedupe(values: Iterable[str]) -> list[str]:
@@ -115,9 +122,12 @@ class EngineStore:
         first = scid or hint
         ops: list[Op] = [self._load_op(tenant, first)] if first else []
         ops += [Eval(GETEX_MANY, tuple(lookups[i] for i in idx), (self.ttl_seconds,)) for idx in buckets.values()]
+        if scid:  # same round trip: does any tenant hold this SCID? (read only, never refreshed)
+            ops.append(Exists(keys.scid_marker_key(scid)))
         if not ops:
             return LoadResult()
         replies = await self._roundtrip(ops)
+        marked = bool(replies.pop()) if scid else False
         bad = 0
         convs: dict[str, ConversationState] = {}
         guessed: ConversationState | None = None
@@ -163,8 +173,9 @@ class EngineStore:
             extra_norm, pend_norm = _resolve(pend_norm, convs, scid)
             tool_hits.update(extra_tool)
             norm_hits.update(extra_norm)
+        conversation = convs.get(scid) if scid else None
         return LoadResult(
-            conversation=convs.get(scid) if scid else None, conversations=convs,
+            conversation=conversation, conversations=convs, foreign=marked and conversation is None,
             tool_hits=tool_hits, norm_hits=norm_hits, exact_hits=exact_hits, fingerprint_hits=fp_hits,
             round_trips=round_trips,
             unresolved=len(raw_tool) + len(raw_norm) - len(tool_hits) - len(norm_hits),
@@ -182,6 +193,7 @@ class EngineStore:
         sc = codec.encode_scid(scid)
         fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])
         ops += [SetEx(keys.fingerprint_key(tenant, f), sc, ttl) for f in fps]
+        ops.append(SetEx(keys.scid_marker_key(scid), keys.SCID_MARKER_VALUE, ttl))  # refreshed per turn
         return ops
 
     async def _record(self, tenant: str, scid: str, write: TurnWrite, blob: bytes) -> RecordResult:

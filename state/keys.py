@@ -9,6 +9,7 @@ Key scheme (``<t>`` = tenant prefix, ``<scid>`` = conversation id)::
     tg:{<t>:i<b>}:x:<exact hash>   STRING  (thinking text, signature) pair       (Layer 2)
     tg:{<t>:i<b>}:n:<norm hash>    STRING  Location(scid, turn_id, position)
     tg:{<t>:i<b>}:fp:<fingerprint> STRING  scid
+    tg:{<scid>}:seen               STRING  "1": some tenant holds this SCID (no tenant in it)
 
 A conversation's three keys share the hash tag ``{<t>:<scid>}``, so they live in one Redis Cluster slot
 and one Lua script updates them atomically. Index keys live elsewhere: each falls in one of
@@ -18,6 +19,12 @@ all its lookups with one ``GETEX_MANY`` script call per bucket (at most 16 comma
 thousands) in the same pipeline. Writes are idempotent ``SET EX``. Every key embeds the tenant prefix,
 so no lookup can cross tenants. Identifiers from clients (tool ids, fingerprints) are embedded
 verbatim only when short and made of safe characters; otherwise their SHA-256 is used.
+
+The one exception is the SCID marker ``tg:{<scid>}:seen``: tenant-less by design, it says only that
+*some* tenant recorded a turn under this SCID within the TTL (written with every recorded turn, same
+TTL). A load that names a SCID reads it in the same round trip, so a header naming a conversation of
+another tenant can be counted as "foreign" rather than "miss"; the client still just gets a miss. Its
+hash tag is the bare SCID (no ``:``), so it cannot collide with a tenant-tagged key.
 """
 
 from __future__ import annotations
@@ -122,6 +129,14 @@ def _index_key(tenant: str, kind: str, ident: str) -> str:
     rest = f"{kind}:{_part(ident)}"
     bucket = zlib.crc32(rest.encode()) % INDEX_BUCKETS
     return f"{KEY_PREFIX}:{{{check_tenant(tenant)}:i{bucket}}}:{rest}"
+
+
+def scid_marker_key(scid: str) -> str:
+    """The tenant-less existence marker of a SCID (see the module docstring). Its value is ``b"1"``."""
+    return f"{KEY_PREFIX}:{{{check_scid(scid)}}}:seen"
+
+
+SCID_MARKER_VALUE = b"1"
 
 
 def hash_tag(key: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from state import keys
-from state.engine import EngineStore, Eval, Op, SetEx
+from state.engine import EngineStore, Eval, Exists, Op, SetEx
 from state.scripts import FORK, GETEX_MANY, LOAD, RECORD
 from state.store import StoreHealth
 
@@ -98,6 +98,8 @@ class MemoryStore(EngineStore):
             if isinstance(op, SetEx):
                 self._ks.put(op.key, op.value, op.ttl)
                 out.append(True)
+            elif isinstance(op, Exists):
+                out.append(int(self._ks.get(op.key) is not None))
             else:
                 out.append(self._eval(op))
         self._ks.sweep()

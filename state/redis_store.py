@@ -1,7 +1,8 @@
 """``RedisStore``: the engine over a single Redis node or a Redis Cluster (redis-py asyncio).
 
 - One ``_roundtrip`` = one pipeline (``transaction=False``): EVALSHA for the scripts (conversation
-  updates and reads, index reads batched per hash-tag bucket) and SET EX for index writes. On a
+  updates and reads, index reads batched per hash-tag bucket), SET EX for index writes and EXISTS for
+  the SCID marker. On a
   cluster the pipeline is split by node and sent to all nodes concurrently; it is still one round
   trip of latency. Scripts are loaded on ``start()`` (SCRIPT LOAD, every primary); a NOSCRIPT reply
   (restarted node, failover) reloads them and replays the pipeline once: every op in it is idempotent.
@@ -34,7 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from state import keys
 from state.breaker import CircuitBreaker
-from state.engine import EngineStore, Eval, Op
+from state.engine import EngineStore, Eval, Exists, Op
 from state.errors import StoreError, StoreUnavailable
 from state.scripts import ALL_SCRIPTS
 from state.store import StoreHealth
@@ -153,6 +154,8 @@ class RedisStore(EngineStore):
         for op in ops:
             if isinstance(op, Eval):
                 pipe.execute_command("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+            elif isinstance(op, Exists):
+                pipe.exists(op.key)
             else:
                 pipe.set(op.key, op.value, ex=op.ttl)
         self.round_trips += 1

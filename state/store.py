@@ -92,6 +92,9 @@ class LoadResult:
     - ``exact_hits``: exact hash -> the stored ``(thinking, signature)`` pair. The gateway must still
       compare the pair's text to its own text byte for byte before trusting the signature.
     - ``fingerprint_hits``: fingerprint -> SCID, as indexed (that conversation may not be loaded).
+    - ``foreign``: ``query.scid`` names no conversation of this tenant, but some tenant recorded a turn
+      under it within the TTL (the tenant-less marker ``keys.scid_marker_key``, read in the first round
+      trip). For metrics only: to the caller it is a miss like any other, nothing of it is returned.
     - ``round_trips``: how many pipelined round trips the load took (0, 1 or 2).
     """
 
@@ -101,6 +104,7 @@ class LoadResult:
     norm_hits: Mapping[str, Location] = field(default_factory=dict)
     exact_hits: Mapping[str, VerifiedPair] = field(default_factory=dict)
     fingerprint_hits: Mapping[str, str] = field(default_factory=dict)
+    foreign: bool = False
     round_trips: int = 0
     unresolved: int = 0
     undecodable: int = 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import redis
+
 from state.hashing import exact_hash, norm_hash
-from state.keys import new_scid
+from state.keys import new_scid, scid_marker_key
 from state.records import TurnRecord, VerifiedPair
 from state.store import LoadQuery, Store, TurnWrite
 from tests.state.conftest import MakeStore
@@ -138,6 +140,37 @@ async def test_isolation_between_tenants(store: Store) -> None:
     assert b_res.created and b_res.position == 0
     a_conv = await store.get_conversation(TENANT_A, res.scid)
     assert a_conv is not None and [t.turn_id for t in a_conv.turns] == [rec.turn_id]
+
+
+async def test_a_scid_held_by_another_tenant_is_foreign_and_returns_nothing(
+        make_store: MakeStore, raw_nodes: list[redis.Redis]) -> None:
+    store = await make_store(ttl_seconds=1000)
+    scid = await _conversation(store, 3)
+    fork = await store.record(T, TurnWrite(turn(1, tag="f"), scid=scid, expected_position=1))
+    assert fork.forked
+
+    for named in (scid, fork.scid):
+        seen_by_b = await store.load(TENANT_B, LoadQuery(scid=named, tool_ids=["toolu_t_0"]))
+        assert seen_by_b.foreign and seen_by_b.round_trips == 1  # read in the same round trip
+        assert seen_by_b.conversation is None and not seen_by_b.conversations and not seen_by_b.tool_hits
+        seen_by_a = await store.load(T, LoadQuery(scid=named))
+        assert not seen_by_a.foreign and seen_by_a.conversation is not None
+    for query in (LoadQuery(scid=new_scid()), LoadQuery(tool_ids=["toolu_t_0"]),
+                  LoadQuery(hint_scid=scid, tool_ids=["toolu_t_0"])):  # unknown SCID, no SCID, a hint
+        assert not (await store.load(TENANT_B, query)).foreign
+    # once B records under that SCID it is B's own conversation: a hit, not foreign
+    await store.record(TENANT_B, TurnWrite(turn(7, tag="b"), scid=scid))
+    mine = await store.load(TENANT_B, LoadQuery(scid=scid))
+    assert not mine.foreign and mine.conversation is not None and len(mine.conversation.turns) == 1
+
+    # Redis: the marker says nothing about the tenant, and lives as long as the conversation
+    for client in raw_nodes:
+        for key in client.keys(b"*:seen"):
+            assert key in {scid_marker_key(scid).encode(), scid_marker_key(fork.scid).encode()}
+            assert TENANT_A.encode() not in key and client.get(key) == b"1"
+            assert 900 < client.ttl(key) <= 1000
+    if raw_nodes:
+        assert sum(len(c.keys(b"*:seen")) for c in raw_nodes) == 2
 
 
 async def test_health_reports_ok(store: Store, backend: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from state.keys import new_scid
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, TurnWrite
-from tests.state.factories import TENANT_A, turn
+from tests.state.factories import TENANT_A, TENANT_B, turn
 
 T = TENANT_A
 
@@ -24,8 +24,10 @@ async def test_everything_expires_after_ttl() -> None:
     res = await store.record(T, TurnWrite(turn(0, fingerprint="fp")))
     clock.t += 59
     assert await store.get_conversation(T, res.scid) is not None
+    assert (await store.load(TENANT_B, LoadQuery(scid=res.scid))).foreign
     clock.t += 61
     assert await store.get_conversation(T, res.scid) is None
+    assert not (await store.load(TENANT_B, LoadQuery(scid=res.scid))).foreign  # the marker expired too
     gone = await store.load(T, LoadQuery(tool_ids=["toolu_t_0"], fingerprints=["fp"]))
     assert not gone.tool_hits and not gone.fingerprint_hits
     assert (await store.health()).detail == "0 keys"
