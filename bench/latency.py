@@ -71,18 +71,19 @@ def start(args: list[str], env: dict[str, str], health: str) -> Proc:
     return Proc(url, proc)
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes]) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     import urllib.request
 
-    for _ in range(400):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"process for {url} exited")
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
         except OSError:
-            time.sleep(0.025)
-    raise RuntimeError(f"{url} not healthy")
+            time.sleep(0.025)  # polling a starting process's port: there is no event to await
+    raise RuntimeError(f"{url} not healthy in {timeout}s")
 
 
 def start_redis() -> Proc:
