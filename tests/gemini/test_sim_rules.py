@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from starlette.testclient import TestClient
 
@@ -96,7 +98,6 @@ def test_stream_puts_the_text_signature_in_a_final_empty_part(client: Any) -> No
     r = client.post(f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse", headers=KEY,
                     json={"contents": [{"role": "user", "parts": [{"text": "hello"}]}]})
     chunks = [line for line in r.text.splitlines() if line.startswith("data: ")]
-    import orjson
     last = orjson.loads(chunks[-1][6:])
     assert last["candidates"][0]["content"]["parts"] == [{"text": "", "thoughtSignature": last["candidates"][0][
         "content"]["parts"][0]["thoughtSignature"]}]
@@ -104,13 +105,18 @@ def test_stream_puts_the_text_signature_in_a_final_empty_part(client: Any) -> No
     assert len({orjson.loads(c[6:])["responseId"] for c in chunks}) == 1
 
 
-def _compat_loop(client: Any, path: str, drop: str | None) -> Any:
+def _compat_loop(client: Any, path: str, drop: str | None,
+                 mangle: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """One tool round on a compat profile, then its replay with ``drop`` removed from (or ``mangle``
+    applied to) the assistant message."""
     headers = {"authorization": "Bearer k"}
     body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "[[sim:tools=1]] q"}],
                             "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
     msg = client.post(path, json=body, headers=headers).json()["choices"][0]["message"]
     if drop:
         msg.pop(drop)
+    if mangle:
+        mangle(msg)
     body["messages"] += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "r"}]
     return client.post(path, json=body, headers=headers)
 
@@ -129,3 +135,27 @@ def test_compat_profiles_reject_dropped_reasoning(client: Any) -> None:
     assert r.json() == {"error": {
         "message": "The `reasoning_content` in the thinking mode must be passed back to the API.",
         "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+
+
+def test_copilot_rejects_an_empty_content_list(client: Any) -> None:
+    """Rule 22: a tool-only assistant message must carry ``content: null``, never ``[]`` (seed 004)."""
+    r = _compat_loop(client, "/copilot/chat/completions", None, lambda m: m.update(content=[]))
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": "invalid request body", "code": "invalid_request_body"}}
+    assert _compat_loop(client, "/copilot/chat/completions", None, lambda m: m.update(content=None)).status_code == 200
+
+
+def test_openrouter_rejects_reasoning_details_without_the_encrypted_entry(client: Any) -> None:
+    """Rule 21: keeping only the ``reasoning.text`` entries is as bad as dropping them all."""
+    def text_only(m: dict[str, Any]) -> None:
+        m["reasoning_details"] = [d for d in m["reasoning_details"] if d["type"] == "reasoning.text"]
+        assert m["reasoning_details"], "the answer carried a text entry to keep"
+
+    r = _compat_loop(client, "/openrouter/api/v1/chat/completions", None, text_only)
+    upstream = orjson.dumps({"error": {"code": 400, "message": VERTEX_16, "status": "INVALID_ARGUMENT"}},
+                            option=orjson.OPT_INDENT_2).decode()
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": "Provider returned error", "code": 400, "metadata": {
+        "raw": "Gemini models require OpenRouter reasoning details to be preserved in each request. Please refer to "
+               "our docs: https://openrouter.ai/docs/use-cases/reasoning-tokens#preserving-reasoning-blocks. "
+               f"Upstream error: {upstream}\n", "provider_name": "Google"}}}
