@@ -143,3 +143,20 @@ def test_trailing_loop_start_treats_mixed_result_messages_as_loop() -> None:
         U, {"role": "assistant", "content": [tool_use("a")]},
         {"role": "user", "content": [result("a"), {"type": "text", "text": "<system-reminder>"}]}))
     assert trailing_loop_start(req.messages) == 1
+
+
+def test_budget_not_below_max_tokens_is_lowered() -> None:
+    out, kinds = run(body(U, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 4096}))
+    assert out["thinking"]["budget_tokens"] == 4095 and out["max_tokens"] == 4096
+    assert kinds == [ActionKind.PARAMS_FIXED]
+    out, _ = run(body(U, max_tokens=3000, thinking={"type": "enabled", "budget_tokens": 8000}))
+    assert out["thinking"]["budget_tokens"] == 2999
+    # max_tokens too small for the minimum budget: max_tokens is raised instead
+    out, _ = run(body(U, max_tokens=1024, thinking={"type": "enabled", "budget_tokens": 2048}))
+    assert out["thinking"]["budget_tokens"] == 2048 and out["max_tokens"] == 2049
+
+
+def test_budget_above_max_tokens_is_allowed_with_interleaved_thinking() -> None:
+    b = body(U, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 8000})
+    out, kinds = run(b, betas=frozenset({"interleaved-thinking-2025-05-14"}))
+    assert out["thinking"]["budget_tokens"] == 8000 and ActionKind.PARAMS_FIXED not in kinds

@@ -1,0 +1,136 @@
+"""Unit tests of conversation identification (pure functions of gateway/identity.py).
+
+Order of evidence, all within one tenant: the X-AG-Conversation-Id header > tool_use ids >
+normalized text hashes > the prefix fingerprint. A malformed or unknown header is a miss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.identity import (
+    RECENT_TURNS,
+    build_query,
+    identify_conversation,
+    path_fingerprint,
+    scid_from_header,
+    tenant_of,
+)
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Message
+from state.records import ConversationState, Location
+from state.store import LoadQuery, LoadResult
+
+HEADER, BY_TOOL, BY_TEXT, BY_FP = ("scid_header_" + "h" * 10, "scid_tool_" + "t" * 10,
+                                   "scid_text_" + "x" * 10, "scid_fprint_" + "f" * 10)
+
+
+def _conv(scid: str) -> ConversationState:
+    return ConversationState(scid=scid, created_at=0.0, updated_at=0.0, version=1, turns=(), last_verified=None,
+                             first_position=0, next_position=0)
+
+
+def _loc(scid: str) -> Location:
+    return Location(scid, "turn-" + scid, 0)
+
+
+def _result(*, header: bool = True, tool: bool = True, text: bool = True, fp: bool = True) -> LoadResult:
+    return LoadResult(
+        conversation=_conv(HEADER) if header else None,
+        tool_hits={"toolu_1": _loc(BY_TOOL)} if tool else {},
+        norm_hits={"n1": _loc(BY_TEXT)} if text else {},
+        fingerprint_hits={"fp1": BY_FP} if fp else {},
+    )
+
+
+QUERY = LoadQuery(scid=HEADER, tool_ids=["toolu_1"], norm_hashes=["n1"], fingerprints=["fp1"])
+
+
+def test_evidence_order_header_tool_text_fingerprint() -> None:
+    got = identify_conversation(_result(), QUERY)
+    assert (got.scid, got.via) == (HEADER, "header")
+    got = identify_conversation(_result(header=False), QUERY)
+    assert (got.scid, got.via) == (BY_TOOL, "tool_id")
+    got = identify_conversation(_result(header=False, tool=False), QUERY)
+    assert (got.scid, got.via) == (BY_TEXT, "text")
+    got = identify_conversation(_result(header=False, tool=False, text=False), QUERY)
+    assert (got.scid, got.via) == (BY_FP, "fingerprint")
+    got = identify_conversation(_result(header=False, tool=False, text=False, fp=False), QUERY)
+    assert (got.scid, got.via) == (None, "none")
+
+
+def test_a_header_naming_no_stored_conversation_falls_through() -> None:
+    """An unknown (expired, foreign) SCID is a miss: the body's evidence decides."""
+    got = identify_conversation(_result(header=False), QUERY)
+    assert got.via == "tool_id"
+    got = identify_conversation(_result(), LoadQuery(scid=None, tool_ids=["toolu_1"]))
+    assert got.via == "tool_id"  # a loaded conversation counts as the header only when the client named it
+
+
+def test_most_referenced_conversation_wins() -> None:
+    result = LoadResult(tool_hits={"a": _loc(BY_TOOL), "b": _loc(BY_TEXT), "c": _loc(BY_TEXT)},
+                        norm_hits={"n1": _loc(BY_FP), "n2": _loc(BY_FP), "n3": _loc(BY_FP)})
+    got = identify_conversation(result, LoadQuery(tool_ids=["a", "b", "c"]))
+    assert (got.scid, got.via) == (BY_TEXT, "tool_id")  # tool ids outrank more text hits
+
+
+def test_fingerprint_hit_only_for_the_queried_fingerprint() -> None:
+    result = LoadResult(fingerprint_hits={"other": BY_FP})
+    assert identify_conversation(result, LoadQuery(fingerprints=["fp1"])).via == "none"
+
+
+def test_scid_header_validity() -> None:
+    assert scid_from_header({}) == (None, False)
+    assert scid_from_header({"x-ag-conversation-id": "../../etc/passwd"}) == (None, True)
+    assert scid_from_header({"x-ag-conversation-id": f" {HEADER} "}) == (HEADER, True)
+
+
+def test_tenant_is_keyed_and_never_the_credential() -> None:
+    a = tenant_of("secret-1", {"x-api-key": "sk-a"})
+    assert a and "sk-a" not in a
+    assert a == tenant_of("secret-1", {"authorization": "Bearer sk-a"})
+    assert a != tenant_of("secret-2", {"x-api-key": "sk-a"}) and a != tenant_of("secret-1", {"x-api-key": "sk-b"})
+    assert tenant_of("secret-1", {}) is None
+
+
+def _msgs(*messages: dict[str, Any]) -> list[Message]:
+    return anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 1, "messages": list(messages)}).messages
+
+
+def _loop(ids: list[str], thinking: str, text: str, prompt: str = "weather in Oslo?") -> list[Message]:
+    out: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    for n, tid in enumerate(ids):
+        content: list[dict[str, Any]] = []
+        if thinking:
+            content.append({"type": "thinking", "thinking": f"{thinking} {n}", "signature": "s"})
+        if text:
+            content.append({"type": "text", "text": f"{text} {n}"})
+        content.append({"type": "tool_use", "id": tid, "name": "f", "input": {}})
+        out += [{"role": "assistant", "content": content},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": f"r{n}"}]}]
+    return _msgs(*out)
+
+
+def test_fingerprint_ignores_assistant_side_and_tool_ids_and_result_bodies() -> None:
+    """A client that regenerated every tool id and dropped all text and thinking replays the same path."""
+    original = _loop(["toolu_a", "toolu_b"], "Plan:\r\n step", "Checking.")
+    mangled = _loop(["call_1", "call_2"], "", "")
+    for m in mangled:
+        for b in m.content:
+            if b.type == "tool_result":
+                b.content = "other body"  # type: ignore[union-attr]
+    assert path_fingerprint(original) == path_fingerprint(mangled) is not None
+    assert path_fingerprint(_loop(["x"], "", "", prompt="weather in Rome?")) != path_fingerprint(_loop(["x"], "", ""))
+    assert path_fingerprint(_loop(["x", "y"], "", "")) != path_fingerprint(_loop(["x"], "", ""))
+    assert path_fingerprint([]) is None
+
+
+def test_query_covers_recent_turns_and_the_prefix_before_the_last_assistant() -> None:
+    msgs = _loop([f"toolu_{n}" for n in range(RECENT_TURNS + 2)], "think", "say")
+    q = build_query(msgs, HEADER)
+    assert q.scid == HEADER
+    assert q.tool_ids == [f"toolu_{n}" for n in range(2, RECENT_TURNS + 2)]  # only the recent turns
+    assert len(q.exact_hashes) == RECENT_TURNS and q.norm_hashes
+    last_assistant = max(i for i, m in enumerate(msgs) if m.role == "assistant")
+    assert q.fingerprints == [path_fingerprint(msgs[:last_assistant])]
+    assert build_query(_msgs({"role": "user", "content": "hi"}), None).fingerprints == []
