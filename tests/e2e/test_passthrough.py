@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
@@ -72,6 +74,46 @@ def test_claude_code_request_reaches_upstream_intact(sim: Sim, gateway: ServerPr
     assert last["headers"]["anthropic-beta"] == CLAUDE_CODE_BETAS
     assert last["headers"]["authorization"] == "Bearer sk-ant-oat-cc"
     assert r.headers.get("request-id", "").startswith("req_")
+
+
+SIM_REQUEST_ID = re.compile(r"req_01[0-9A-Za-z]{22}")  # the simulator's ids; the gateway's own are req_gw_...
+SEVERAL_BETAS = ["interleaved-thinking-2025-05-14", "context-management-2025-06-27", "claude-code-20250219"]
+
+
+# How the SDK authenticates: recent SDKs send the API key as ``Authorization: Bearer``; older clients
+# (and Claude Code with an API key) send ``x-api-key`` with an older ``anthropic-version``.
+CREDENTIALS: dict[str, dict[str, Any]] = {
+    "bearer": {"api_key": "sk-test-fwd-bearer"},
+    "x-api-key": {"api_key": "unused", "default_headers": {
+        "x-api-key": "sk-test-fwd-key", "Authorization": anthropic.omit, "anthropic-version": "2023-06-01"}},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("credential", sorted(CREDENTIALS))
+def test_client_headers_reach_upstream_unchanged_and_request_id_comes_back(
+    sim: Sim, gateway: ServerProcess, credential: str, stream: bool,
+) -> None:
+    params: dict[str, Any] = {"model": "claude-opus-4-5", "max_tokens": 256, "betas": SEVERAL_BETAS,
+                              "messages": [{"role": "user", "content": "[[sim:tools=0]] headers"}]}
+    with anthropic.Anthropic(base_url=gateway.url, max_retries=0, **CREDENTIALS[credential]) as client:
+        if stream:
+            with client.beta.messages.stream(**params) as s:
+                s.get_final_message()
+                sent, received = s.response.request.headers, s.response.headers
+        else:
+            raw = client.beta.messages.with_raw_response.create(**params)
+            raw.parse()
+            sent, received = raw.http_response.request.headers, raw.headers
+    upstream = sim.last()["headers"]
+    assert sent["anthropic-beta"] == ",".join(SEVERAL_BETAS)  # the SDK's one comma-separated header
+    if credential == "bearer":
+        assert sent["authorization"] == "Bearer sk-test-fwd-bearer" and "x-api-key" not in sent
+    else:
+        assert sent["x-api-key"] == "sk-test-fwd-key" and "authorization" not in sent
+    for name in ("anthropic-version", "anthropic-beta", "authorization", "x-api-key"):
+        assert upstream.get(name) == sent.get(name), name  # unchanged, and nothing added
+    assert SIM_REQUEST_ID.fullmatch(received["request-id"]), received["request-id"]
 
 
 def test_upstream_error_status_body_and_request_id_unchanged(sim: Sim, gateway: ServerProcess) -> None:
