@@ -9,8 +9,18 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.gemini.helpers import COPILOT, DEEPSEEK, GEMINI_COMPAT, OPENROUTER, Rejections, ask, run_loop
-from tests.process_fixtures import ServerProcess, Sim
+from tests.gemini.helpers import (
+    COPILOT,
+    DEEPSEEK,
+    GEMINI_COMPAT,
+    OPENROUTER,
+    Rejections,
+    ask,
+    gateway_env,
+    run_loop,
+)
+from tests.gemini.manglings import OPENAI
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 
 FIELDS = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_opaque", DEEPSEEK: "reasoning_content"}
 
@@ -72,3 +82,29 @@ def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenA
         ask(client, OPENROUTER, history, stream=False)
     assert "Gemini models require OpenRouter reasoning details to be preserved" in e.value.message
     assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+@pytest.fixture(scope="module")
+def default_route_gw(gateways: GatewayFactory, sim: Sim) -> ServerProcess:
+    return gateways.start(sim.url, gateway_env(sim, GATEWAY_OPENAI_BASE_URL=f"{sim.url}/openrouter/api/v1",
+                                               GATEWAY_OPENAI_FLAVOR="openrouter"))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_a_model_matching_no_prefix_goes_to_the_default_openai_upstream(
+        default_route_gw: ServerProcess, sim: Sim, client: openai.OpenAI, stream: bool) -> None:
+    """GATEWAY_OPENAI_BASE_URL (here an OpenRouter-style upstream) serves every model no route claims,
+    with its flavor's reasoning fields restored when the client drops them."""
+    model = "vendor-x/unrouted-model-1"
+    with openai.OpenAI(base_url=default_route_gw.url + "/v1", api_key="sk-test-default-route",
+                       max_retries=0) as c, Rejections(sim):
+        answers, _ = run_loop(lambda h: ask(c, model, h, stream=stream, reasoning_effort="low"),
+                              "[[sim:tools=2]] default route", mangle=OPENAI["drop_reasoning_details"])
+    assert [a.finish_reason for a in answers] == ["tool_calls"] * 2 + ["stop"]
+    last = sim.last()
+    assert last["path"] == "/openrouter/api/v1/chat/completions" and last["body"]["model"] == model
+    sent = [m for m in last["body"]["messages"] if m["role"] == "assistant"]
+    assert [m["reasoning_details"] for m in sent] == [a.message["reasoning_details"] for a in answers[:2]]
+    with pytest.raises(openai.BadRequestError) as e:  # the shared gateway has no default upstream
+        ask(client, model, [{"role": "user", "content": "hi"}], stream=stream)
+    assert e.value.code == "model_not_supported"
