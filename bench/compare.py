@@ -611,7 +611,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ll = keep(litellm(exe, sim.url, tmp))
             baselines.append(Target("litellm", ll, ll.url, "/anthropic", {"authorization": f"Bearer {LITELLM_KEY}"}))
         else:
-            notes.append("LiteLLM not installed (pip install -e '.[bench]' in .venv-bench): no peer-gateway column")
+            notes.append("LiteLLM not installed (python3 -m venv .venv-bench && .venv-bench/bin/pip install "
+                         "'litellm[proxy]'): no peer-gateway column")
         emb_p = keep(thinkgate(sim.url, {}))
         red_p = keep(thinkgate(sim.url, redis_env))
         gws = [Target("tg-embedded", emb_p, emb_p.url), Target("tg-redis", red_p, red_p.url)]
