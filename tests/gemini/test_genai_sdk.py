@@ -104,3 +104,16 @@ def test_stream_without_alt_sse_is_a_json_array(gw: ServerProcess, sim: Sim) -> 
     assert isinstance(chunks, list) and len(chunks) > 1
     parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
     assert any("functionCall" in p and p.get("thoughtSignature") for p in parts)
+
+
+def test_midstream_upstream_error_reaches_the_sdk_as_a_google_error(client: genai.Client, sim: Sim) -> None:
+    """HTTP 200, some chunks, then the upstream's error chunk: the SDK raises Google's error (it reads
+    ``{"error": {...}}`` chunks of an ``alt=sse`` stream), never a short answer that ends quietly."""
+    received: list[types.GenerateContentResponse] = []
+    with pytest.raises(errors.ServerError) as e:
+        for chunk in client.models.generate_content_stream(
+                model=GEMINI, contents="[[sim:fault=midstream]] [[sim:tools=1]] weather?", config=CONFIG):
+            received.append(chunk)
+    assert received and received[0].candidates, "the chunks before the failure were relayed"
+    assert (e.value.code, e.value.status, e.value.message) == (503, "UNAVAILABLE", "The model is overloaded.")
+    assert sim.last()["query"] == "alt=sse"
