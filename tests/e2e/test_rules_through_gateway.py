@@ -10,6 +10,7 @@ accepts (and straight to the simulator they are rejected with the exact text).
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -75,6 +76,34 @@ def history_rules() -> dict[int, dict[str, Any]]:
     }
 
 
+# The exact texts of ../shared/reference/protocols.md ("Rules a strict upstream simulator must enforce"),
+# filled in for the bodies above: the offending block is always messages.1.content.0.
+HISTORY_ERRORS: dict[int, str] = {
+    5: "messages.1.content.0.thinking.signature: Field required",
+    6: "messages.1.content.0: Invalid `signature` in `thinking` block",
+    7: "messages.1.content.0: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be "
+       "modified. These blocks must remain as they were in the original response.",
+    8: "messages.1.content.0: If an assistant message contains any thinking blocks, the first block must be "
+       "thinking or redacted_thinking. Found text.",
+    9: "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When "
+       "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
+       "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
+       "previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at "
+       "https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+    10: "messages.1.content.0: When thinking is disabled, an `assistant` message in the final position cannot "
+        "contain `thinking`. To use thinking blocks, enable `thinking` in your request.",
+    11: "messages.1: The final block in an assistant message cannot be `thinking`.",
+    12: "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_01A. Each "
+        "`tool_use` block must have a corresponding `tool_result` block in the next message.",
+    13: "messages.1.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_01Nobody. Each "
+        "`tool_result` block must have a corresponding `tool_use` block in the previous message.",
+}
+
+
+def test_every_history_rule_has_its_expected_error() -> None:
+    assert sorted(HISTORY_ERRORS) == sorted(history_rules())
+
+
 @pytest.fixture(scope="module")
 def passthrough_gateway(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
     return gateways.start(sim.url, {"GATEWAY_FIX_THINKING_PARAMS": "false"})
@@ -94,9 +123,12 @@ def test_param_rule_error_comes_back_unchanged(rule: int, sim: Sim, passthrough_
 @pytest.mark.parametrize("rule", sorted(history_rules()))
 def test_history_rule_is_prevented_by_the_gateway(rule: int, sim: Sim, gateway: ServerProcess) -> None:
     body = history_rules()[rule]
+    rejected_before = sim.stats()["rejections"]
     direct = httpx.post(sim.url + "/v1/messages", json=copy.deepcopy(body), headers=KEY)
     assert direct.status_code == 400, direct.text
-    before = sim.stats()["rejections"].get(str(rule), 0)
+    assert direct.json()["error"] == {"type": "invalid_request_error", "message": HISTORY_ERRORS[rule]}
+    rejected_direct = sim.stats()["rejections"]
+    assert Counter(rejected_direct) - Counter(rejected_before) == Counter({str(rule): 1})  # this rule, no other
     via = httpx.post(gateway.url + "/v1/messages", json=body, headers=KEY)
     assert via.status_code == 200, via.text
-    assert sim.stats()["rejections"].get(str(rule), 0) == before
+    assert sim.stats()["rejections"] == rejected_direct  # the repaired request broke no rule at all
