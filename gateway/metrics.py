@@ -70,10 +70,13 @@ TOOL_REPAIRS: dict[ActionKind, str] = {
     ActionKind.TOOL_LOOP_TEXTUALIZED: "textualized", ActionKind.TOOL_RESULTS_REORDERED: "reordered",
     ActionKind.TOOL_ID_MAPPED: "id_mapped"}
 TOOL_REPAIR_KINDS = frozenset(TOOL_REPAIRS.values()) | {"other"}
-VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "none", "other"})
-# "foreign" (another tenant's SCID) cannot be told from "miss": keys are tenant-scoped, so the store
-# never sees it. "expired" = the history's index entries point at records that are gone (trimmed or
-# expired), which the store reports as ``LoadResult.unresolved``.
+# via: the identification method that found the conversation (a hit), or the first one tried (a
+# miss), in the order ``gateway.identity`` tries them.
+VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "other"})
+# "foreign" = the header names a SCID this tenant does not hold but another one does (the store's
+# tenant-less SCID marker, ``LoadResult.foreign``); the client just gets a miss. "expired" = the
+# history's index entries point at records that are gone (trimmed or expired), which the store
+# reports as ``LoadResult.unresolved``.
 LOOKUP_RESULTS = frozenset({"hit", "miss", "foreign", "expired", "other"})
 REBUILD_RESULTS = frozenset({"restored", "partial", "degraded", "other"})
 _RESTORING = frozenset({ActionKind.RESTORED, ActionKind.SIGNATURE_RESTORED, ActionKind.HISTORY_REBUILT})
@@ -238,9 +241,22 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     if via != "none":
         SCID_LOOKUPS.labels(label(via, VIAS), "hit").inc()
         return
-    if not (query.scid or query.tool_ids or query.exact_hashes or query.norm_hashes or query.fingerprints):
+    tried = first_method(query)
+    if tried is None:
         return
-    SCID_LOOKUPS.labels("header" if query.scid else "none", "expired" if result.unresolved else "miss").inc()
+    outcome = "foreign" if result.foreign else "expired" if result.unresolved else "miss"
+    SCID_LOOKUPS.labels(tried, outcome).inc()
+
+
+def first_method(query: LoadQuery) -> str | None:
+    """The first identification method a lookup tries (``None``: the query has nothing to find)."""
+    if query.scid:
+        return "header"
+    if query.tool_ids:
+        return "tool_id"
+    if query.norm_hashes or query.exact_hashes:
+        return "text"
+    return "fingerprint" if query.fingerprints else None
 
 
 def observe_actions(actions: Iterable[Action], dialect: str) -> None:
@@ -360,9 +376,8 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
     and drop live gauges left by workers that died without cleaning up."""
     for up, kind in itertools.product(upstreams, classify.KINDS):
         UPSTREAM_ERRORS.labels(label(up, UPSTREAMS), kind)
-    for via in ("header", "tool_id", "text", "fingerprint", "none"):
-        SCID_LOOKUPS.labels(via, "miss" if via == "none" else "hit")
-    SCID_LOOKUPS.labels("header", "miss")
+    for via, result in itertools.product(("header", "tool_id", "text", "fingerprint"), ("hit", "miss")):
+        SCID_LOOKUPS.labels(via, result)
     for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
         STORE_ERRORS.labels(op, kind)
     STORE_CIRCUIT_OPEN.set(0)

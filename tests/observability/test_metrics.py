@@ -13,9 +13,11 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import metrics
+from gateway import metrics, pipeline
 from gateway.actions import Action, ActionKind
-from gateway.app import create_app
+from gateway.app import Gateway, create_app
+from gateway.pipeline import Exchange
+from gateway.protocols.canonical import Message, Request, TextBlock
 from gateway.settings import Settings
 from state.breaker import CircuitBreaker
 from state.memory_store import MemoryStore
@@ -90,19 +92,51 @@ def test_observe_lookup_hits_misses_and_first_turns() -> None:
     def lookups(via: str, result: str) -> float:
         return value("gateway_scid_lookups_total", via=via, result=result)
 
-    before = {k: lookups(*k) for k in [("tool_id", "hit"), ("header", "miss"), ("none", "miss"),
-                                       ("none", "expired"), ("header", "hit")]}
-    history = LoadQuery(tool_ids=["toolu_1"], fingerprints=["fp"])
+    keys = [(v, r) for v in ("header", "tool_id", "text", "fingerprint", "other")
+            for r in ("hit", "miss", "foreign", "expired", "other")]
+    before = {k: lookups(*k) for k in keys}
+    scid = "s" * 22
+    history = LoadQuery(tool_ids=["toolu_1"], norm_hashes=["n"], fingerprints=["fp"])
     metrics.observe_lookup("tool_id", history, LoadResult())
-    metrics.observe_lookup("none", LoadQuery(scid="s" * 22, tool_ids=["toolu_1"]), LoadResult())
+    metrics.observe_lookup("header", LoadQuery(scid=scid), LoadResult())
+    # a miss is labelled by the first method tried: header, tool ids, text, fingerprint
+    metrics.observe_lookup("none", LoadQuery(scid=scid, tool_ids=["toolu_1"]), LoadResult())
     metrics.observe_lookup("none", history, LoadResult())
     metrics.observe_lookup("none", history, LoadResult(unresolved=2))
+    metrics.observe_lookup("none", LoadQuery(norm_hashes=["n"], fingerprints=["fp"]), LoadResult())
+    metrics.observe_lookup("none", LoadQuery(exact_hashes=["x"]), LoadResult())
+    metrics.observe_lookup("none", LoadQuery(fingerprints=["fp"]), LoadResult(unresolved=1))
+    # the header names another tenant's conversation: foreign (wins over expired index entries)
+    metrics.observe_lookup("none", LoadQuery(scid=scid, tool_ids=["toolu_1"]), LoadResult(foreign=True, unresolved=1))
     metrics.observe_lookup("none", LoadQuery(), LoadResult())  # a first turn: nothing to find, not counted
-    metrics.observe_lookup("header", LoadQuery(scid="s" * 22), LoadResult())
-    after = {k: lookups(*k) for k in before}
-    assert {k: after[k] - before[k] for k in after} == {
-        ("tool_id", "hit"): 1, ("header", "miss"): 1, ("none", "miss"): 1, ("none", "expired"): 1,
-        ("header", "hit"): 1}
+    after = {k: lookups(*k) for k in keys}
+    assert {k: after[k] - before[k] for k in keys if after[k] != before[k]} == {
+        ("tool_id", "hit"): 1, ("header", "hit"): 1, ("header", "miss"): 1, ("tool_id", "miss"): 1,
+        ("tool_id", "expired"): 1, ("text", "miss"): 2, ("fingerprint", "expired"): 1, ("header", "foreign"): 1}
+
+
+async def test_load_stage_counts_another_tenants_scid_as_foreign_and_serves_a_miss() -> None:
+    """The pipeline's load stage over a real store: tenant B naming tenant A's SCID is a miss for B
+    (nothing of A's loaded) counted as result="foreign"; A naming it is a hit."""
+    store = MemoryStore()
+    gw = Gateway(Settings(), {}, store=store)
+    a = await store.record("tenant-a", TurnWrite(turn(0)))
+
+    def exchange(tenant: str) -> Exchange:
+        ex = Exchange("messages", "anthropic", "req_1", {}, "", b"", tenant=tenant, header_scid=a.scid)
+        ex.request = Request(model="m", messages=[Message("user", [TextBlock("hi")])])
+        return ex
+
+    before = {r: value("gateway_scid_lookups_total", via="header", result=r) for r in ("hit", "foreign", "miss")}
+    ex_b = exchange("tenant-b")
+    result = await pipeline.load(ex_b, gw)
+    assert result is not None and result.foreign and not result.conversations
+    assert ex_b.via == "none" and ex_b.scid is None
+    ex_a = exchange("tenant-a")
+    await pipeline.load(ex_a, gw)
+    assert ex_a.via == "header" and ex_a.scid == a.scid
+    after = {r: value("gateway_scid_lookups_total", via="header", result=r) for r in before}
+    assert {r: after[r] - before[r] for r in before} == {"hit": 1, "foreign": 1, "miss": 0}
 
 
 def test_observe_record_counts_forks_only() -> None:
