@@ -11,6 +11,7 @@ from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
 from gateway.routing import FLAVORS, RouteError, Router, parse_routes
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 BYPASS_OFF = "off"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -111,7 +112,10 @@ class Settings:
             raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "
                                 f"(the documented bypass values) or {BYPASS_OFF}")
         _str(kw, "gemini_signature_bypass", v)
-        _str(kw, "log_level", get("LOG_LEVEL"))
+        if v := (get("LOG_LEVEL") or "").strip():
+            if v.upper() not in LOG_LEVELS:
+                raise SettingsError(f"GATEWAY_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+            kw["log_level"] = v.upper()
         if (v := get("LOG_FORMAT")) is not None and v not in ("json", "text", ""):
             raise SettingsError("GATEWAY_LOG_FORMAT must be 'json' or 'text'")
         _str(kw, "log_format", v)

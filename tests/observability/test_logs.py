@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 
-from gateway import logs
+from gateway import cli, logs
 from gateway.actions import Action, ActionKind
 from gateway.pipeline import Exchange
 from gateway.protocols.canonical import Request
@@ -26,6 +28,22 @@ def _observation() -> logs.Observation:
                             ttfb=0.0123, duration=0.5, upstream_error="invalid_signature", exchange=ex)
 
 
+@contextlib.contextmanager
+def configured(level: str, fmt: str) -> Iterator[io.StringIO]:
+    """``logs.configure`` into a buffer; the root logger's level and handlers are restored after."""
+    buf = io.StringIO()
+    root = logging.getLogger()
+    saved_level, saved_handlers = root.level, list(root.handlers)
+    try:
+        logs.configure(level, fmt, stream=buf)
+        yield buf
+    finally:
+        for h in list(root.handlers):
+            if h not in saved_handlers:
+                root.removeHandler(h)
+        root.setLevel(saved_level)
+
+
 def test_request_fields_carry_identifiers_and_decisions_only() -> None:
     fields = logs.request_fields(_observation())
     assert fields == {
@@ -39,20 +57,11 @@ def test_request_fields_carry_identifiers_and_decisions_only() -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
 def test_configure_and_log_request(fmt: str) -> None:
-    buf = io.StringIO()
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    try:
-        logs.configure("INFO", fmt, stream=buf)
+    with configured("INFO", fmt) as buf:
         logs.configure("INFO", fmt, stream=buf)  # idempotent: one handler of ours
-        assert sum(1 for h in root.handlers if getattr(h, "thinkgate", False)) == 1
+        assert sum(1 for h in logging.getLogger().handlers if getattr(h, "thinkgate", False)) == 1
         logs.log_request(_observation())
         logging.getLogger("thinkgate.test").debug("not at INFO")
-    finally:
-        for h in list(root.handlers):
-            if h not in handlers:
-                root.removeHandler(h)
-        root.setLevel(level)
     lines = buf.getvalue().splitlines()
     assert len(lines) == 1
     if fmt == "json":
@@ -84,3 +93,23 @@ def test_log_format_setting() -> None:
     assert Settings.from_env({"GATEWAY_LOG_FORMAT": ""}).log_format == "text"
     with pytest.raises(SettingsError, match="GATEWAY_LOG_FORMAT"):
         Settings.from_env({"GATEWAY_LOG_FORMAT": "xml"})
+
+
+def test_log_level_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert Settings.from_env({}).log_level == "INFO"
+    assert Settings.from_env({"GATEWAY_LOG_LEVEL": "warning"}).log_level == "WARNING"
+    # WARNING: the access line (INFO) is suppressed, warnings still go out
+    with configured(Settings.from_env({"GATEWAY_LOG_LEVEL": "WARNING"}).log_level, "json") as buf:
+        logs.log_request(_observation())
+        logging.getLogger("thinkgate.test").warning("still shown")
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [(r["logger"], r["msg"]) for r in lines] == [("thinkgate.test", "still shown")]
+
+    # garbage is a clear startup error: `thinkgate serve` exits 2 naming the variable, before serving
+    for bad in ("verbose", "10", "warn"):
+        with pytest.raises(SettingsError, match="GATEWAY_LOG_LEVEL must be one of DEBUG, INFO, WARNING"):
+            Settings.from_env({"GATEWAY_LOG_LEVEL": bad})
+    monkeypatch.setenv("GATEWAY_LOG_LEVEL", "verbose")
+    assert cli.main(["serve", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "GATEWAY_LOG_LEVEL must be one of" in err and "Traceback" not in err
