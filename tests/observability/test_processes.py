@@ -59,6 +59,14 @@ def wait_for(predicate: Any, timeout: float = 20.0) -> Any:
         time.sleep(0.1)  # polling another process's state: there is nothing to await
 
 
+def settled(m: dict[str, Any], served: int) -> dict[str, Any] | None:
+    """The scrape if every per-request series counts exactly ``served`` requests (none pending), else None."""
+    duration = m.get("gateway_request_duration_seconds_count", {})
+    done = messages_total(m) == served == sum(per_worker(m).values()) \
+        and duration.get((("endpoint", "messages"), ("upstream", "anthropic"))) == served
+    return m if done else None
+
+
 def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways: GatewayFactory) -> None:
     gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO"}, workers=2)
     match = re.search(r"PROMETHEUS_MULTIPROC_DIR=(\S+)", gw.log())
@@ -73,12 +81,14 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
         workers = per_worker(scrape(gw))
         if len(workers) == 2 and all(v > 0 for v in workers.values()):
             break
-    m = scrape(gw)
+    # Counters go up just after a response's last byte, so the last request's may land a moment after
+    # its client returned: poll (bounded) until one scrape shows exactly the expected sums.
+    m = wait_for(lambda: settled(scrape(gw), served))
     workers = per_worker(m)
     assert len(workers) == 2 and all(v > 0 for v in workers.values()), workers
     # whichever worker answers the scrape reports the sum of both
     assert messages_total(m) == served == sum(workers.values())
-    assert messages_total(scrape(gw)) == served
+    assert wait_for(lambda: messages_total(scrape(gw)) == served)
     assert m["gateway_request_duration_seconds_count"][(("endpoint", "messages"), ("upstream", "anthropic"))] \
         == served
 
@@ -86,9 +96,9 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
     old = set(workers)
     gw.proc.send_signal(signal.SIGHUP)
     new = wait_for(lambda: (w := set(per_worker(scrape(gw)))) and not (w & old) and w)
-    assert messages_total(scrape(gw)) == served
+    assert messages_total(scrape(gw)) == served  # the old workers' counters stay in the sum
     drive(gw, 5)
-    assert messages_total(scrape(gw)) == served + 5
+    assert wait_for(lambda: messages_total(scrape(gw)) == served + 5)
     assert set(per_worker(scrape(gw))) <= new
 
     gw.stop()
@@ -154,3 +164,73 @@ def test_no_key_signature_or_thinking_text_is_logged(sim: Sim, gateways: Gateway
     assert {r["model"] for r in requests} == {"claude-opus-4-5"}
     assert any(r["actions"] for r in requests)  # verified thinking kept on replays
     assert all(isinstance(r["duration_ms"], float) for r in requests)
+
+
+def upstream_errors(gw: ServerProcess) -> dict[str, float]:
+    """kind -> gateway_upstream_errors_total{upstream="anthropic"} in the process's /metrics."""
+    series = scrape(gw).get("gateway_upstream_errors_total", {})
+    return {dict(labels)["kind"]: v for labels, v in series.items() if ("upstream", "anthropic") in labels}
+
+
+def test_an_upstream_400_from_the_simulator_is_counted_by_kind(sim: Sim, gateways: GatewayFactory) -> None:
+    """A forged signature never reaches the upstream (the sanitizer drops thinking no record vouches for,
+    also with the state machine off), so the 400 that gets through is a parameter rule with parameter
+    repair off: the simulator's real error body is classified as kind="params"."""
+    gw = gateways.start(sim.url, {"GATEWAY_FIX_THINKING_PARAMS": "false", "GATEWAY_STATE_MACHINE_ENABLED": "false"})
+    before = upstream_errors(gw)
+    assert before.get("params") == 0  # the series exists from the start (alerts see the first increase)
+    client = anthropic.Anthropic(base_url=gw.url, api_key="sk-test-upstream-400", max_retries=0)
+    try:
+        client.messages.create(model="claude-opus-4-5", max_tokens=4096, extra_body={"temperature": 0.2},
+                               thinking={"type": "enabled", "budget_tokens": 2048},
+                               messages=[{"role": "user", "content": "hello"}])
+        raise AssertionError("the simulator accepted temperature 0.2 with thinking on")
+    except anthropic.BadRequestError as e:
+        assert "`temperature` may only be set to 1 when thinking is enabled" in str(e.message)
+    finally:
+        client.close()
+    after = upstream_errors(gw)  # counted before the answer went out: no wait needed
+    assert {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)} == {"params": 1}
+
+
+def scid_lookups(gw: ServerProcess) -> dict[tuple[str, str], float]:
+    series = scrape(gw).get("gateway_scid_lookups_total", {})
+    return {(dict(labels)["via"], dict(labels)["result"]): v for labels, v in series.items()}
+
+
+def test_another_tenants_scid_counts_as_foreign_and_is_served_as_a_new_conversation(
+        sim: Sim, gateways: GatewayFactory, redis_url: str) -> None:
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "foreign-scid-secret",
+                                  "GATEWAY_STORE_TIMEOUT_MS": "2000"})
+    owner = anthropic.Anthropic(base_url=gw.url, api_key="sk-tenant-a-foreign", max_retries=0)
+    other = anthropic.Anthropic(base_url=gw.url, api_key="sk-tenant-b-foreign", max_retries=0)
+    params: dict[str, Any] = {"model": "claude-opus-4-5", "max_tokens": 4096,
+                              "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    try:
+        raw = owner.messages.with_raw_response.create(
+            **params, messages=[{"role": "user", "content": "the launch codes of tenant A"}])
+        a_scid = raw.headers["x-ag-conversation-id"]
+        a_answer = raw.parse()
+        before = scid_lookups(gw)
+
+        mine = [{"role": "user", "content": "hello from tenant B"}]
+        b_raw = other.messages.with_raw_response.create(
+            **params, messages=mine, extra_headers={"x-ag-conversation-id": a_scid})
+        b_answer = b_raw.parse()
+        after = scid_lookups(gw)  # counted in the load stage, before the upstream call
+        # B is served as a new conversation: nothing of A's history reached the upstream or B
+        assert sim.last()["body"]["messages"] == mine
+        a_text = [b.thinking for b in a_answer.content if b.type == "thinking"]
+        assert a_text and all(t not in b_raw.http_response.text for t in a_text)
+        assert "launch codes" not in b_raw.http_response.text and b_answer.stop_reason == "end_turn"
+        assert {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)} \
+            == {("header", "foreign"): 1}
+
+        # A's own conversation is untouched: A naming it is a hit, and its history is rebuilt
+        owner.messages.create(**params, messages=[{"role": "user", "content": "and the second code?"}],
+                              extra_headers={"x-ag-conversation-id": a_scid})
+        assert scid_lookups(gw)[("header", "hit")] == after.get(("header", "hit"), 0) + 1
+        assert sim.last()["body"]["messages"][0]["content"] == "the launch codes of tenant A"
+    finally:
+        owner.close()
+        other.close()
