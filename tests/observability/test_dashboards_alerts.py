@@ -178,6 +178,23 @@ def test_every_rule_queries_exported_metrics_and_links_its_runbook_section() -> 
         assert "for" in r
 
 
+def test_the_runbooks_documented_rewrite_makes_every_runbook_link_absolute() -> None:
+    """docs/runbook.md tells operators of plain Prometheus to rewrite the relative ``runbook_url``
+    prefix with sed; the command it shows must turn every link into ``<base>#<its section>``."""
+    doc = RUNBOOK.read_text()
+    base = re.search(r"^\s*RUNBOOK=(\S+)$", doc, re.M)
+    sub = re.search(r'sed "s#([^#]+)#([^#]+)#"', doc)
+    assert base and sub, "the runbook no longer shows the rewrite"
+    old, new = sub[1], sub[2].replace("${RUNBOOK}", base[1])
+    rewritten = yaml.safe_load(ALERTS.read_text().replace(old, new))
+    urls = [r["annotations"]["runbook_url"] for g in rewritten["groups"] for r in g["rules"]]
+    assert len(urls) == len(rules())
+    sections = anchors()
+    for url in urls:
+        page, _, anchor = url.partition("#")
+        assert page == base[1] and page.startswith("https://") and anchor in sections, url
+
+
 def test_required_alerts() -> None:
     by_name = {r["alert"]: r for r in rules()}
     sig = by_name["ThinkgateSignatureErrors"]
@@ -224,7 +241,7 @@ def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
             _series(up, "0+5x40", upstream="anthropic", kind="overloaded"),
             _series(up, "0x40", upstream="anthropic", kind="thinking_modified"),
             _series("gateway_scid_lookups_total", "0+1x60", via="tool_id", result="hit"),
-            _series("gateway_scid_lookups_total", "0+3x60", via="none", result="miss"),
+            _series("gateway_scid_lookups_total", "0+3x60", via="tool_id", result="miss"),
             _series("gateway_store_circuit_open", "0 0 1x10 0x30", instance="b"),
             _series("gateway_requests_total", "0+1x40", endpoint="messages", upstream="anthropic", status="5xx"),
             _series("gateway_requests_total", "0+9x40", endpoint="messages", upstream="anthropic", status="2xx"),
