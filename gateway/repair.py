@@ -194,9 +194,13 @@ def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], 
 
     Returns the recorded conversation (each turn's prompt messages, then the turn) followed by the
     client's messages, plus which message index holds which turn; None when there is nothing to
-    rebuild.
+    rebuild, and when the client's first message is the conversation's first one: it replays the
+    conversation from its start (a retry of the first request), and the path is the client's.
     """
     if not recs.conversation or any(m.role == "assistant" for m in msgs):
+        return None
+    first = recs.conversation[min(recs.conversation)].prompt
+    if msgs and first and (first[0].role, first[0].content) == (msgs[0].role, msgs[0].content):
         return None
     out: list[Message] = []
     pinned: dict[int, RecordedTurn] = {}

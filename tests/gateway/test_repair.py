@@ -12,7 +12,7 @@ from typing import Any
 from gateway.actions import ActionKind
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from gateway.repair import RecordedTurn, Records, TurnsConversation, repair
+from gateway.repair import RecordedTurn, Records, TurnsConversation, rebuild_history, repair
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.toolchain import NO_RESULT
@@ -124,3 +124,17 @@ def test_tool_ids_are_mapped_only_for_the_turn_they_belong_to() -> None:
     res = repair(msgs, Records(conversation=TurnsConversation({0: _recorded_turn()}), scid="scid-A"))
     assert not res.matched and not res.actions
     assert msgs[2].tool_result_ids() == ["call_9"]
+
+
+def test_history_is_rebuilt_for_a_new_message_but_not_for_a_replay_from_the_start() -> None:
+    """Server-side thread state: only the client's new message comes; a retry of the first request
+    (its first message again) is the client's own path, and no recorded turn is re-added to it."""
+    first = Message("user", [TextBlock("weather?")], content_was_string=True)
+    turn = RecordedTurn("scid-A", 0, (ThinkingBlock(TEXT, SIG), TextBlock("Sunny.")), prompt_loader=lambda: (first,))
+    recs = Records(conversation=TurnsConversation({0: turn}), scid="scid-A")
+    rebuilt = rebuild_history(recs, [Message("user", [TextBlock("and tomorrow?")], content_was_string=True)])
+    assert rebuilt is not None
+    msgs, pinned = rebuilt
+    assert [m.role for m in msgs] == ["user", "assistant", "user"] and pinned == {1: turn}
+    retry = [Message("user", [TextBlock("weather?")], content_was_string=True)]
+    assert rebuild_history(recs, retry) is None
