@@ -43,14 +43,15 @@ def _set(key: str, fn: Callable[[Any], Any]) -> Callable[[dict[str, Any]], dict[
     return f
 
 
-def _to_text(tagged: bool) -> Callable[[Content], Content]:
+def _to_text(tag: str | None) -> Callable[[Content], Content]:
+    """Thinking turned into a text block, wrapped in ``<tag>...</tag>`` when a tag is given."""
     def apply(content: Content) -> Content:
         out = []
         for b in content:
             if b.get("type") == "thinking":
                 t = b.get("thinking", "")
                 if t:
-                    out.append({"type": "text", "text": f"<thinking>{t}</thinking>" if tagged else t})
+                    out.append({"type": "text", "text": f"<{tag}>{t}</{tag}>" if tag else t})
             elif b.get("type") == "redacted_thinking":
                 continue
             else:
@@ -85,8 +86,9 @@ MESSAGE_MANGLINGS: dict[str, Callable[[Content], Content]] = {
     "rstrip_thinking": _thinking(_set("thinking", lambda t: t.rstrip())),
     "crlf_to_lf": _thinking(_set("thinking", lambda t: t.replace("\r\n", "\n"))),
     "lf_to_crlf": _thinking(_set("thinking", lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"))),
-    "thinking_to_tag_text": _to_text(tagged=True),
-    "thinking_to_text_block": _to_text(tagged=False),
+    "thinking_to_tag_text": _to_text("thinking"),
+    "thinking_to_think_tag_text": _to_text("think"),
+    "thinking_to_text_block": _to_text(None),
     "text_before_thinking": _text_first,
     "blank_thinking": _thinking(_set("thinking", lambda t: "")),
     "drop_empty_signed_thinking": _thinking(lambda b: None if b.get("thinking") == "" else b),

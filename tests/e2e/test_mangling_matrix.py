@@ -7,7 +7,16 @@ header. The simulator must reject nothing, and with records present thinking mus
 stay on for every turn (the interleaved beta makes every simulator answer start
 with thinking whenever thinking was enabled for that request).
 Then the same matrix with the records gone (store flushed before every request) and
-with Redis stopped: still zero rejections.
+with Redis stopped: still zero rejections (with and without the header; the header-less
+half runs one sampled stream mode per case to keep the suite short).
+
+Every upstream body is inspected too: a tool result is synthesised ("no result was
+returned") only where the client really lost one, and real results are never turned into
+text, so a repair that restores recorded tool ids without mapping the client's results
+back cannot hide behind the tool-chain rules. ``drop_redacted`` conversations carry
+redacted_thinking, and ``drop_empty_signed_thinking`` runs with adaptive thinking at
+``display: omitted`` (empty signed thinking). Every parametrisation has its own prompt, so
+text-hash matching can never land on another test's conversation.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from gateway.toolchain import NO_RESULT
 from tests.e2e.helpers import WEATHER_TOOL, block_dicts, tool_results
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port
@@ -35,6 +45,16 @@ FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind
 CASES = sorted(MESSAGE_MANGLINGS) + sorted(HISTORY_MANGLINGS) + FLOWS
 # Flows where thinking legitimately cannot be on for every turn.
 NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
+# Cases whose conversations carry redacted_thinking after the thinking block.
+REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
+# Cases played with a thinking configuration of their own.
+CASE_THINKING: dict[str, dict[str, Any]] = {
+    "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
+}
+# The only cases whose upstream bodies may hold a synthesised result or a result turned into text.
+SYNTHESIZED_OK = {"tool_result_missing"}
+TEXTUALIZED_OK = {"orphan_tool_result_at_start"}
+TEXTUALIZED = "[tool result for "  # toolchain.result_as_text
 
 
 @dataclass
@@ -60,13 +80,19 @@ def pair_without_redis(sim: Sim, gateways: GatewayFactory) -> Pair:
 class Loop:
     """A conversation whose consecutive requests alternate between two gateways."""
 
-    def __init__(self, pair: Pair, *, stream: bool, header: bool, flush_each: bool = False) -> None:
+    def __init__(self, pair: Pair, sim: Sim, *, stream: bool, header: bool, flush_each: bool = False) -> None:
         self.clients = [anthropic.Anthropic(base_url=g.url, api_key="sk-matrix", max_retries=0,
                                             default_headers=BETA) for g in (pair.a, pair.b)]
-        self.pair, self.stream, self.header, self.flush_each = pair, stream, header, flush_each
+        self.pair, self.sim, self.stream, self.header, self.flush_each = pair, sim, stream, header, flush_each
         self.n = 0
         self.scid: str | None = None
         self.answers: list[anthropic.types.Message] = []
+        self.upstream: list[dict[str, Any]] = []  # the body the simulator received, per request
+
+    @property
+    def label(self) -> str:
+        return f"{'stream' if self.stream else 'create'}/{'scid' if self.header else 'no-scid'}" \
+               f"{'/expired' if self.flush_each else ''}{'' if self.pair.redis else '/no-redis'}"
 
     def send(self, messages: list[dict[str, Any]], thinking: dict[str, Any] | None = THINKING
              ) -> anthropic.types.Message:
@@ -89,6 +115,7 @@ class Loop:
         assert headers.get(SCID), "every response carries the conversation id"
         self.scid = headers[SCID]
         self.answers.append(answer)
+        self.upstream.append(self.sim.last()["body"])
         return answer
 
     def close(self) -> None:
@@ -97,7 +124,10 @@ class Loop:
 
 
 def play(loop: Loop, case: str, rounds: int = 3) -> None:
-    history: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools={rounds}]] weather? case {case}"}]
+    redacted = " [[sim:redacted]]" if case in REDACTED else ""
+    prompt = f"[[sim:tools={rounds}]]{redacted} weather? case {case} ({loop.label})"
+    history: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    base = CASE_THINKING.get(case, THINKING)
 
     def mangled(h: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if case in MESSAGE_MANGLINGS:
@@ -111,11 +141,11 @@ def play(loop: Loop, case: str, rounds: int = 3) -> None:
 
     step = 0
     while True:
-        thinking: dict[str, Any] | None = THINKING
+        thinking: dict[str, Any] | None = base
         if case == "thinking_off_mid_loop" and step >= 1:
             thinking = None
         if case == "thinking_on_mid_loop":
-            thinking = None if step == 0 else THINKING
+            thinking = None if step == 0 else base
         answer = loop.send(mangled(history), thinking)
         if case == "retry_twice":
             answer = loop.send(mangled(history), thinking)
@@ -128,6 +158,23 @@ def play(loop: Loop, case: str, rounds: int = 3) -> None:
         assert step < 10, "tool loop did not finish"
         history.append({"role": "assistant", "content": block_dicts(answer)})
         history.append({"role": "user", "content": tool_results(answer)})
+    if case in REDACTED:
+        assert "redacted_thinking" in [b.type for b in loop.answers[0].content], "no redacted_thinking to mangle"
+    if case in CASE_THINKING:
+        assert loop.answers[0].content[0].type == "thinking" and loop.answers[0].content[0].thinking == ""
+
+
+def check_upstream(loop: Loop, case: str) -> None:
+    """No tool result synthesised or turned into text except where the case calls for it."""
+    for n, body in enumerate(loop.upstream):
+        blocks = [b for m in body["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                  for b in m["content"]]
+        if case not in SYNTHESIZED_OK:
+            assert not [b for b in blocks if b.get("type") == "tool_result" and b.get("content") == NO_RESULT], \
+                f"request {n}: a tool result was synthesised (the real one was lost)"
+        if case not in TEXTUALIZED_OK:
+            assert not [b for b in blocks if b.get("type") == "text" and b["text"].startswith(TEXTUALIZED)], \
+                f"request {n}: a real tool result was turned into text"
 
 
 @pytest.fixture()
@@ -137,35 +184,41 @@ def rejections(sim: Sim) -> Iterator[None]:
     assert sum(sim.stats()["rejections"].values()) == before, "the simulator rejected a request"
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", CASES)
-def test_matrix_with_records(pair: Pair, rejections: None, case: str, stream: bool, header: bool) -> None:
-    loop = Loop(pair, stream=stream, header=header)
+def run_case(pair: Pair, sim: Sim, case: str, *, stream: bool, header: bool, flush_each: bool = False) -> Loop:
+    loop = Loop(pair, sim, stream=stream, header=header, flush_each=flush_each)
     try:
         play(loop, case)
     finally:
         loop.close()
+    check_upstream(loop, case)
+    return loop
+
+
+# Without the header, the records-gone matrices run one stream mode per case (alternating down the
+# sorted case list), which covers both modes and every case at half the cost.
+SAMPLED = [pytest.param(case, True, stream, id=f"{case}-{'stream' if stream else 'create'}-scid")
+           for case in CASES for stream in (False, True)] + \
+          [pytest.param(case, False, k % 2 == 1, id=f"{case}-{'stream' if k % 2 else 'create'}-no-scid")
+           for k, case in enumerate(CASES)]
+
+
+@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("case", CASES)
+def test_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case: str, stream: bool, header: bool) -> None:
+    loop = run_case(pair, sim, case, stream=stream, header=header)
     if case not in NO_KEEP_CHECK:
         starts = [a.content[0].type if a.content else None for a in loop.answers]
         assert all(s == "thinking" for s in starts), f"thinking lost: {starts}"
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", CASES)
-def test_matrix_with_records_expired(pair: Pair, rejections: None, case: str, stream: bool) -> None:
-    loop = Loop(pair, stream=stream, header=True, flush_each=True)
-    try:
-        play(loop, case)
-    finally:
-        loop.close()
+@pytest.mark.parametrize(("case", "header", "stream"), SAMPLED)
+def test_matrix_with_records_expired(pair: Pair, sim: Sim, rejections: None, case: str, header: bool,
+                                     stream: bool) -> None:
+    run_case(pair, sim, case, stream=stream, header=header, flush_each=True)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", CASES)
-def test_matrix_with_redis_stopped(pair_without_redis: Pair, rejections: None, case: str, stream: bool) -> None:
-    loop = Loop(pair_without_redis, stream=stream, header=True)
-    try:
-        play(loop, case)
-    finally:
-        loop.close()
+@pytest.mark.parametrize(("case", "header", "stream"), SAMPLED)
+def test_matrix_with_redis_stopped(pair_without_redis: Pair, sim: Sim, rejections: None, case: str, header: bool,
+                                   stream: bool) -> None:
+    run_case(pair_without_redis, sim, case, stream=stream, header=header)
