@@ -42,3 +42,17 @@ def test_readyz_reports_the_store(sim: Sim, gateways: GatewayFactory, redis_serv
     assert ready.json()["store"] == {"backend": "redis", "ok": True, "circuit": "closed"}
     embedded = httpx.get(gateways.start(sim.url).url + "/readyz").json()
     assert embedded["store"]["backend"] == "memory"
+
+
+EMBEDDED_NOTICE = "using the embedded in-process store (single process only)"
+
+
+def test_startup_log_says_which_store(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
+    # An empty value is "unset" for the settings, whatever this test process's environment holds.
+    embedded = gateways.start(sim.url, {"GATEWAY_REDIS_URL": "", "GATEWAY_LOG_LEVEL": "INFO"})
+    assert httpx.get(embedded.url + "/readyz").json()["store"]["backend"] == "memory"
+    assert "no GATEWAY_REDIS_URL: " + EMBEDDED_NOTICE in embedded.log()
+    shared = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "modes",
+                                      "GATEWAY_LOG_LEVEL": "INFO"})
+    assert httpx.get(shared.url + "/readyz").json()["store"]["backend"] == "redis"
+    assert EMBEDDED_NOTICE not in shared.log()
