@@ -34,10 +34,28 @@ def pair(provider_pair: Pair) -> Pair:
     return provider_pair
 
 
+def tool_runs(messages: list[dict[str, Any]]) -> list[tuple[list[str], list[str]]]:
+    """Per assistant message: its tool-call ids and the ``tool_call_id``s of the tool messages after it."""
+    runs = []
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            answered = []
+            for t in messages[k + 1:]:
+                if t["role"] != "tool":
+                    break
+                answered.append(t["tool_call_id"])
+            runs.append(([c["id"] for c in m.get("tool_calls") or ()], answered))
+    return runs
+
+
 def assert_restored(model: str, answers: list[Answer], bodies: list[dict[str, Any]]) -> None:
     for n, body in enumerate(bodies):
         sent = [m for m in body["messages"] if m["role"] == "assistant"]
         assert len(sent) == n
+        for (ids, answered), a in zip(tool_runs(body["messages"]), answers, strict=False):
+            relayed = [c["id"] for c in a.tool_calls]
+            assert ids == relayed, f"request {n}: the upstream's own tool-call ids go back, whatever the client sent"
+            assert sorted(answered) == sorted(relayed), f"request {n}: tool results reference the upstream's ids"
         for m, a in zip(sent, answers, strict=False):
             for key in FIELDS[model]:
                 assert m.get(key) == a.message.get(key), f"request {n}: {key} not replayed as relayed"

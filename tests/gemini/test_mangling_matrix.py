@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.gemini.helpers import GEMINI, Rejections, run_loop, tool_messages
@@ -45,6 +46,19 @@ def assert_restored(bodies: list[dict[str, Any]]) -> None:
             assert all("thoughtSignature" not in p for p in calls[1:]), "parallel calls unsigned, as minted"
 
 
+def assert_responses_in_call_order(body: dict[str, Any]) -> None:
+    """Every model turn's function responses follow in the order of its calls (the tool messages say
+    ``sunny in <arguments>``), however the client ordered its tool messages."""
+    contents = body["contents"]
+    for k, c in enumerate(contents):
+        calls = [p["functionCall"]["args"] for p in c["parts"] if "functionCall" in p]
+        if c["role"] == "model" and calls:
+            assert len({orjson.dumps(a, option=orjson.OPT_SORT_KEYS) for a in calls}) == len(calls), "order shows"
+            got = [orjson.loads(p["functionResponse"]["response"]["result"].removeprefix("sunny in "))
+                   for p in contents[k + 1]["parts"]]
+            assert got == calls, "function responses go upstream in call order"
+
+
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("case", OPENAI_CASES)
@@ -52,13 +66,18 @@ def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, he
     loop = OpenAILoop(pair, GEMINI, stream, header, sim, {"reasoning_effort": "low"})
     try:
         with Rejections(sim):
-            answers, _ = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case}",
-                                  mangle=OPENAI[case])
+            answers, history = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case}",
+                                        mangle=OPENAI[case])
     finally:
         loop.close()
     assert [a.finish_reason for a in answers] == ["tool_calls"] * 2 + ["stop"]
     assert len(set(loop.scids)) == 1, "the whole loop is one conversation"
     assert_restored(loop.bodies)
+    assert_responses_in_call_order(loop.bodies[-1])
+    if case == "tool_results_reordered":  # the client really sent them out of call order
+        sent = OPENAI[case](history)
+        k = next(k for k, m in enumerate(sent) if m.get("tool_calls"))
+        assert [m["tool_call_id"] for m in sent[k + 1:k + 3]] == [c["id"] for c in sent[k]["tool_calls"][::-1]]
 
 
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
