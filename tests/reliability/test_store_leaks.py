@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -23,10 +24,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from gateway.app import create_app
 from gateway.settings import Settings
 from state.errors import StoreUnavailable
-from state.keys import new_scid
+from state.keys import conversation_keys, new_scid, tenant_prefix
 from state.redis_store import RedisStore
 from state.store import LoadQuery, TurnWrite
-from tests.process_fixtures import Sim, free_port
+from tests.process_fixtures import GatewayFactory, Sim, free_port
+from tests.redis_fixtures import RedisServer
+from tests.reliability.hostile import Keyspace
+from tests.reliability.loops import access_lines
 from tests.state.factories import TENANT_A, turn
 
 LEAKS: dict[str, Callable[[], BaseException]] = {
@@ -44,11 +48,11 @@ class LeakyPipeline:
         self.leak, self.reply, self.ops = leak, reply, 0
         self.failures = failures  # leak only while failures[0] > 0 (counted down), else always
 
-    def execute_command(self, *args: Any) -> None:
-        self.ops += 1
-
-    def set(self, *args: Any, **kwargs: Any) -> None:
-        self.ops += 1
+    def __getattr__(self, command: str) -> Callable[..., None]:
+        """Any queued command (``execute_command``, ``set``, ``exists``...): counted, answered by ``execute``."""
+        def queue(*args: Any, **kwargs: Any) -> None:
+            self.ops += 1
+        return queue
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         if self.leak is not None and (self.failures is None or self.failures[0] > 0):
@@ -160,3 +164,69 @@ async def test_gateway_serves_statelessly_when_the_client_leaks(sim: Sim, stream
         export = await client.get(f"/gateway/conversations/{new_scid()}", headers=headers)
         # the export has no stateless fallback: an honest, retryable 503 in the Anthropic envelope
         assert export.status_code == 503 and export.json()["error"]["type"] == "api_error"
+
+
+# ---------------------------------------------------------------- a failed write is not reported as recorded
+
+FAULTS = {  # name -> (make the store's record fail, undo it)
+    # Redis refuses every write (reads still work): the record's script and SETs fail at once, none applies.
+    "write refused (OOM)": (lambda r: r.client().config_set("maxmemory", 1),
+                            lambda r: r.client().config_set("maxmemory", 0)),
+    # Redis hangs: the record runs out of GATEWAY_STORE_TIMEOUT_MS. The bytes already sent may still be
+    # executed once Redis is thawed, so only the report is checked for this one, not the keyspace.
+    "timed out (SIGSTOP)": (RedisServer.pause, RedisServer.resume),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: GatewayFactory,
+                                                        private_redis: RedisServer, fault: str) -> None:
+    """Turn 1 is recorded. Turn 2 streams; the simulator holds it after its first delta (so the load is
+    done and the record is still to come), the fault starts, the stream is released. The client still
+    gets its whole answer, the access log says ``recorded=false`` and, when the write was refused, the
+    conversation still holds exactly turn 1."""
+    start, undo = FAULTS[fault]
+    secret, key = "record-fail-secret", f"sk-record-fail-{new_scid()}"
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": private_redis.url, "GATEWAY_SECRET": secret,
+                                  "GATEWAY_STORE_TIMEOUT_MS": "300", "GATEWAY_LOG_FORMAT": "json",
+                                  "GATEWAY_LOG_LEVEL": "INFO"})
+    sdk = anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0,
+                              default_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
+    history: list[Any] = [{"role": "user", "content": f"[[sim:hold]] [[sim:tools=1]] weather? {new_scid()}"}]
+    first = sdk.messages.with_raw_response.create(messages=history, **_PARAMS)  # not streamed: not held
+    scid, answer = first.headers["x-ag-conversation-id"], first.parse()
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "sunny"}
+                                             for b in answer.content if b.type == "tool_use"]}]
+    keys = conversation_keys(tenant_prefix(secret.encode(), key), scid)
+    with private_redis.client() as c:
+        assert c.llen(keys.turns) == 1 and c.llen(keys.tids) == 1
+
+    try:
+        with sdk.messages.stream(messages=history, extra_headers={"x-ag-conversation-id": scid}, **_PARAMS) as s:
+            for ev in s:
+                if ev.type == "content_block_delta":  # held here by the simulator: the load is long done
+                    break
+            with private_redis.client() as c:
+                before = Keyspace(c).snapshot()
+            start(private_redis)
+            sim.release()
+            final = s.get_final_message()
+        assert final.stop_reason == "end_turn"  # served whole, just not recorded
+    finally:
+        undo(private_redis)
+    gw.stop()  # drains: every access-log line is written
+    lines = [rec for rec in access_lines(gw.log()) if rec.get("endpoint") == "messages"]
+    assert [(rec["status"], rec["scid"], rec["recorded"]) for rec in lines] == [(200, scid, True),
+                                                                                (200, scid, False)], lines
+    if fault.startswith("write refused"):
+        with private_redis.client() as c:
+            assert c.llen(keys.turns) == 1 and c.llen(keys.tids) == 1, "the failed turn was stored"
+            after = Keyspace(c).snapshot()
+            changed = {k for k in before.dumps.keys() | after.dumps.keys() if before.dumps.get(k) != after.dumps.get(k)}
+            assert not changed, f"the failed record wrote {changed}"
+
+
+_PARAMS: dict[str, Any] = {"model": "claude-opus-4-5", "max_tokens": 4096,
+                           "thinking": {"type": "enabled", "budget_tokens": 2048},
+                           "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
