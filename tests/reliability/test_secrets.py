@@ -8,20 +8,34 @@ import sys
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.process_fixtures import GatewayFactory, Sim
+from gateway.settings import DEFAULT_SECRET
+from tests.process_fixtures import GatewayFactory, Sim, free_port
 from tests.redis_fixtures import RedisServer
 
 KEY = {"x-api-key": "sk-rotation", "anthropic-beta": "interleaved-thinking-2025-05-14"}
 
 
-def test_refuses_default_secret_with_redis(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("secret", [None, DEFAULT_SECRET], ids=["unset", "explicit dev default"])
+def test_refuses_default_secret_with_redis(redis_server: RedisServer, secret: str | None) -> None:
+    """Unset or spelled out, the development default is refused once state is shared: exit 2 with a
+    message naming both settings, and the default itself never echoed."""
     env = {**os.environ, "GATEWAY_REDIS_URL": redis_server.url}
     env.pop("GATEWAY_SECRET", None)
-    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+    if secret is not None:
+        env["GATEWAY_SECRET"] = secret
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", str(free_port())], env=env,
                          capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2
-    assert "GATEWAY_SECRET must be set" in out.stderr
+    assert out.returncode == 2, (out.returncode, out.stderr[-500:])
+    assert "GATEWAY_SECRET must be set to a private value when GATEWAY_REDIS_URL is set" in out.stderr
+    assert DEFAULT_SECRET not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_a_private_secret_with_redis_starts(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
+    """The refusal above is about the default only: the same command with a private secret serves."""
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": DEFAULT_SECRET + "-x"})
+    assert httpx.get(gw.url + "/readyz").json()["store"]["ok"] is True
 
 
 def _body(messages: list[dict[str, Any]]) -> dict[str, Any]:
