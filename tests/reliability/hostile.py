@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import redis
 
 MODEL = "claude-opus-4-5"
+GEMINI_BODY = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 1024}}
 ENDPOINTS = {  # name -> (path, dialect of its error envelope, a valid body)
     "messages": ("/v1/messages", "anthropic",
                  {"model": MODEL, "max_tokens": 1024, "thinking": {"type": "enabled", "budget_tokens": 1024},
@@ -27,10 +29,11 @@ ENDPOINTS = {  # name -> (path, dialect of its error envelope, a valid body)
                     {"model": MODEL, "message": "hi", "chat_history": [
                         {"request_message": "a", "response_text": "b", "response_nodes": []}],
                      "max_tokens": 1024}),
-    "generate_content": ("/v1beta/models/gemini-3-pro-preview:generateContent", "gemini",
-                         {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-                          "generationConfig": {"maxOutputTokens": 1024}}),
+    "generate_content": ("/v1beta/models/gemini-3-pro-preview:generateContent", "gemini", GEMINI_BODY),
+    "stream_generate_content": ("/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse", "gemini",
+                                GEMINI_BODY),
 }
+MARKER = re.compile(rb"^tg:\{([^:{}]+)\}:seen$")
 WRONG: list[Any] = [None, True, -1, 2**63, 1e308, "x", [None], {"a": None}]
 
 
@@ -48,6 +51,13 @@ class Snap:
         for k in keys:
             h.update(k + b"\x00" + self.dumps[k] + b"\x01")
         return len(keys), h.hexdigest()
+
+    def owned(self, prefixes: tuple[bytes, ...]) -> set[bytes]:
+        """The keys of the tenants with these key prefixes, with the tenant-less SCID markers
+        (``tg:{<scid>}:seen``, see ``state.keys``) of their conversations."""
+        own = {k for k in self.dumps if k.startswith(prefixes)}
+        scids = {k.split(b":")[2].rstrip(b"}") for k in own if k.endswith(b"}:meta")}
+        return own | {k for k in self.dumps if (m := MARKER.match(k)) and m.group(1) in scids}
 
     def turns_kept(self, later: Snap) -> bool:
         """Every turn stored here is still stored, in place, in ``later`` (appending is fine)."""
