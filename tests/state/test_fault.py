@@ -3,6 +3,7 @@ once redis-server is back on the same port. Uses a private redis-server it may p
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -16,8 +17,16 @@ from state.store import LoadQuery, TurnWrite
 from tests.redis_fixtures import RedisServer
 from tests.state.factories import TENANT_A, turn
 
-TIMEOUT_MS = 100
-SLACK_S = 0.15  # scheduling slack on a busy 2-core CI box
+TIMEOUT_MS = 100  # the default GATEWAY_STORE_TIMEOUT_MS
+TIMEOUT_S = TIMEOUT_MS / 1000
+# Timing bounds are relative to the configured timeout, with room for a loaded 2-core CI box:
+# - a call that gives up by its timeout ends within GIVE_UP_S (300 ms of slack over the timeout);
+# - a call that ignores the timeout hangs on the paused server until GUARD_S ends it: the guard's
+#   TimeoutError is not StoreUnavailable, so the test fails (quickly, not at the per-test timeout);
+# - on the paused server any call that reaches the network costs at least TIMEOUT_S, so a call
+#   that fails faster than that did not touch the network (also checked by the round-trip counter).
+GIVE_UP_S = 4 * TIMEOUT_S
+GUARD_S = 5.0
 THRESHOLD = 3
 COOLDOWN_S = 30.0  # never elapses by itself: the test moves the breaker's clock
 
@@ -41,13 +50,14 @@ async def faulty(restartable_redis: RedisServer) -> AsyncIterator[tuple[RedisSto
     await store.close()
 
 
-async def _timed_failure(store: RedisStore, i: int) -> float:
+async def _timed_failure(store: RedisStore, i: int, match: str | None = None) -> float:
     t0 = time.monotonic()
-    with pytest.raises(StoreUnavailable):
-        if i % 2:
-            await store.load(TENANT_A, LoadQuery(scid=new_scid(), tool_ids=["toolu_x"]))
-        else:
-            await store.record(TENANT_A, TurnWrite(turn(i, tag="fault")))
+    with pytest.raises(StoreUnavailable, match=match):
+        async with asyncio.timeout(GUARD_S):
+            if i % 2:
+                await store.load(TENANT_A, LoadQuery(scid=new_scid(), tool_ids=["toolu_x"]))
+            else:
+                await store.record(TENANT_A, TurnWrite(turn(i, tag="fault")))
     return time.monotonic() - t0
 
 
@@ -58,24 +68,29 @@ async def test_hung_redis_times_out_opens_breaker_and_recovers_after_restart(
     ok = await store.record(TENANT_A, TurnWrite(turn(0)))
     assert ok.status == "appended" and store.breaker.state == "closed"
 
-    # 1. hung server (SIGSTOP): each call gives up after the timeout
+    # 1. hung server (SIGSTOP): each call gives up by its timeout
     server.pause()
     for i in range(THRESHOLD):
-        elapsed = await _timed_failure(store, i)
-        assert elapsed <= TIMEOUT_MS / 1000 + SLACK_S, elapsed
+        elapsed = await _timed_failure(store, i, match="(?i)timeout")
+        assert elapsed <= GIVE_UP_S, elapsed
     assert store.breaker.state == "open" and store.breaker.opened_count == 1
     health = await store.health()
     assert not health.ok and health.circuit == "open"
 
-    # 2. while open, calls fail at once without touching the network
+    # 2. while open, calls fail at once without touching the (still hung) network
+    round_trips = store.round_trips
     for i in range(5):
-        assert await _timed_failure(store, i) < 0.02
+        elapsed = await _timed_failure(store, i, match="circuit open")
+        assert elapsed < TIMEOUT_S, elapsed
+    assert store.round_trips == round_trips
 
     # 3. server dies; after the cooldown one probe goes through, fails, and re-opens the circuit
     server.stop()
     clock.now += COOLDOWN_S
     assert store.breaker.state == "half_open"
-    assert await _timed_failure(store, 1) <= TIMEOUT_MS / 1000 + SLACK_S
+    round_trips = store.round_trips
+    assert await _timed_failure(store, 1) <= GIVE_UP_S
+    assert store.round_trips > round_trips  # the probe went to the network (and retried the refused connect)
     assert store.breaker.state == "open" and store.breaker.opened_count == 2
 
     # 4. redis-server is back on the same port (empty: no persistence, no scripts loaded)
@@ -96,7 +111,7 @@ async def test_refused_connections_fail_within_timeout(
     store, server, _ = faulty
     server.stop()
     for i in range(THRESHOLD):
-        assert await _timed_failure(store, i) <= TIMEOUT_MS / 1000 + SLACK_S
+        assert await _timed_failure(store, i) <= GIVE_UP_S
     assert store.breaker.state == "open"
     health = await store.health()
     assert not health.ok and health.backend == "redis"
