@@ -34,6 +34,15 @@ async def read_body(request: HTTPRequest, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def client_headers(request: HTTPRequest) -> dict[str, str]:
+    """The client's headers by lowercase name. A field sent on several lines (``anthropic-beta`` from a
+    raw client) is combined into one comma-separated value (RFC 9110 section 5.3), not cut to its last line."""
+    out: dict[str, str] = {}
+    for name, value in request.headers.items():  # starlette lowercases names and keeps repeats
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
 async def exchange_from(request: HTTPRequest, *, endpoint: str, dialect: str) -> Exchange:
     gw = gateway_of(request)
     raw = await read_body(request, gw.settings.max_body_bytes)
@@ -41,7 +50,7 @@ async def exchange_from(request: HTTPRequest, *, endpoint: str, dialect: str) ->
         endpoint=endpoint,
         dialect=dialect,
         request_id=request.state.request_id,
-        headers={k.lower(): v for k, v in request.headers.items()},
+        headers=client_headers(request),
         query=request.url.query,
         raw_body=raw,
     )

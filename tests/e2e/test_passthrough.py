@@ -116,6 +116,17 @@ def test_client_headers_reach_upstream_unchanged_and_request_id_comes_back(
     assert SIM_REQUEST_ID.fullmatch(received["request-id"]), received["request-id"]
 
 
+def test_beta_header_sent_on_several_lines_reaches_upstream_whole(sim: Sim, gateway: ServerProcess) -> None:
+    """A raw client may send ``anthropic-beta`` once per value: every value goes upstream, not the last."""
+    body = {"model": "claude-opus-4-5", "max_tokens": 256,
+            "messages": [{"role": "user", "content": "[[sim:tools=0]] beta lines"}]}
+    headers = [(k, v) for k, v in KEY.items()] + [("anthropic-beta", b) for b in SEVERAL_BETAS]
+    r = httpx.post(gateway.url + "/v1/messages", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    forwarded = sim.last()["headers"]["anthropic-beta"]
+    assert [b.strip() for b in forwarded.split(",")] == SEVERAL_BETAS
+
+
 def test_upstream_error_status_body_and_request_id_unchanged(sim: Sim, gateway: ServerProcess) -> None:
     body = {"model": "claude-opus-4-5", "messages": [{"role": "user", "content": "hi"}]}  # no max_tokens
     via_gw = httpx.post(gateway.url + "/v1/messages", json=body, headers=KEY)
