@@ -19,6 +19,8 @@ NO_RESULT = "No result was returned for this tool call."
 
 
 def repair_tool_chain(msgs: list[Message]) -> list[Action]:
+    if chain_intact(msgs):
+        return []
     actions: list[Action] = []
     # Every tool_result anywhere, by id (first occurrence wins), with where it sits.
     results: dict[str, ToolResultBlock] = {}
@@ -75,6 +77,40 @@ def repair_tool_chain(msgs: list[Message]) -> list[Action]:
             m.content = new or [TextBlock("(tool result moved)")]
             m.content_was_string = False
     return actions
+
+
+def chain_intact(msgs: list[Message]) -> bool:
+    """True when every rule above already holds, so the repair walk would change nothing: each assistant
+    message's tool calls (ids unique across the history) are answered, in order and first, by the next
+    message, which is a user message, and no other message carries a tool_result. This is the common
+    case (a replayed history the gateway already sent upstream) and costs one look at each message,
+    the assistant side answered from the client's undecoded JSON. Anything else takes the walk."""
+    calls: set[str] = set()
+    due: list[str] = []  # tool_use ids of the previous message, to be answered by this one
+    for m in msgs:
+        if m.role == "user":
+            k = 0
+            for b in m.content:
+                if isinstance(b, ToolResultBlock):
+                    if k == len(due) or b.tool_use_id != due[k]:
+                        return False
+                    k += 1
+                elif k < len(due):
+                    return False
+            if k < len(due):
+                return False
+            due = []
+            continue
+        if due:
+            return False
+        if m.role == "assistant":
+            due = m.tool_use_ids()
+            if due:
+                n = len(calls)
+                calls.update(due)
+                if len(calls) != n + len(due):
+                    return False
+    return not due
 
 
 def result_as_text(b: ToolResultBlock) -> str:

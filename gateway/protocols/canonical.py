@@ -132,8 +132,8 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "content_was_string", "extra", "provider", "replay_digest", "role",
-                 "verbatim")
+    __slots__ = ("_content", "_lazy", "_raw_tool_ids", "content_was_string", "extra", "provider", "replay_digest",
+                 "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -142,6 +142,7 @@ class Message:
         self.role = role
         self._content = content if content is not None or lazy is not None else []
         self._lazy = lazy if content is None else None
+        self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
         self.content_was_string = content_was_string
@@ -181,9 +182,16 @@ class Message:
         return not raw if raw is not None else not self.content
 
     def tool_use_ids(self) -> list[str]:
+        """The ids of the tool_use blocks, in order (a list callers must not modify). Computed once while
+        the blocks are undecoded (the client's JSON does not change); from the canonical blocks, which
+        stages edit, on every call."""
         raw = self.raw_blocks
-        if raw is not None and all(type(b) is dict for b in raw):
-            return [b["id"] for b in raw if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
+        if raw is not None:
+            ids = self._raw_tool_ids
+            if ids is None:
+                ids = self._raw_tool_ids = [
+                    b["id"] for b in raw if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
+            return ids
         return [b.id for b in self.content if isinstance(b, ToolUseBlock)]
 
     def tool_result_ids(self) -> list[str]:
