@@ -26,40 +26,49 @@ from gateway.protocols.canonical import (
 from gateway.streaming.sse import SSEEvent, encode_event
 from state.hashing import replay_digest
 
-_REQUEST_KEYS = ("model", "messages", "thinking", "stream")
-_TURN_KEYS = ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
+_REQUEST_KEYS = frozenset(("model", "messages", "thinking", "stream"))
+_TURN_KEYS = frozenset(("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"))
 
 
 # ---------------------------------------------------------------- blocks
 
 def check_block(raw: Any, path: str) -> None:
     """Every rule a request block must meet (400 otherwise); ``decode_block`` builds on it."""
-    if not isinstance(raw, dict):
-        raise bad_request(f"{path}: Input should be a valid dictionary or object to extract fields from")
+    problem = block_problem(raw)
+    if problem is not None:
+        raise bad_request(path + problem)
+
+
+def block_problem(raw: Any) -> str | None:
+    """What is wrong with a request block (the message after its JSON path), None when nothing is: the
+    path is formatted only for a block that fails."""
+    if type(raw) is not dict and not isinstance(raw, dict):
+        return ": Input should be a valid dictionary or object to extract fields from"
     t = raw.get("type")
     if t == "text":
         if not isinstance(raw.get("text"), str):
-            raise bad_request(f"{path}.text: Input should be a valid string")
+            return ".text: Input should be a valid string"
     elif t == "thinking":
         thinking, signature = raw.get("thinking"), raw.get("signature")
         if thinking is not None and not isinstance(thinking, str):
-            raise bad_request(f"{path}.thinking.thinking: Input should be a valid string")
+            return ".thinking.thinking: Input should be a valid string"
         if signature is not None and not isinstance(signature, str):
-            raise bad_request(f"{path}.thinking.signature: Input should be a valid string")
-    elif t == "redacted_thinking":
-        if not isinstance(raw.get("data"), str):
-            raise bad_request(f"{path}.redacted_thinking.data: Input should be a valid string")
+            return ".thinking.signature: Input should be a valid string"
     elif t == "tool_use":
         if not isinstance(raw.get("id"), str):
-            raise bad_request(f"{path}.tool_use.id: Input should be a valid string")
+            return ".tool_use.id: Input should be a valid string"
         if not isinstance(raw.get("name"), str):
-            raise bad_request(f"{path}.tool_use.name: Input should be a valid string")
+            return ".tool_use.name: Input should be a valid string"
     elif t == "tool_result":
         if not isinstance(raw.get("tool_use_id"), str):
-            raise bad_request(f"{path}.tool_result.tool_use_id: Input should be a valid string")
+            return ".tool_result.tool_use_id: Input should be a valid string"
         is_error = raw.get("is_error")
         if is_error is not None and not isinstance(is_error, bool):
-            raise bad_request(f"{path}.tool_result.is_error: Input should be a valid boolean")
+            return ".tool_result.is_error: Input should be a valid boolean"
+    elif t == "redacted_thinking":
+        if not isinstance(raw.get("data"), str):
+            return ".redacted_thinking.data: Input should be a valid string"
+    return None
 
 
 def decode_block(raw: Any, path: str) -> Block:
@@ -70,17 +79,16 @@ def decode_block(raw: Any, path: str) -> Block:
 def build_block(raw: dict[str, JSON]) -> Block:
     """A block that passed ``check_block``, in canonical form."""
     t = raw.get("type")
-    if t == "text":
-        return TextBlock(raw["text"], _rest(raw, ("type", "text")))
-    if t == "thinking":
-        return ThinkingBlock(raw.get("thinking"), raw.get("signature"), _rest(raw, ("type", "thinking", "signature")))
-    if t == "redacted_thinking":
-        return RedactedThinkingBlock(raw["data"], _rest(raw, ("type", "data")))
-    if t == "tool_use":
-        return ToolUseBlock(raw["id"], raw["name"], raw.get("input"), _rest(raw, ("type", "id", "name", "input")))
     if t == "tool_result":
-        return ToolResultBlock(raw["tool_use_id"], raw.get("content"), raw.get("is_error"),
-                               _rest(raw, ("type", "tool_use_id", "content", "is_error")))
+        return ToolResultBlock(raw["tool_use_id"], raw.get("content"), raw.get("is_error"), _rest(raw, _RESULT_KEYS))
+    if t == "text":
+        return TextBlock(raw["text"], _rest(raw, _TEXT_KEYS))
+    if t == "thinking":
+        return ThinkingBlock(raw.get("thinking"), raw.get("signature"), _rest(raw, _THINKING_KEYS))
+    if t == "tool_use":
+        return ToolUseBlock(raw["id"], raw["name"], raw.get("input"), _rest(raw, _TOOL_USE_KEYS))
+    if t == "redacted_thinking":
+        return RedactedThinkingBlock(raw["data"], _rest(raw, _REDACTED_KEYS))
     return OpaqueBlock(raw)
 
 
@@ -113,29 +121,29 @@ def encode_block(block: Block) -> dict[str, JSON]:
 # ---------------------------------------------------------------- messages
 
 def decode_message(raw: Any, i: int) -> Message:
-    path = f"messages.{i}"
-    if not isinstance(raw, dict):
-        raise bad_request(f"{path}: Input should be a valid dictionary")
+    if type(raw) is not dict and not isinstance(raw, dict):
+        raise bad_request(f"messages.{i}: Input should be a valid dictionary")
     role = raw.get("role")
     if not isinstance(role, str):
-        raise bad_request(f"{path}.role: Field required")
+        raise bad_request(f"messages.{i}.role: Field required")
     content = raw.get("content")
-    extra = _rest(raw, ("role", "content"))
+    extra = _rest(raw, _MESSAGE_KEYS)
     if isinstance(content, str):
         return Message(role, [TextBlock(content)], content_was_string=True, extra=extra)
     if not isinstance(content, list):
-        raise bad_request(f"{path}.content: Input should be a valid list")
+        raise bad_request(f"messages.{i}.content: Input should be a valid list")
+    for j, b in enumerate(content):
+        problem = block_problem(b)
+        if problem is not None:
+            raise bad_request(f"messages.{i}.content.{j}{problem}")
     if role == "assistant":
         # checked now, built on first use: a turn replayed verbatim (its digest matches a record) may
         # never be built
-        for j, b in enumerate(content):
-            check_block(b, f"{path}.content.{j}")
-
         def blocks() -> list[Block]:
             return [build_block(b) for b in content]
 
         return Message(role, extra=extra, replay_digest=replay_digest(content), lazy=(content, blocks))
-    return Message(role, [decode_block(b, f"{path}.content.{j}") for j, b in enumerate(content)], extra=extra)
+    return Message(role, [build_block(b) for b in content], extra=extra)
 
 
 def encode_message(msg: Message) -> dict[str, JSON]:
@@ -217,16 +225,18 @@ def encode_turn(turn: Turn) -> dict[str, JSON]:
     return out
 
 
-_KNOWN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+_MESSAGE_KEYS = frozenset(("role", "content"))
+_TEXT_KEYS = frozenset(("type", "text"))
+_THINKING_KEYS = frozenset(("type", "thinking", "signature"))
+_REDACTED_KEYS = frozenset(("type", "data"))
+_TOOL_USE_KEYS = frozenset(("type", "id", "name", "input"))
+_RESULT_KEYS = frozenset(("type", "tool_use_id", "content", "is_error"))
 
 
-def _rest(raw: dict[str, JSON], known: tuple[str, ...]) -> dict[str, JSON]:
-    known_set = _KNOWN_SETS.get(known)
-    if known_set is None:
-        known_set = _KNOWN_SETS[known] = frozenset(known)
-    if raw.keys() <= known_set:  # the common case, nothing unknown to carry (one C-level check)
+def _rest(raw: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
+    if raw.keys() <= known:  # the common case, nothing unknown to carry (one C-level check)
         return {}
-    return {k: v for k, v in raw.items() if k not in known_set}
+    return {k: v for k, v in raw.items() if k not in known}
 
 
 # ---------------------------------------------------------------- streams
