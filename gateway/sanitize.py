@@ -228,14 +228,18 @@ def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, act
 def _drop_empty_text(m: Message, i: int, actions: list[Action]) -> None:
     if m.content_was_string:
         return
-    keep = [b for b in m.content if not (isinstance(b, TextBlock) and not b.text.strip() and b.sig is None)]
-    if len(keep) != len(m.content) and (keep or m.role == "assistant"):
+    content = m.content
+    if not any(isinstance(b, TextBlock) and not b.text.strip() and b.sig is None for b in content):
+        return  # the common case: nothing to drop, no list built
+    keep = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip() and b.sig is None)]
+    if len(keep) != len(content) and (keep or m.role == "assistant"):
         actions.append(Action(ActionKind.EMPTY_TEXT_REMOVED, i))
         m.content = keep
 
 
 def _drop_empty_assistants(msgs: list[Message]) -> None:
-    msgs[:] = [m for m in msgs if not (m.role == "assistant" and m.is_empty())]
+    if any(m.role == "assistant" and m.is_empty() for m in msgs):
+        msgs[:] = [m for m in msgs if not (m.role == "assistant" and m.is_empty())]
 
 
 def _starts_with_thinking(m: Message) -> bool:
@@ -249,17 +253,20 @@ def trailing_loop_start(msgs: list[Message]) -> int | None:
     loop when its last user message carries tool_results. The loop's first assistant
     message is the first one after the last turn-opening user message.
     """
-    users = [(i, m) for i, m in enumerate(msgs) if m.role == "user"]
-    if not users or not any(isinstance(b, ToolResultBlock) for b in users[-1][1].content):
-        return None
-    start = 0
-    for i, m in users:
-        if not any(isinstance(b, ToolResultBlock) for b in m.content):
-            start = i + 1
-    for i in range(start, len(msgs)):
-        if msgs[i].role == "assistant":
-            return i
-    return None
+    last_user = True
+    first: int | None = None
+    for i in range(len(msgs) - 1, -1, -1):  # from the end: only the trailing turn is looked at
+        m = msgs[i]
+        if m.role == "assistant":
+            first = i
+        elif m.role == "user":
+            has_results = any(isinstance(b, ToolResultBlock) for b in m.content)
+            if last_user and not has_results:
+                return None
+            last_user = False
+            if not has_results:
+                return first
+    return None if last_user else first
 
 
 def _strip_all_thinking(msgs: list[Message], actions: list[Action]) -> None:
