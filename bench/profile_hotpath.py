@@ -34,7 +34,10 @@ async def run(args: argparse.Namespace) -> Any:
 
     sim = start(["sim"], {}, "/_sim/stats")
     redis = start_redis() if args.redis else None
-    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret"}
+    # the profiler slows every call: a store timeout would serve a request statelessly and leave its turn
+    # unrecorded, and every later request would then profile the unmatched-history path instead
+    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
+           "GATEWAY_STORE_TIMEOUT_MS": "5000"}
     if redis is not None:
         env["GATEWAY_REDIS_URL"] = redis.url
     app = create_app(Settings.from_env(env))
