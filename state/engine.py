@@ -96,6 +96,8 @@ class EngineStore:
         scid = keys.check_scid(write.scid) if write.scid is not None else keys.new_scid()
         if write.expected_position is not None and write.expected_position < 0:
             raise ValueError("expected_position must be >= 0")
+        if write.fork and write.expected_position is None:
+            raise ValueError("fork needs expected_position")
         blob = codec.encode_turn(write.record)  # CodecError before any I/O
         return await self._guarded(self._record, tenant, scid, write, blob)
 
@@ -202,7 +204,7 @@ class EngineStore:
         pair_blob = codec.encode_pair(pair) if pair else b""
         now_ms = int(self._wall() * 1000)
         args: tuple[Arg, ...] = (rec.turn_id, blob, "" if expected is None else expected, now_ms,
-                                 self.ttl_seconds, self.max_turns, pair_blob)
+                                 self.ttl_seconds, self.max_turns, pair_blob, "1" if write.fork else "")
         ops: list[Op] = [Eval(RECORD, keys.conversation_keys(tenant, scid).all(), args)]
         replies = await self._roundtrip(ops + self._index_ops(tenant, scid, write, expected))
         reply = replies[0]
@@ -211,10 +213,16 @@ class EngineStore:
             return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id,
                                 status="duplicate" if status == "dup" else "appended",
                                 version=int(reply[2]), created=bool(int(reply[3])))
-        # Another turn holds ``expected``: fork = retained prefix [start, pos) + this turn.
+        # Another turn holds ``expected`` (or ``write.fork``): fork = retained prefix [start, pos) + this turn.
         pos, start = int(reply[1]), int(reply[4])
         blobs, tids = list(reply[5]), list(reply[6])
         fork_start = start if pos >= start else pos
+        gap = pos - fork_start - len(blobs)  # > 0 only for a forced fork beyond the end
+        if gap >= self.max_turns:
+            blobs, tids, fork_start = [], [], pos
+        elif gap > 0:
+            blobs += [b""] * gap
+            tids += [b""] * gap
         new = keys.fork_scid(scid, pos, rec.turn_id)
         if not pair_blob:
             prefix_pair = _last_pair(blobs)

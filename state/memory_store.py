@@ -152,7 +152,7 @@ class MemoryStore(EngineStore):
 
     # Python twin of scripts.RECORD
     def _record_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:
-        tid, blob, expected, now, ttl, maxn, pair = args
+        tid, blob, expected, now, ttl, maxn, pair, fork = args
         meta = self._ks.get(names[0])
         created = 0
         if meta is None:
@@ -171,7 +171,7 @@ class MemoryStore(EngineStore):
             pos = nxt
         else:
             pos = int(expected)
-            if pos < nxt:
+            if pos < nxt or (fork == "1" and not created):
                 if pos >= start and pos - start < len(tids) and tids[pos - start] == tid:
                     self._touch(names, ttl)
                     return [b"dup", pos, version, created]

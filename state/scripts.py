@@ -32,11 +32,13 @@ end
 
 # RECORD: append one turn, idempotently.
 # ARGV: turn_id, blob, expected_position ('' = append at the end), now_ms, ttl_s, max_turns,
-#       pair blob ('' = keep the previous last verified pair)
+#       pair blob ('' = keep the previous last verified pair), fork ('1' = the caller knows the client's
+#       path left this conversation's: never append, unless the conversation does not exist yet)
 # Reply: {'ok'|'dup', position, version, created(0/1)}
 #        {'conflict', position, version, created, start, {prefix blobs}, {prefix turn ids}}
-#   'conflict' = another turn already holds expected_position (the client edited history): nothing is
-#   written and the retained prefix [start, expected_position) comes back so the caller can FORK.
+#   'conflict' = another turn already holds expected_position (the client edited history), or fork was
+#   asked for and this turn is not already at expected_position: nothing is written and the retained
+#   prefix [start, expected_position) comes back so the caller can FORK.
 RECORD = LuaScript("record", _TOUCH + """
 local tid, blob, expected = ARGV[1], ARGV[2], ARGV[3]
 local now, ttl, maxn = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -60,7 +62,7 @@ if expected == '' then
   pos = nxt
 else
   pos = tonumber(expected)
-  if pos < nxt then
+  if pos < nxt or (ARGV[8] == '1' and created == 0) then
     if pos >= start and redis.call('LINDEX', KEYS[3], pos - start) == tid then
       touch(ttl)
       return {'dup', pos, version, created}

@@ -136,6 +136,11 @@ class TurnWrite:
       are left as a gap.
     - ``fingerprints``: extra prefix fingerprints to map to this conversation, in addition to
       ``record.prefix_fingerprint`` (e.g. the fingerprint of the prefix that now ends with this turn).
+    - ``fork``: the caller knows this turn answers a path that left the conversation's (the client
+      edited an earlier message): record it in the fork at ``expected_position`` (required) even if
+      that position is free, exactly as on a position conflict. The same turn already at
+      ``expected_position`` is still a duplicate (a retry), and a conversation that does not exist is
+      created as without ``fork`` (there is nothing to fork from).
     Index entries (tool ids, exact pairs, norm hashes) are always derived from ``record.content`` with
     ``state.hashing.index_entries`` so writers and readers cannot disagree.
     """
@@ -144,6 +149,7 @@ class TurnWrite:
     scid: str | None = None
     expected_position: int | None = None
     fingerprints: Sequence[str] = ()
+    fork: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +211,8 @@ class Store(Protocol):
         ``turn_id`` already in the conversation (at ``expected_position``, or anywhere when it is
         ``None``) is a no-op returning the existing position.
 
-        Fork: if ``expected_position`` is held by a different turn, nothing is overwritten; a second
+        Fork: if ``expected_position`` is held by a different turn (or ``write.fork`` asks for it and the
+        turn is not already there), nothing is overwritten; a second
         round trip creates a new conversation = the retained turns ``[first_position,
         expected_position)`` of the old one + this turn at ``expected_position``, and re-points this
         turn's index entries at it. The fork's SCID is derived from (old SCID, position, turn id),

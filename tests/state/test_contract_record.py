@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from state import codec
-from state.keys import is_valid_scid, new_scid
+from state.keys import fork_scid, is_valid_scid, new_scid
 from state.records import TurnRecord, VerifiedPair
 from state.store import LoadQuery, Store, TurnWrite
 from tests.state.conftest import MakeStore
@@ -103,6 +103,8 @@ async def test_bad_arguments_raise_value_error(store: Store) -> None:
         await store.record("tenant:{x}", TurnWrite(turn(0)))
     with pytest.raises(ValueError):
         await store.record(T, TurnWrite(turn(0), expected_position=-1))
+    with pytest.raises(ValueError):  # a fork needs the position it branches at
+        await store.record(T, TurnWrite(turn(0), scid=new_scid(), fork=True))
     assert await store.get_conversation(T, "not a scid") is None
 
 
@@ -139,6 +141,56 @@ async def test_fork_when_client_rewrote_history(store: Store) -> None:
     # and the fork continues normally
     nxt = await store.record(T, TurnWrite(turn(3, tag="edited"), scid=res.scid, expected_position=3))
     assert (nxt.scid, nxt.position, nxt.status) == (res.scid, 3, "appended")
+
+
+async def test_forced_fork_at_a_free_position(store: Store) -> None:
+    """The gateway saw the client's path leave the conversation's (an edit answered at its tip): the
+    turn goes to a fork although nothing holds its position."""
+    base = await store.record(T, TurnWrite(turn(0)))
+    scid = base.scid
+    await store.record(T, TurnWrite(turn(1), scid=scid, expected_position=1))
+    edited = turn(2, tag="edited")
+    res = await store.record(T, TurnWrite(edited, scid=scid, expected_position=2, fork=True))
+    assert (res.status, res.forked, res.forked_from, res.position, res.round_trips) == ("forked", True, scid, 2, 2)
+    assert res.scid == fork_scid(scid, 2, edited.turn_id)
+    fork = await store.get_conversation(T, res.scid)
+    assert fork is not None and fork.forked_from == scid and fork.version == 1
+    assert [t.turn_id for t in fork.turns] == [turn(0).turn_id, turn(1).turn_id, edited.turn_id]
+    assert [t.position for t in fork.turns] == [0, 1, 2] and fork.next_position == 3
+    assert fork.turns[1].content == turn(1).content
+    old = await store.get_conversation(T, scid)
+    assert old is not None and old.version == 2 and old.next_position == 2
+    assert [t.turn_id for t in old.turns] == [turn(0).turn_id, turn(1).turn_id]
+    # a retried forking write lands on the same fork and changes nothing
+    again = await store.record(T, TurnWrite(edited, scid=scid, expected_position=2, fork=True))
+    assert (again.scid, again.status, again.forked, again.position) == (res.scid, "duplicate", True, 2)
+    assert await store.get_conversation(T, res.scid) == fork
+    hit = await store.load(T, LoadQuery(tool_ids=["toolu_edited_2"]))
+    assert hit.tool_hits["toolu_edited_2"].scid == res.scid
+    # the turn already at the position is a retry there, never a fork
+    dup = await store.record(T, TurnWrite(turn(1), scid=scid, expected_position=1, fork=True))
+    assert (dup.scid, dup.status, dup.forked, dup.position) == (scid, "duplicate", False, 1)
+    # the original continues at its free position
+    nxt = await store.record(T, TurnWrite(turn(2), scid=scid, expected_position=2))
+    assert (nxt.scid, nxt.status, nxt.position) == (scid, "appended", 2)
+    # nothing to fork from: created as without fork
+    fresh = new_scid()
+    first = await store.record(T, TurnWrite(turn(0, tag="fresh"), scid=fresh, expected_position=0, fork=True))
+    assert (first.scid, first.status, first.created, first.forked) == (fresh, "appended", True, False)
+
+
+async def test_forced_fork_beyond_the_end_keeps_positions_absolute(make_store: MakeStore) -> None:
+    store = await make_store(max_turns=4)
+    base = await store.record(T, TurnWrite(turn(0)))
+    await store.record(T, TurnWrite(turn(1), scid=base.scid))
+    res = await store.record(T, TurnWrite(turn(3, tag="x"), scid=base.scid, expected_position=3, fork=True))
+    fork = await store.get_conversation(T, res.scid)
+    assert res.forked and fork is not None and [t.position for t in fork.turns] == [0, 1, 3]
+    assert fork.next_position == 4
+    far = await store.record(T, TurnWrite(turn(9, tag="x"), scid=base.scid, expected_position=9, fork=True))
+    fork = await store.get_conversation(T, far.scid)
+    assert far.forked and fork is not None and [t.position for t in fork.turns] == [9]
+    assert fork.first_position == 9 and fork.next_position == 10
 
 
 async def test_fork_without_a_verified_turn_inherits_the_prefix_pair(store: Store) -> None:
