@@ -23,9 +23,9 @@ from gateway.actions import Action, ActionKind
 from gateway.errors import bad_request
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import Request, ToolUseBlock, Turn
+from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import Records, rebuild_history, repair
+from gateway.repair import RecordedTurn, Records, rebuild_history, repair
 from gateway.sanitize import Policy, sanitize
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
@@ -54,6 +54,8 @@ class Exchange:
     scid: str | None = None          # the conversation this exchange belongs to (sent back)
     via: str = "none"
     expected_position: int | None = None
+    fork: bool = False               # record on a fork: the client's path left the recorded one
+    prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message
     stateful: bool = False           # records were consulted (store up, state machine on)
     actions: list[Action] = field(default_factory=list)
     changed: bool = False            # repair/sanitize changed the request
@@ -101,6 +103,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
         return None
     assert ex.request is not None
     query = identity.build_query(ex.request.messages, ex.header_scid)
+    ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:
         query = dataclasses.replace(query, hint_scid=gw.hints.guess(ex.tenant, edge_ids))
@@ -152,11 +155,12 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
-    _plan_record(ex, fixed.matched, result)
+    _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
-def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None) -> None:
-    """Which conversation and position the answer to this request will be recorded at.
+def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None, *, rebuilt: bool = False) -> None:
+    """Which conversation and position the answer to this request will be recorded at, and whether
+    it must go on a fork (``_left_path``). A history rebuilt from the records is their own path.
 
     Served statelessly, the exchange still answers with a conversation id: the client's
     own (valid) one, else a fresh one, so clients that track it keep working.
@@ -170,6 +174,7 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
     if last_assistant is not None and last_assistant in matched:
         turn = matched[last_assistant]
         ex.scid, ex.expected_position = turn.scid, turn.position + 1
+        ex.fork = not rebuilt and result is not None and _left_path(ex, msgs, last_assistant, turn, result)
     elif last_assistant is None and ex.via == "header":
         ex.expected_position = None  # continue the thread the client named
     elif last_assistant is None and ex.via == "none" and ex.header_scid is not None:
@@ -178,6 +183,27 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
         ex.scid, ex.expected_position = ex.header_scid, 0
     else:
         ex.scid, ex.expected_position = new_scid(), 0
+
+
+def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn, result: LoadResult) -> bool:
+    """True when the user side of ``msgs[:last]`` differs from the path the matched turn answered
+    (``TurnRecord.prefix_fingerprint``): the client edited an earlier message, so the answer goes on
+    a fork even where nothing holds its position yet (an edit at the conversation's tip).
+
+    Never a fork without evidence: a record without a fingerprint, or a client whose history does not
+    reach back to the conversation's start (as many assistant messages before ``last`` as the turn's
+    position; a client that truncates from the front would otherwise fork on every request). The
+    client's own fingerprint, computed for the load query, answers a faithful replay at no cost; only
+    when it differs is the repaired path fingerprinted (repair may rewrite the user side, e.g. an
+    orphan tool result turned into text, the same way on every request).
+    """
+    conv = result.conversations.get(turn.scid)
+    rec = conv.turn_at(turn.position) if conv is not None else None
+    if rec is None or rec.prefix_fingerprint is None or ex.prefix_fp == rec.prefix_fingerprint:
+        return False
+    if sum(1 for m in msgs[:last] if m.role == "assistant") != turn.position:
+        return False
+    return identity.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
 
 
 def encode(ex: Exchange) -> None:
@@ -221,7 +247,7 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     try:
         rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
-                          fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [])
+                          fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
         res = await gw.store.record(ex.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
         log.warning("store record failed (%s); turn not recorded", type(e).__name__)

@@ -2,11 +2,8 @@
 
 The client's user-side path is the conversation: after a rewind or an edit the upstream gets exactly
 the messages the client sent (nothing re-added), the answer is recorded on a new branch with its own
-SCID, and the original conversation's records still repair the original branch.
-
-Known gap (strict xfail below): an edit made as the very next request, before anything answered the
-original path at that position, is recorded in the original conversation, because the store forks
-only when another turn already holds the position.
+SCID, and the original conversation's records still repair the original branch. That holds also for
+an edit made as the very next request, before anything answered the original path at that position.
 """
 
 from __future__ import annotations
@@ -63,6 +60,15 @@ def same_path(upstream: History, client: History) -> None:
     assert [m for m in upstream if m["role"] == "user"] == [m for m in client if m["role"] == "user"]
 
 
+def continues(conv: Conversation, history: History, scid: str) -> None:
+    """The mangled ``history`` is recorded under ``scid``, its path sent as is, its turns restored."""
+    _, got, upstream = conv.send(mangled(history), scid)
+    assert got == scid
+    same_path(upstream, history)
+    assert [m["content"] for m in upstream if m["role"] == "assistant"] == \
+        [m["content"] for m in history if m["role"] == "assistant"]
+
+
 @pytest.fixture()
 def no_rejections(sim: Sim) -> Iterator[None]:
     before = sum(sim.stats()["rejections"].values())
@@ -94,17 +100,9 @@ def test_rewind_starts_a_branch_and_the_original_still_repairs(
     same_path(upstream, h1)
     assert upstream[1]["content"] == h1[1]["content"], "the replayed turn restored to its recorded form"
     # The branch continues under its own id.
-    hb = extend(h1, b2)
-    _, branch2, upstream = conv.send(mangled(hb), branch)
-    assert branch2 == branch
-    same_path(upstream, hb)
+    continues(conv, extend(h1, b2), branch)
     # The original branch, mangled the same way, is still repaired from the original's records.
-    h3 = extend(h2, a3)
-    _, original, upstream = conv.send(mangled(h3), scid)
-    assert original == scid
-    same_path(upstream, h3)
-    assert [m["content"] for m in upstream if m["role"] == "assistant"] == \
-        [m["content"] for m in h3 if m["role"] == "assistant"]
+    continues(conv, extend(h2, a3), scid)
 
 
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
@@ -122,22 +120,20 @@ def test_edited_earlier_user_message_starts_a_branch(
     same_path(upstream, edited)
     assert upstream[0]["content"].endswith("(edited: and in Madrid)")
     # The unedited conversation continues under its own id, repaired from its records.
-    h3 = extend(h2, a3)
-    _, original, upstream = conv.send(mangled(h3), scid)
-    assert original == scid
-    same_path(upstream, h3)
-    assert [m["content"] for m in upstream if m["role"] == "assistant"] == \
-        [m["content"] for m in h3 if m["role"] == "assistant"]
+    continues(conv, extend(h2, a3), scid)
 
 
-@pytest.mark.xfail(strict=True, reason="gateway gap: an edit of an earlier user message at the conversation's "
-                   "tip is appended to the original conversation (the store forks only on a position conflict)")
-def test_edit_at_the_tip_starts_a_branch(gateway: ServerProcess, sim: Sim, no_rejections: None) -> None:
+@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
+def test_edit_at_the_tip_starts_a_branch(gateway: ServerProcess, sim: Sim, no_rejections: None, header: bool) -> None:
     """The client edits an earlier message as its very next request: nothing answered the original path yet."""
-    conv = Conversation(gateway, sim, header=True)
-    h2, scid, _ = _start(conv, "[[sim:tools=4]] edit at the tip")
+    conv = Conversation(gateway, sim, header)
+    h2, scid, _ = _start(conv, f"[[sim:tools=4]] edit at the tip ({'scid' if header else 'no-scid'})")
     edited = copy.deepcopy(h2)
     edited[0]["content"] += " (edited: and in Madrid)"
-    _, branch, upstream = conv.send(mangled(edited), scid)
+    b3, branch, upstream = conv.send(mangled(edited), scid)
     same_path(upstream, edited)
     assert branch != scid, "a turn recorded after an edit continues a new branch"
+    # The branch continues under its own id, its turns repaired from its records.
+    continues(conv, extend(edited, b3), branch)
+    # The unedited path still continues the original conversation, at the position the edit left free.
+    continues(conv, h2, scid)
