@@ -128,5 +128,17 @@ def identify_conversation(result: LoadResult, query: LoadQuery) -> Identified:
     return Identified(None, "none")
 
 
+def first_method(query: LoadQuery) -> str | None:
+    """The first method ``identify_conversation`` tries for ``query`` (its order), the one a miss is
+    counted under; ``None``: the query has nothing to find (a first turn)."""
+    if query.scid:
+        return "header"
+    if query.tool_ids:
+        return "tool_id"
+    if query.norm_hashes or query.exact_hashes:
+        return "text"
+    return "fingerprint" if query.fingerprints else None
+
+
 def _dedup(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))

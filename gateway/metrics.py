@@ -30,7 +30,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import classify, logs
+from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind
 from gateway.logs import Observation
 from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
@@ -71,7 +71,7 @@ TOOL_REPAIRS: dict[ActionKind, str] = {
     ActionKind.TOOL_ID_MAPPED: "id_mapped"}
 TOOL_REPAIR_KINDS = frozenset(TOOL_REPAIRS.values()) | {"other"}
 # via: the identification method that found the conversation (a hit), or the first one tried (a
-# miss), in the order ``gateway.identity`` tries them.
+# miss, ``identity.first_method``).
 VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "other"})
 # "foreign" = the header names a SCID this tenant does not hold but another one does (the store's
 # tenant-less SCID marker, ``LoadResult.foreign``); the client just gets a miss. "expired" = the
@@ -241,22 +241,11 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     if via != "none":
         SCID_LOOKUPS.labels(label(via, VIAS), "hit").inc()
         return
-    tried = first_method(query)
+    tried = identity.first_method(query)
     if tried is None:
         return
     outcome = "foreign" if result.foreign else "expired" if result.unresolved else "miss"
     SCID_LOOKUPS.labels(tried, outcome).inc()
-
-
-def first_method(query: LoadQuery) -> str | None:
-    """The first identification method a lookup tries (``None``: the query has nothing to find)."""
-    if query.scid:
-        return "header"
-    if query.tool_ids:
-        return "tool_id"
-    if query.norm_hashes or query.exact_hashes:
-        return "text"
-    return "fingerprint" if query.fingerprints else None
 
 
 def observe_actions(actions: Iterable[Action], dialect: str) -> None:
