@@ -84,7 +84,9 @@ def chain_intact(msgs: list[Message]) -> bool:
     message's tool calls (ids unique across the history) are answered, in order and first, by the next
     message, which is a user message, and no other message carries a tool_result. This is the common
     case (a replayed history the gateway already sent upstream) and costs one look at each message,
-    the assistant side answered from the client's undecoded JSON. Anything else takes the walk."""
+    the assistant side answered from the client's undecoded JSON. Anything else takes the walk.
+    A rule changed in ``repair_tool_chain`` must be changed here too (the property test
+    tests/gateway/test_repair_sanitize_property.py and the mangling matrices hold the two together)."""
     calls: set[str] = set()
     due: list[str] = []  # tool_use ids of the previous message, to be answered by this one
     for m in msgs:
