@@ -64,7 +64,7 @@ def test_generic_bodies_on_every_endpoint(seeded: Seeded, body: Any, endpoint: s
           owner=False)
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=50)
 @given(data=st.data())
 @pytest.mark.parametrize("endpoint", sorted(BODIES))
 def test_dialect_shaped_bodies(seeded: Seeded, endpoint: str, data: st.DataObject) -> None:
