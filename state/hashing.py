@@ -77,14 +77,17 @@ REPLAY_DIGEST_BYTES = 16
 
 def replay_digest(content: Any) -> bytes | None:
     """The digest of an assistant message's content as JSON (keys sorted); None if it is not a list
-    or not representable as JSON (lone surrogates, non-string keys)."""
+    or not representable as JSON (lone surrogates, non-string keys). SHA-256, truncated: computed for
+    every replayed assistant message of every request, and with the CPU's SHA extensions it hashes
+    about twice as fast as BLAKE2b here (a digest of the earlier BLAKE2b scheme simply never matches:
+    such a turn is matched and compared block by block instead)."""
     if not isinstance(content, list):
         return None
     try:
         data = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONEncodeError, TypeError):
         return None
-    return hashlib.blake2b(data, digest_size=REPLAY_DIGEST_BYTES).digest()
+    return hashlib.sha256(data).digest()[:REPLAY_DIGEST_BYTES]
 
 
 def thinking_pairs(content: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, str]]:
