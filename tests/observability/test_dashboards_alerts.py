@@ -141,6 +141,28 @@ def test_headline_panel_counts_every_signature_kind() -> None:
     assert kinds == SIGNATURE_KINDS
 
 
+def scid_hit_ratio_denominators(expr: str) -> list[set[tuple[str, str, str]]]:
+    """The label matchers of every ``gateway_scid_lookups_total`` selector of a hit-ratio expression
+    (one that selects ``result="hit"``) other than the hits themselves; [] for other expressions."""
+    selectors = [set(_MATCHER.findall(m[3] or "")) for m in _METRIC.finditer(expr)
+                 if m[1] == "gateway_scid_lookups_total"]
+    if not any(("result", "=", "hit") in s for s in selectors):
+        return []
+    return [s for s in selectors if ("result", "=", "hit") not in s]
+
+
+def test_scid_hit_ratio_panels_and_alert_leave_foreign_lookups_out() -> None:
+    """A foreign lookup (a header naming another tenant's conversation) is refused by design and says
+    nothing about the store: every SCID hit ratio, on the dashboard and in the alert, divides by the
+    lookups that are not foreign (the "SCID lookups" breakdown still shows them)."""
+    ratios = [(where, expr) for where, expr in targets() if scid_hit_ratio_denominators(expr)]
+    ratios += [(r["alert"], r["expr"]) for r in rules() if scid_hit_ratio_denominators(r["expr"])]
+    assert len(ratios) >= 4, ratios  # three panels and the alert
+    for where, expr in ratios:
+        for matchers in scid_hit_ratio_denominators(expr):
+            assert {m for m in matchers if m[0] == "result"} == {("result", "!=", "foreign")}, f"{where}: {expr}"
+
+
 def test_provisioning_files() -> None:
     ds = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yaml").read_text())
     assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
@@ -224,14 +246,23 @@ def _alert(name: str, at: str, *expected: dict[str, str]) -> dict[str, Any]:
     return {"eval_time": at, "alertname": name, "exp_alerts": [{"exp_labels": e} for e in expected]}
 
 
-@needs_promtool
-def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
-    """promtool unit tests on a copy of the rules without annotations (the expressions are tested)."""
+def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]]) -> None:
+    """``promtool test rules`` of ``tests`` on a copy of the rules without annotations (the
+    expressions are tested)."""
     doc = yaml.safe_load(ALERTS.read_text())
     for group in doc["groups"]:
         for r in group["rules"]:
             r.pop("annotations")
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
+                                                       "tests": tests}))
+    out = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,  # type: ignore[list-item]
+                         timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
     up, bucket = "gateway_upstream_errors_total", "gateway_time_to_first_byte_seconds_bucket"
     store = "gateway_store_operation_seconds_bucket"
     tests = [{
@@ -264,8 +295,38 @@ def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
             _alert("ThinkgateStoreSlow", "25m"),  # every call under 50 ms
         ],
     }]
-    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
-                                                       "tests": tests}))
-    out = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,  # type: ignore[list-item]
-                         timeout=30)
-    assert out.returncode == 0, out.stdout + out.stderr
+    _promtool_test(tmp_path, tests)
+
+
+@needs_promtool
+def test_scid_hit_ratio_alert_ignores_foreign_lookups(tmp_path: Path) -> None:
+    """A "foreign" lookup (a header naming a conversation of another tenant) is refused as it should
+    be; it says nothing about the store. Neither the ratio nor the traffic floor counts it: a client
+    replaying foreign ids pages nobody, while genuine misses (``miss``, ``expired``) still fire."""
+    lookups = "gateway_scid_lookups_total"
+    tests = [{
+        "interval": "1m",
+        "input_series": [
+            # every lookup that fails is foreign: no alert (with foreign counted the ratio was 25%)
+            _series(lookups, "0+1x60", job="foreign", via="header", result="hit"),
+            _series(lookups, "0x60", job="foreign", via="header", result="miss"),
+            _series(lookups, "0+3x60", job="foreign", via="header", result="foreign"),
+            # genuine misses next to the same foreign traffic: 25% hits, fires
+            _series(lookups, "0+1x60", job="genuine", via="header", result="hit"),
+            _series(lookups, "0+3x60", job="genuine", via="header", result="miss"),
+            _series(lookups, "0+3x60", job="genuine", via="header", result="foreign"),
+            # records gone are genuine misses too
+            _series(lookups, "0+1x60", job="expired", via="tool_id", result="hit"),
+            _series(lookups, "0+3x60", job="expired", via="tool_id", result="expired"),
+            # below the traffic floor (1 genuine lookup a minute) once foreign lookups are left out
+            _series(lookups, "0x60", job="quiet", via="header", result="hit"),
+            _series(lookups, "0+1x60", job="quiet", via="header", result="miss"),
+            _series(lookups, "0+5x60", job="quiet", via="header", result="foreign"),
+        ],
+        "alert_rule_test": [
+            _alert("ThinkgateScidHitRatioCollapse", "10m"),
+            _alert("ThinkgateScidHitRatioCollapse", "40m", {"severity": "warning", "job": "genuine"},
+                   {"severity": "warning", "job": "expired"}),
+        ],
+    }]
+    _promtool_test(tmp_path, tests)
