@@ -157,6 +157,30 @@ def lift_turn(turn: Turn) -> Turn:
     return turn
 
 
+class _StoredTurn(RecordedTurn):
+    """A stored record as repair sees it: its content and prompt decoded on first use (one object per
+    matched turn, no loader closures: a long conversation's replay matches hundreds by digest)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, scid: str, rec: TurnRecord) -> None:
+        super().__init__(scid, rec.position if rec.position is not None else -1,
+                         provider=load_fields(rec.provider) if rec.provider else None,
+                         replay_digest=rec.replay_digest)
+        self._content = None
+        self._record = rec
+
+    @property
+    def content(self) -> tuple[Block, ...]:
+        if self._content is None:
+            self._content = tuple(load_block(b) for b in self._record.content)
+        return self._content
+
+    @property
+    def prompt(self) -> tuple[Message, ...]:
+        return tuple(anthropic.decode_message(m, i) for i, m in enumerate(self._record.prompt))
+
+
 def records_from(result: LoadResult, scid: str | None) -> Records:
     cache: dict[tuple[str, str], RecordedTurn] = {}
 
@@ -164,18 +188,7 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
         key = (loc_scid, rec.turn_id)
         hit = cache.get(key)
         if hit is None:
-            raw_content, raw_prompt = rec.content, rec.prompt
-
-            def content() -> tuple[Block, ...]:
-                return tuple(load_block(b) for b in raw_content)
-
-            def prompt() -> tuple[Message, ...]:
-                return tuple(anthropic.decode_message(m, i) for i, m in enumerate(raw_prompt))
-
-            hit = RecordedTurn(loc_scid, rec.position if rec.position is not None else -1, prompt_loader=prompt,
-                               provider=load_fields(rec.provider), content_loader=content,
-                               replay_digest=rec.replay_digest)
-            cache[key] = hit
+            hit = cache[key] = _StoredTurn(loc_scid, rec)
         return hit
 
     def resolve(hits: dict[str, Location]) -> dict[str, RecordedTurn]:

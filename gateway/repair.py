@@ -48,32 +48,28 @@ _TAGGED = re.compile(r"<(think|thinking)>(.*?)</\1>", re.DOTALL)
 class RecordedTurn:
     """A turn record as repair sees it: where it sits and its exact content.
 
-    ``content`` (canonical blocks) and ``prompt`` are decoded on first use: a turn matched by its
-    replay digest is never decoded. ``replay_digest`` is the recorded ``hashing.replay_digest`` of
-    the content as the client received it (b"" when none was recorded).
+    ``content`` holds canonical blocks and ``prompt`` the request-side messages this turn answered
+    (after the previous turn; only a history rebuild needs them). ``gateway.records`` subclasses it to
+    decode both on first use: a turn matched by its replay digest is never decoded.
+    ``replay_digest`` is the recorded ``hashing.replay_digest`` of the content as the client received
+    it (b"" when none was recorded).
     """
 
-    __slots__ = ("_content", "_content_loader", "position", "prompt_loader", "provider", "replay_digest", "scid")
+    __slots__ = ("_content", "position", "prompt_loader", "provider", "replay_digest", "scid")
 
     def __init__(self, scid: str, position: int, content: tuple[Block, ...] = (),
                  prompt_loader: Callable[[], tuple[Message, ...]] | None = None,
-                 provider: ProviderFields | None = None, *,
-                 content_loader: Callable[[], tuple[Block, ...]] | None = None, replay_digest: bytes = b"") -> None:
+                 provider: ProviderFields | None = None, *, replay_digest: bytes = b"") -> None:
         self.scid = scid
         self.position = position
-        self._content = content if content_loader is None else None
-        self._content_loader = content_loader
-        # The request-side messages this turn answered (after the previous turn), decoded on demand:
-        # only a history rebuild needs them.
+        self._content: tuple[Block, ...] | None = content
         self.prompt_loader = prompt_loader
         self.provider = provider  # message-level provider fields as relayed
         self.replay_digest = replay_digest
 
     @property
     def content(self) -> tuple[Block, ...]:
-        if self._content is None:
-            assert self._content_loader is not None
-            self._content = self._content_loader()
+        assert self._content is not None
         return self._content
 
     @property
