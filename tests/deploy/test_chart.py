@@ -14,6 +14,7 @@ lints with exactly one finding, that missing dependency.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import shutil
@@ -26,7 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.settings import Settings
+from gateway.protocols.gemini_parts import BYPASS_VALUES
+from gateway.routing import FLAVORS
+from gateway.settings import BYPASS_OFF, Settings
 from state.factory import open_store
 
 helm = pytest.importorskip("helm_python", reason="Helm SDK: pip install -e '.[deploy]' (helm-python-sdk)")
@@ -242,6 +245,59 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
         if values.get("redis", {}).get("password") or values.get("redis", {}).get("existingSecretPassword"):
             assert f":{env['THINKGATE_REDIS_PASSWORD']}@" in settings.redis_url
     assert settings.secret and settings.secret != "thinkgate-dev-secret"
+
+
+## Set by the Deployment from the Secret (or from redis.url / bundledRedis), not by the ConfigMap.
+FROM_SECRET_OR_REDIS = {"SECRET", "PREVIOUS_SECRET", "REDIS_URL"}
+## Where the chart's defaults deliberately differ from the gateway's: JSON lines for log collectors,
+## a drain that covers endpoint removal and long streams (terminationGracePeriodSeconds is 150).
+CHART_DEFAULTS = {"log_format": "json", "drain_delay_s": 10.0, "drain_timeout_s": 120.0}
+
+
+def container_env(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """The gateway container's plain environment: its ConfigMap (envFrom) and literal env values."""
+    ctr = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    config = one(rendered, "ConfigMap")
+    assert ctr["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
+    return {**config["data"], **{v["name"]: v["value"] for v in ctr.get("env", []) if "value" in v}}
+
+
+def test_chart_sets_every_gateway_setting_with_the_gateways_defaults() -> None:
+    """Every GATEWAY_* variable gateway/settings.py reads is in the ConfigMap (or comes from the
+    Secret), and the chart's defaults are the gateway's, apart from the documented CHART_DEFAULTS."""
+    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
+    config = one(render(SECRET), "ConfigMap")["data"]
+    assert {k.removeprefix("GATEWAY_") for k in config} == known - FROM_SECRET_OR_REDIS
+    assert Settings.from_env(config) == dataclasses.replace(Settings(), **CHART_DEFAULTS)
+    assert config["GATEWAY_GEMINI_SIGNATURE_BYPASS"] == "skip_thought_signature_validator"
+    assert config["GATEWAY_FIX_THINKING_PARAMS"] == "true"
+
+
+@pytest.mark.parametrize("bypass", ["off", "context_engineering_is_the_way_to_go"])
+def test_gateway_values_reach_the_container(bypass: str) -> None:
+    overrides = {
+        "geminiSignatureBypass": bypass, "fixThinkingParams": False,
+        "geminiBaseUrl": "https://gemini.example.com", "openaiBaseUrl": "https://openrouter.ai/api/v1",
+        "openaiFlavor": "openrouter", "routes": "deepseek-=deepseek@https://api.deepseek.com/v1",
+        "upstreamRetries": 2, "upstreamRetryMaxDelaySeconds": 2.5, "decodedTurnCache": 0,
+    }
+    settings = Settings.from_env(container_env(render({"gateway": overrides, **SECRET})))
+    assert settings.gemini_signature_bypass == bypass and settings.fix_thinking_params is False
+    assert settings.gemini_bypass == (None if bypass == "off" else bypass)
+    assert (settings.gemini_base_url, settings.openai_base_url, settings.openai_flavor) == (
+        "https://gemini.example.com", "https://openrouter.ai/api/v1", "openrouter")
+    assert settings.routes == overrides["routes"] and settings.router()
+    assert (settings.upstream_retries, settings.upstream_retry_max_delay_s, settings.decoded_turn_cache) == (2, 2.5, 0)
+
+
+def test_values_schema_rejects_settings_the_gateway_refuses() -> None:
+    gateway = json.loads((CHART / "values.schema.json").read_text())["properties"]["gateway"]["properties"]
+    assert tuple(gateway["openaiFlavor"]["enum"]) == FLAVORS
+    assert tuple(gateway["geminiSignatureBypass"]["enum"]) == (*BYPASS_VALUES, BYPASS_OFF)
+    for bad in ({"geminiSignatureBypass": "none"}, {"openaiFlavor": "azure"}, {"openaiBaseUrl": "openrouter.ai"},
+                {"upstreamRetries": -1}, {"decodedTurnCache": -1}, {"fixThinkingParams": "yes"}):
+        with pytest.raises(helm.HelmValuesError):
+            render({"gateway": bad, **SECRET})
 
 
 # ------------------------------------------------------------------ optional features
