@@ -12,8 +12,9 @@
 * ``/copilot/chat/completions``: Gemini behind Copilot. Message-level ``reasoning_text``
   and a minted ``reasoning_opaque``; dropping it fails with the Vertex text (rule 22);
   an assistant ``content: []`` is ``invalid request body``.
-* ``/deepseek/v1/chat/completions``: ``reasoning_content``; an assistant message with
-  minted tool calls that comes back without it fails (rule 23).
+* ``/deepseek/v1/chat/completions``: ``reasoning_content`` on every answer; with ``tools`` in the
+  request, any earlier assistant message the simulator minted (its tool calls, or a text answer, which
+  ends in a MAC tag) that comes back without it fails (rule 23).
 
 Tool-call ids are minted (``call_`` + random + MAC) so the simulator knows its own calls;
 opaque values are MACs over the model family and the message's tool-call ids.
@@ -60,6 +61,18 @@ class Minter:
         if not isinstance(tid, str) or len(tid) != 29 or not tid.startswith("call_"):
             return False
         return hmac.compare_digest(tid[21:], self._mac(b"id", tid[5:21].encode()).hex()[:8])
+
+    def tag_text(self, text: str) -> str:
+        """``text`` with a MAC tag appended, so a text-only answer is recognised as minted when replayed."""
+        return f"{text} [{self._mac(b'text', text.encode()).hex()[:8]}]"
+
+    def is_ours_text(self, content: object) -> bool:
+        """A message content (a string or a list of text parts) that is a tagged text answer."""
+        if isinstance(content, list):
+            content = "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str) or len(content) < 11 or content[-11:-9] != " [" or content[-1] != "]":
+            return False
+        return hmac.compare_digest(content[-9:-1], self._mac(b"text", content[:-11].encode()).hex()[:8])
 
     def opaque(self, profile: str, model: str, ids: list[str]) -> str:
         mac = self._mac(profile.encode(), model_family(model).encode() + b"\0" + "\0".join(ids).encode())
@@ -109,6 +122,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
         return 400, ([google_error(400, "Invalid JSON payload received.")] if profile == GEMINI_OPENAI else err), "0"
     msgs: list[dict[str, Any]] = [m for m in body["messages"] if isinstance(m, dict)]
     model: str = body["model"]
+    tools = isinstance(body.get("tools"), list) and bool(body["tools"])
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
     for i, m in enumerate(msgs):
         if m.get("role") != "assistant":
@@ -120,7 +134,8 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
         ours = bool(calls) and all(minter.is_ours(t) for t in ids)
         name = str((calls[0].get("function") or {}).get("name")) if calls else ""
         k = _contents_index(msgs, i)
-        if profile == DEEPSEEK and ours and not m.get("reasoning_content"):
+        if profile == DEEPSEEK and tools and (ours or (not calls and minter.is_ours_text(m.get("content")))) \
+                and not m.get("reasoning_content"):
             return 400, _oai_error(_DEEPSEEK), "23"
         if i < start or not calls:
             continue
@@ -185,6 +200,8 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
         finish = "tool_calls"
     else:
         msg["content"] = f"Final answer after {round_} tool rounds (conversation {key[:8]})."
+        if profile == DEEPSEEK:
+            msg["content"] = minter.tag_text(msg["content"])
         if profile == GEMINI_OPENAI:
             msg["extra_content"] = {"google": {"thought_signature": signer.mint(model, key[:16], 0,
                                                                                 {"text": msg["content"]})}}

@@ -108,3 +108,28 @@ def test_a_model_matching_no_prefix_goes_to_the_default_openai_upstream(
     with pytest.raises(openai.BadRequestError) as e:  # the shared gateway has no default upstream
         ask(client, model, [{"role": "user", "content": "hi"}], stream=stream)
     assert e.value.code == "model_not_supported"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_deepseek_text_answers_get_their_reasoning_back_in_later_turns(
+        client: openai.OpenAI, sim: Sim, stream: bool) -> None:
+    """Rule 23 covers text-only answers too: a client that drops ``reasoning_content`` from every
+    replayed message (a generic OpenAI client) continues a conversation past a final text answer;
+    the gateway restores it on the text answer as on the tool calls."""
+    drop = OPENAI["drop_reasoning_content"]
+    with Rejections(sim):
+        first, history = run_loop(lambda h: ask(client, DEEPSEEK, h, stream=stream), "[[sim:tools=1]] weather?",
+                                  mangle=drop)
+        later, _ = run_loop(lambda h: ask(client, DEEPSEEK, h, stream=stream), "and tomorrow?", mangle=drop,
+                            history=history)
+    assert [a.finish_reason for a in first] == ["tool_calls", "stop"] and later[-1].finish_reason == "stop"
+    text_answer = first[-1].message
+    assert text_answer["content"] and text_answer["reasoning_content"]
+    sent = [m for m in sim.last()["body"]["messages"] if m["role"] == "assistant"]
+    assert sent[1]["content"] == text_answer["content"]
+    assert sent[1]["reasoning_content"] == text_answer["reasoning_content"], "restored byte-exact"
+    # the same replay straight to the simulator is refused: the restoring is the gateway's work
+    direct = openai.OpenAI(base_url=f"{sim.url}/deepseek/v1", api_key="sk-test-compat", max_retries=0)
+    with direct, pytest.raises(openai.BadRequestError) as e:
+        ask(direct, DEEPSEEK, drop([*history, {"role": "user", "content": "and then?"}]), stream=False)
+    assert e.value.message.endswith("The `reasoning_content` in the thinking mode must be passed back to the API.")

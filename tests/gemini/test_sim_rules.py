@@ -159,3 +159,34 @@ def test_openrouter_rejects_reasoning_details_without_the_encrypted_entry(client
         "raw": "Gemini models require OpenRouter reasoning details to be preserved in each request. Please refer to "
                "our docs: https://openrouter.ai/docs/use-cases/reasoning-tokens#preserving-reasoning-blocks. "
                f"Upstream error: {upstream}\n", "provider_name": "Google"}}}
+
+
+DEEPSEEK_23 = {"error": {"message": "The `reasoning_content` in the thinking mode must be passed back to the API.",
+                         "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+
+
+def test_deepseek_text_answers_need_their_reasoning_back_when_tools_are_present(client: Any) -> None:
+    """Rule 23 covers every historical assistant message minted with reasoning, text-only answers
+    included, and only while the request carries ``tools``."""
+    path, headers = "/deepseek/v1/chat/completions", {"authorization": "Bearer k"}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    first = [{"role": "user", "content": "[[sim:tools=0]] hello"}]
+    answer = client.post(path, json={"model": "m", "messages": first, "tools": tools},
+                         headers=headers).json()["choices"][0]["message"]
+    assert answer["reasoning_content"] and "tool_calls" not in answer
+
+    def replay(msg: dict[str, Any], *, with_tools: bool = True) -> Any:
+        body: dict[str, Any] = {"model": "m", "messages": [*first, msg, {"role": "user", "content": "and then?"}]}
+        if with_tools:
+            body["tools"] = tools
+        return client.post(path, json=body, headers=headers)
+
+    bare = {k: v for k, v in answer.items() if k != "reasoning_content"}
+    r = replay(bare)
+    assert (r.status_code, r.json()) == (400, DEEPSEEK_23)
+    parts = {**bare, "content": [{"type": "text", "text": answer["content"]}]}  # content as text parts
+    assert replay(parts).status_code == 400
+    assert replay(answer).status_code == 200
+    assert replay(bare, with_tools=False).status_code == 200, "without tools, reasoning need not come back"
+    foreign = {**bare, "content": "An answer this simulator never gave."}
+    assert replay(foreign).status_code == 200, "only its own (minted) answers are checked"
