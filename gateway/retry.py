@@ -7,7 +7,9 @@ a stream has started (a relayed byte cannot be taken back).
 
 The delay before retry ``n`` (0-based):
 
-- the upstream's ``retry-after`` (seconds or an HTTP date) when it gives one. If it asks for longer
+- the upstream's ``retry-after`` (seconds or an HTTP date) when it gives one (Google APIs send none: the
+  delay of their 429 is a ``google.rpc.RetryInfo`` in the error body, which ``Upstream.post`` turns into
+  a ``retry-after`` header, ``retry_delay_in_body``, for this policy and for the client). If it asks for longer
   than ``max_delay_s`` the gateway does not wait: the answer goes to the client as is, with its
   ``retry-after``, so the client (which may have its own budget) decides;
 - otherwise full-jitter exponential backoff: uniform in ``[0, min(max_delay_s, base_delay_s * 2**n)]``.
@@ -17,11 +19,16 @@ The delay before retry ``n`` (0-based):
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
+
+import orjson
 
 RETRYABLE_STATUSES = frozenset({429, 503, 529})
 
@@ -52,6 +59,33 @@ def retry_after_seconds(headers: Mapping[str, str], now: Callable[[], datetime] 
             when = when.replace(tzinfo=UTC)
         return max(0.0, (when - now()).total_seconds())
     return seconds if 0 <= seconds < float("inf") else None
+
+
+_DURATION = re.compile(r"(\d{1,12})(\.\d{1,9})?s")  # a protobuf Duration in JSON: "38s", "45.837906927s"
+
+
+def retry_delay_in_body(body: bytes) -> float | None:
+    """Seconds from a Google error body's ``google.rpc.RetryInfo`` detail (``retryDelay``), or ``None``.
+    The envelope may come wrapped in a list (``[{"error": ...}]``)."""
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, list) and data:
+        data = data[0]
+    err = data.get("error") if isinstance(data, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    for d in details if isinstance(details, list) else ():
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            m = _DURATION.fullmatch(d["retryDelay"]) if isinstance(d.get("retryDelay"), str) else None
+            if m:
+                return float(m.group(1) + (m.group(2) or ""))
+    return None
+
+
+def retry_after_header(seconds: float) -> str:
+    """``retry-after`` takes whole seconds: round up, so a client never comes back too early."""
+    return str(math.ceil(seconds))
 
 
 @dataclass(frozen=True, slots=True)

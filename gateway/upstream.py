@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway.errors import GatewayError
-from gateway.retry import RetryPolicy
+from gateway.retry import RETRYABLE_STATUSES, RetryPolicy, retry_after_header, retry_delay_in_body
 
 log = logging.getLogger("thinkgate.upstream")
 
@@ -83,6 +83,20 @@ class UpstreamResponse:
         self._resp.release()
 
 
+async def _retry_after_from_body(resp: aiohttp.ClientResponse, out: dict[str, str]) -> None:
+    """A "try again" answer without ``retry-after`` (Google's 429): the delay its error body names becomes the
+    header. The body is small and aiohttp keeps it for the caller's own ``read``."""
+    if "json" not in resp.headers.get("content-type", ""):
+        return
+    try:
+        body = await resp.read()
+    except (aiohttp.ClientError, TimeoutError):  # the caller's read meets (and reports) the same failure
+        return
+    delay = retry_delay_in_body(body)
+    if delay is not None:
+        out["retry-after"] = retry_after_header(delay)
+
+
 class Upstream:
     """A pooled HTTP client for one upstream base URL."""
 
@@ -132,6 +146,8 @@ class Upstream:
                 raise UpstreamConnectError(502, f"could not reach upstream {self.name}: {type(e).__name__}") from e
             else:
                 out = forward_response_headers(resp.headers)
+                if resp.status in RETRYABLE_STATUSES and "retry-after" not in out:
+                    await _retry_after_from_body(resp, out)
                 wait = self.retry.delay(attempt, resp.status, out)
                 if wait is None:
                     return UpstreamResponse(resp.status, out, resp, self._read_timeout)

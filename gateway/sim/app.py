@@ -32,14 +32,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from gateway.errors import anthropic_error_body
 from gateway.sim.compat import compat_routes
+from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini import gemini_routes
 from gateway.sim.render import first_delta_position, stream_events
 from gateway.sim.rules import check_messages_request
-from gateway.sim.scenarios import Reply, estimate_tokens, new_id, plan_reply
+from gateway.sim.scenarios import Fault, Reply, estimate_tokens, new_id, plan_reply
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
 
@@ -82,23 +82,18 @@ class _State:
         self.holding = 0
         self.fault_counts: Counter[tuple[str, int, str]] = Counter()
 
-
-class DroppedResponse(Response):
-    """Sends the status, headers and part of the body, then stops: the server closes the connection."""
-
-    def __init__(self, status_code: int, headers: dict[str, str], chunks: list[bytes],
-                 delay: float = 0.0) -> None:
-        super().__init__(status_code=status_code, headers=headers)
-        if "content-length" not in headers:  # a stream: chunked, not the empty body's length
-            self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self.chunks = chunks
-        self.delay = delay
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        for chunk in self.chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await asyncio.sleep(self.delay)
+    def take_fault(self, fault: Fault | None, conversation: str, round_: int, times: int | None) -> str | None:
+        """The kind of ``fault`` to inject now, or None: with ``[[sim:fault_times=N]]`` only the first N
+        requests of a conversation and round get it. Counted in the stats."""
+        if fault is None:
+            return None
+        if times is not None:
+            key = (conversation, round_, fault.kind)
+            if self.fault_counts[key] >= times:
+                return None
+            self.fault_counts[key] += 1
+        self.stats.faults += 1
+        return fault.kind
 
 
 def _json(status: int, body: object, rid: str, headers: dict[str, str] | None = None) -> Response:
@@ -202,17 +197,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
 
 
 def _active_fault(state: _State, reply: Reply) -> str | None:
-    fault = reply.fault
-    if fault is None:
-        return None
-    times = reply.scenario.fault_times
-    if times is not None:
-        key = (reply.conversation, reply.round, fault.kind)
-        if state.fault_counts[key] >= times:
-            return None
-        state.fault_counts[key] += 1
-    state.stats.faults += 1
-    return fault.kind
+    return state.take_fault(reply.fault, reply.conversation, reply.round, reply.scenario.fault_times)
 
 
 async def _respond(state: _State, reply: Reply, stream: bool, rid: str) -> Response:

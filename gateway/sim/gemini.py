@@ -4,8 +4,11 @@ profile (its error form, only one bypass value) at ``/vertex/v1beta``.
 
 Validation is ``gemini_rules`` (rules 16-18). Replies are scripted by the same markers
 as the Anthropic dialect (``[[sim:tools=N]]``, ``[[sim:parallel=K]]``,
-``[[sim:fault=overloaded|midstream]]``) in the first user content: the round is the
-number of ``model`` contents with function calls in the current turn. With
+``[[sim:fault=overloaded|midstream|slow:MS|drop|ratelimit:S]]``, ``[[sim:fault_round=R]]``,
+``[[sim:fault_times=N]]``) in the first user content: the round is the number of ``model`` contents
+with function calls in the current turn. ``ratelimit:S`` answers 429 as Google does, with no
+``retry-after`` header: AI Studio says when to retry in the body (``google.rpc.RetryInfo``
+``retryDelay``, and in the message), Vertex does not. With
 ``thinkingConfig.includeThoughts`` an answer starts with a ``thought: true`` part.
 Tool rounds: a text part, then K ``functionCall`` parts (call n to the n-th declared
 function, modulo their number); only the first carries a
@@ -18,6 +21,7 @@ JSON forms the real API takes (``includeThoughts`` / ``include_thoughts``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini_rules import (
     AISTUDIO,
     VERTEX,
@@ -48,6 +53,27 @@ DEFAULT_FUNCTION = "get_weather"
 
 def google_error(code: int, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "status": STATUS.get(code, "INTERNAL")}}
+
+
+def rate_limited(profile: str, model: str, seconds: int) -> dict[str, Any]:
+    """Google's 429 body for ``profile`` (shapes as the APIs send them; the quota named is an example)."""
+    if profile == VERTEX:
+        return google_error(429, "Resource exhausted. Please try again later. Please refer to https://cloud.google."
+                                 "com/vertex-ai/generative-ai/docs/error-code-429 for more details.")
+    metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+    body = google_error(429, "You exceeded your current quota, please check your plan and billing details. For more "
+                             "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits. "
+                             "To monitor your current usage, head to: https://ai.dev/usage?tab=rate-limit. \n"
+                             f"* Quota exceeded for metric: {metric}, limit: 10, model: {model}\n"
+                             f"Please retry in {seconds}s.")
+    body["error"]["details"] = [
+        {"@type": "type.googleapis.com/google.rpc.Help", "links": [
+            {"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+            {"quotaMetric": metric, "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+             "quotaDimensions": {"location": "global", "model": model}, "quotaValue": "10"}]},
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{seconds}s"}]
+    return body
 
 
 def first_user_text(contents: list[dict[str, Any]]) -> str:
@@ -172,16 +198,32 @@ def gemini_routes(state: Any) -> list[Route]:
                 state.stats.rejections[f"gemini-{violation.rule}"] += 1
                 return _json(violation.status, google_error(violation.status, violation.message))
             state.stats.accepted += 1
-            scenario = parse_scenario(first_user_text(body["contents"]))
-            if scenario.fault is not None and scenario.fault.kind == "overloaded":
+            contents = body["contents"]
+            scenario = parse_scenario(first_user_text(contents))
+            round_ = sum(1 for c in contents[turn_start(contents):] if c.get("role") == "model" and calls_of(c))
+            fault = scenario.fault if scenario.fault_round in (None, round_) else None
+            conversation = hashlib.sha256(first_user_text(contents).encode()).hexdigest()
+            kind = state.take_fault(fault, conversation, round_, scenario.fault_times)
+            if kind == "slow":
+                await asyncio.sleep(scenario.fault.value / 1000)  # type: ignore[union-attr]
+            if kind == "overloaded" or (kind == "midstream" and action == "generateContent"):
                 return _json(503, google_error(503, "The model is overloaded. Please try again later."))
+            if kind == "ratelimit":
+                return _json(429, rate_limited(profile, model, scenario.fault.value))  # type: ignore[union-attr]
             rid = new_id("")[:22]
             full = response_body(plan_parts(body, model, signer, rid), model, rid, body)
             if action == "generateContent":
+                if kind == "drop":
+                    raw_full = orjson.dumps(full)
+                    return DroppedResponse(200, {"content-type": "application/json",
+                                                 "content-length": str(len(raw_full))}, [raw_full[:len(raw_full) // 2]])
                 return _json(200, full)
             chunks = stream_chunks(full, signer, model)
             frames = [b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks]
-            if scenario.fault is not None and scenario.fault.kind == "midstream":
+            if kind == "drop":
+                return DroppedResponse(200, {"content-type": "text/event-stream"}, frames[:max(1, len(frames) // 2)],
+                                       delay=0.005)
+            if kind == "midstream":
                 frames = [*frames[:len(frames) // 2],
                           b"data: " + orjson.dumps(google_error(503, "The model is overloaded.")) + b"\r\n\r\n"]
 

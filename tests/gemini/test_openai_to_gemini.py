@@ -124,3 +124,48 @@ def test_midstream_error_becomes_an_openai_error_chunk(client: openai.OpenAI) ->
     history = [{"role": "user", "content": "[[sim:fault=midstream]] [[sim:tools=1]] hi"}]
     with pytest.raises(openai.APIError):
         ask(client, GEMINI, history, stream=True)
+
+
+def test_a_gemini_rate_limit_reaches_an_openai_client_with_retry_after(client: openai.OpenAI) -> None:
+    """Google sends no ``retry-after``: the delay is a RetryInfo in the body. The OpenAI client (whose SDK
+    backs off by the header) gets it as ``retry-after``, whole seconds, with the error in its envelope."""
+    with pytest.raises(openai.RateLimitError) as e:
+        ask(client, GEMINI, [{"role": "user", "content": "[[sim:fault=ratelimit:7]] hi"}], stream=False)
+    assert e.value.response.headers["retry-after"] == "7"
+    assert "You exceeded your current quota" in e.value.message
+    assert e.value.body["type"] == "rate_limit_error"  # type: ignore[index]
+
+
+@pytest.fixture(scope="module")
+def retrying_gw(gateways: GatewayFactory, sim: Sim) -> ServerProcess:
+    return gateways.start(sim.url, gateway_env(sim, GATEWAY_UPSTREAM_RETRIES="1",
+                                               GATEWAY_UPSTREAM_RETRY_MAX_DELAY_S="5"))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_the_retry_policy_waits_the_delay_a_gemini_429_names(retrying_gw: ServerProcess, sim: Sim,
+                                                              stream: bool) -> None:
+    """Within the cap the gateway retries after the body's delay and the client sees only the answer;
+    past the cap (30 s > 5 s) it does not wait: the 429 goes to the client at once, with its delay."""
+    with openai.OpenAI(base_url=retrying_gw.url + "/v1", api_key="sk-test-gemini", max_retries=0) as c:
+        before = sim.stats()
+        answer = ask(c, GEMINI, [{"role": "user", "content": f"[[sim:fault=ratelimit:0]] [[sim:fault_times=1]] "
+                                                             f"retry me {stream}"}], stream=stream)
+        after = sim.stats()
+        assert answer.finish_reason == "stop"
+        assert (after["requests"] - before["requests"], after["faults"] - before["faults"]) == (2, 1)
+        with pytest.raises(openai.RateLimitError) as e:
+            ask(c, GEMINI, [{"role": "user", "content": f"[[sim:fault=ratelimit:30]] too long {stream}"}],
+                stream=stream)
+        assert e.value.response.headers["retry-after"] == "30"
+        assert sim.stats()["requests"] - after["requests"] == 1, "no retry past the cap"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_a_gemini_connection_dropped_mid_body_is_a_clear_error(client: openai.OpenAI, sim: Sim, stream: bool) -> None:
+    with pytest.raises(openai.APIError) as e:
+        ask(client, GEMINI, [{"role": "user", "content": f"[[sim:fault=drop]] [[sim:tools=1]] hi {stream}"}],
+            stream=stream)
+    if not stream:
+        assert isinstance(e.value, openai.APIStatusError) and e.value.status_code == 502
+        assert "upstream connection failed" in e.value.message

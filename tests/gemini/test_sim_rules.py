@@ -190,3 +190,25 @@ def test_deepseek_text_answers_need_their_reasoning_back_when_tools_are_present(
     assert replay(bare, with_tools=False).status_code == 200, "without tools, reasoning need not come back"
     foreign = {**bare, "content": "An answer this simulator never gave."}
     assert replay(foreign).status_code == 200, "only its own (minted) answers are checked"
+
+
+def test_rate_limit_answers_as_google_does_without_a_retry_after_header(client: Any) -> None:
+    """``[[sim:fault=ratelimit:S]]``: AI Studio names the delay in the body (RetryInfo), Vertex does not; neither
+    sends ``retry-after``. With ``fault_times=1`` the next request of the conversation goes through."""
+    def post(prefix: str, text: str) -> Any:
+        body = {"contents": [{"role": "user", "parts": [{"text": text}]}]}
+        return client.post(f"{prefix}/models/{MODEL}:generateContent", json=body, headers=KEY)
+
+    r = post("/v1beta", "[[sim:fault=ratelimit:7]] [[sim:fault_times=1]] hi")
+    err = r.json()["error"]
+    assert r.status_code == 429 and "retry-after" not in r.headers
+    assert (err["code"], err["status"]) == (429, "RESOURCE_EXHAUSTED")
+    assert err["message"].startswith("You exceeded your current quota") and err["message"].endswith("retry in 7s.")
+    assert [d for d in err["details"] if d["@type"].endswith("google.rpc.RetryInfo")] == [
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]
+    assert post("/v1beta", "[[sim:fault=ratelimit:7]] [[sim:fault_times=1]] hi").status_code == 200
+    r = post("/vertex/v1beta", "[[sim:fault=ratelimit:7]] again")
+    assert r.status_code == 429 and "retry-after" not in r.headers
+    assert r.json() == {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": (
+        "Resource exhausted. Please try again later. Please refer to "
+        "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.")}}

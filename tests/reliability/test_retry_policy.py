@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
+import orjson
 import pytest
 
-from gateway.retry import RetryPolicy, retry_after_seconds
+from gateway.retry import RetryPolicy, retry_after_header, retry_after_seconds, retry_delay_in_body
 from gateway.settings import Settings
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
@@ -28,6 +29,32 @@ NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 ])
 def test_retry_after_seconds(headers: dict[str, str], expected: float | None) -> None:
     assert retry_after_seconds(headers, now=lambda: NOW) == expected
+
+
+def _google(delay: object, *, wrap: bool = False, kind: str = "type.googleapis.com/google.rpc.RetryInfo") -> bytes:
+    err = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
+        {"@type": "type.googleapis.com/google.rpc.Help", "links": []}, {"@type": kind, "retryDelay": delay}]}}
+    return orjson.dumps([err] if wrap else err)
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (_google("38s"), 38.0),
+    (_google("45.837906927s"), 45.837906927),
+    (_google("0s"), 0.0),
+    (_google("7s", wrap=True), 7.0),  # the list-wrapped envelope
+    (_google("7s", kind="type.googleapis.com/google.rpc.QuotaFailure"), None),
+    (_google("7"), None), (_google("-7s"), None), (_google("7.s"), None), (_google("1e3s"), None),
+    (_google(7), None), (_google(None), None),
+    (b'{"error": {"code": 429, "message": "Resource exhausted."}}', None),  # Vertex: no details
+    (b'{"type": "error", "error": {"type": "rate_limit_error", "message": "x"}}', None),  # Anthropic
+    (b"not json", None), (b"[]", None), (b'"s"', None),
+])
+def test_retry_delay_in_a_google_error_body(body: bytes, expected: float | None) -> None:
+    assert retry_delay_in_body(body) == expected
+
+
+def test_a_retry_after_header_is_whole_seconds_rounded_up() -> None:
+    assert [retry_after_header(s) for s in (0.0, 0.2, 45.837906927, 38.0)] == ["0", "1", "46", "38"]
 
 
 def policy(retries: int = 2, max_delay: float = 5.0) -> RetryPolicy:
