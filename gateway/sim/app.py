@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -134,7 +135,8 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.stats.requests += 1
         body, json_error = await _read_json(request)
         state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                      "query": request.url.query}
+                      "query": request.url.query, "raw": await request.body(),
+                      "peer_port": request.client.port if request.client else None}
         if not _authorized(request):
             state.stats.unauthorized += 1
             return _error(401, "x-api-key header is required", rid, "authentication_error")
@@ -169,7 +171,12 @@ def create_sim_app(config: SimConfig) -> Starlette:
         return _json(200, state.stats.as_json(), new_id("req_01"))
 
     async def last(request: Request) -> Response:
-        return _json(200, state.last, new_id("req_01"))
+        """The last request as received; an Anthropic request's exact body bytes as ``raw_sha256``."""
+        last = dict(state.last)
+        raw = last.pop("raw", None)
+        if isinstance(raw, bytes):
+            last["raw_sha256"] = hashlib.sha256(raw).hexdigest()
+        return _json(200, last, new_id("req_01"))
 
     async def release(request: Request) -> Response:
         released = state.holding
