@@ -93,9 +93,10 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
         == served
 
     # SIGHUP: hypercorn replaces both workers. Their live gauges leave (marked dead), counters stay.
+    # Each new worker's gauge appears when that worker starts: wait for both, not just the first.
     old = set(workers)
     gw.proc.send_signal(signal.SIGHUP)
-    new = wait_for(lambda: (w := set(per_worker(scrape(gw)))) and not (w & old) and w)
+    new = wait_for(lambda: (w := set(per_worker(scrape(gw)))) and not (w & old) and len(w) == 2 and w)
     assert messages_total(scrape(gw)) == served  # the old workers' counters stay in the sum
     drive(gw, 5)
     assert wait_for(lambda: messages_total(scrape(gw)) == served + 5)
