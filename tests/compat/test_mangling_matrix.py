@@ -2,7 +2,8 @@
 replayed history, stream and non-stream, with and without the SCID header, every request alternating
 between two gateway processes on one redis-server. The simulator rejects nothing, and every request it
 receives carries each earlier answer's provider fields exactly as they were relayed, with tool-only
-assistant messages as ``content: null``."""
+assistant messages as ``content: null``. By default each (flavor, case) is played twice, pairwise over
+stream and header (``tests/pairwise.py``); the rest of the product is marked ``slow``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from tests.gemini.helpers import COPILOT, DEEPSEEK, GEMINI_COMPAT, OPENROUTER, Answer, Rejections, run_loop
 from tests.gemini.manglings import OPENAI
 from tests.gemini.matrix import OpenAILoop, Pair
+from tests.pairwise import stream_header_params
 from tests.process_fixtures import Sim
 
 CASES: dict[str, tuple[str, ...]] = {
@@ -65,9 +67,8 @@ def assert_restored(model: str, answers: list[Answer], bodies: list[dict[str, An
                 assert "extra_content" not in m["tool_calls"][1]
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize(("model", "case"), MATRIX, ids=[f"{m.split('/')[0]}-{c}" for m, c in MATRIX])
+@pytest.mark.parametrize(("model", "case", "stream", "header"),
+                         stream_header_params(MATRIX, [f"{m.split('/')[0]}-{c}" for m, c in MATRIX]))
 def test_compat_matrix(pair: Pair, sim: Sim, model: str, case: str, stream: bool, header: bool) -> None:
     loop = OpenAILoop(pair, model, stream, header, sim, {"reasoning_effort": "low"})
     try:

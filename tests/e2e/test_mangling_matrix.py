@@ -7,8 +7,12 @@ header. The simulator must reject nothing, and with records present thinking mus
 stay on for every turn (the interleaved beta makes every simulator answer start
 with thinking whenever thinking was enabled for that request).
 Then the same matrix with the records gone (store flushed before every request) and
-with Redis stopped: still zero rejections (with and without the header, one sampled stream
-mode per case and header, both modes per case, to keep the suite short).
+with Redis stopped: still zero rejections.
+
+By default every matrix plays each case twice, pairwise over stream and header
+(``tests/pairwise.py``: both stream modes and both header modes per case); the records-gone
+matrices play the two combinations the with-records matrix leaves out, so between them every
+(case, stream, header) is played. The rest of each product is marked ``slow``.
 
 Every upstream body is inspected too: a tool result is synthesised ("no result was
 returned") only where the client really lost one, and real results are never turned into
@@ -32,6 +36,7 @@ import pytest
 from gateway.toolchain import NO_RESULT
 from tests.e2e.helpers import WEATHER_TOOL, block_dicts, tool_results
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
+from tests.pairwise import stream_header_params
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port
 from tests.redis_fixtures import RedisServer
 
@@ -194,18 +199,13 @@ def run_case(pair: Pair, sim: Sim, case: str, *, stream: bool, header: bool, flu
     return loop
 
 
-# The records-gone matrices run every case with and without the header, one stream mode each
-# (alternating down the sorted case list, the other mode without the header than with it), which
-# covers both modes for every case at half the cost of the full product.
-SAMPLED = [pytest.param(case, header, stream, id=f"{case}-{'stream' if stream else 'create'}-"
-                        f"{'scid' if header else 'no-scid'}")
-           for k, case in enumerate(CASES)
-           for header, stream in ((True, k % 2 == 0), (False, k % 2 == 1))]
+# Two (stream, header) combinations per case by default, the rest ``slow``; the records-gone matrices
+# sample the two combinations the with-records matrix leaves out.
+WITH_RECORDS = stream_header_params([(c,) for c in CASES], CASES)
+RECORDS_GONE = stream_header_params([(c,) for c in CASES], CASES, offset=1)
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(("case", "stream", "header"), WITH_RECORDS)
 def test_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case: str, stream: bool, header: bool) -> None:
     loop = run_case(pair, sim, case, stream=stream, header=header)
     if case not in NO_KEEP_CHECK:
@@ -213,13 +213,13 @@ def test_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case: str, 
         assert all(s == "thinking" for s in starts), f"thinking lost: {starts}"
 
 
-@pytest.mark.parametrize(("case", "header", "stream"), SAMPLED)
+@pytest.mark.parametrize(("case", "stream", "header"), RECORDS_GONE)
 def test_matrix_with_records_expired(pair: Pair, sim: Sim, rejections: None, case: str, header: bool,
                                      stream: bool) -> None:
     run_case(pair, sim, case, stream=stream, header=header, flush_each=True)
 
 
-@pytest.mark.parametrize(("case", "header", "stream"), SAMPLED)
+@pytest.mark.parametrize(("case", "stream", "header"), RECORDS_GONE)
 def test_matrix_with_redis_stopped(pair_without_redis: Pair, sim: Sim, rejections: None, case: str, header: bool,
                                    stream: bool) -> None:
     run_case(pair_without_redis, sim, case, stream=stream, header=header)

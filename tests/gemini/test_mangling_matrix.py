@@ -2,7 +2,8 @@
 stream and non-stream, with and without the SCID header, every request alternating between two gateway
 processes that share one redis-server. The simulator rejects nothing, and every request it receives
 carries each earlier answer's genuine signature on its first call (restored from the records, never the
-bypass value) and its thought part."""
+bypass value) and its thought part. By default each case is played twice per surface, pairwise over
+stream and header (``tests/pairwise.py``); the rest of the product is marked ``slow``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from tests.gemini.helpers import GEMINI, Rejections, run_loop, tool_messages
 from tests.gemini.manglings import NATIVE, OPENAI
 from tests.gemini.matrix import NativeLoop, OpenAILoop, Pair
+from tests.pairwise import stream_header_params
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
 
@@ -59,9 +61,8 @@ def assert_responses_in_call_order(body: dict[str, Any]) -> None:
             assert got == calls, "function responses go upstream in call order"
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", OPENAI_CASES)
+@pytest.mark.parametrize(("case", "stream", "header"),
+                         stream_header_params([(c,) for c in OPENAI_CASES], OPENAI_CASES))
 def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, header: bool) -> None:
     loop = OpenAILoop(pair, GEMINI, stream, header, sim, {"reasoning_effort": "low"})
     try:
@@ -80,9 +81,9 @@ def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, he
         assert [m["tool_call_id"] for m in sent[k + 1:k + 3]] == [c["id"] for c in sent[k]["tool_calls"][::-1]]
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-@pytest.mark.parametrize("case", sorted(NATIVE))
+@pytest.mark.parametrize(("case", "stream", "header"),
+                         stream_header_params([(c,) for c in sorted(NATIVE)], sorted(NATIVE),
+                                              stream_ids=("generate", "stream")))
 def test_native_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, header: bool) -> None:
     loop = NativeLoop(pair, GEMINI, stream, header, sim)
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [

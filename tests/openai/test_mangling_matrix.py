@@ -9,6 +9,9 @@ answer start with thinking whenever thinking was enabled for that request, so an
 answer without reasoning means the gateway had to turn thinking off), and every request
 the simulator received replays exactly this conversation's own thinking on every turn
 (restored from the records, never another conversation's).
+
+By default each mangling is played twice, pairwise over stream and header (``tests/pairwise.py``:
+both stream modes and both header modes per mangling); the rest of the product is marked ``slow``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 
 from tests.openai.helpers import SCID, THINKING, Answer, History, ask, run_loop
 from tests.openai.manglings import MANGLINGS
+from tests.pairwise import stream_header_params
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 
@@ -80,9 +84,8 @@ def rejections(sim: Sim) -> Iterator[None]:
     assert sum(sim.stats()["rejections"].values()) == before, "the simulator rejected a request"
 
 
-@pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-@pytest.mark.parametrize("case", sorted(MANGLINGS))
+@pytest.mark.parametrize(("case", "stream", "header"),
+                         stream_header_params([(c,) for c in sorted(MANGLINGS)], sorted(MANGLINGS)))
 def test_openai_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case: str, stream: bool,
                                     header: bool) -> None:
     loop = Loop(pair, stream, header, sim=sim)
