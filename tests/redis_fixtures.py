@@ -7,6 +7,8 @@ Fixtures
 - ``redis_cluster`` (session): three ``--cluster-enabled`` servers joined by ``redis-cli --cluster create``.
 - ``redis_cluster_url`` (function): ``redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``,
   every master flushed before each test.
+- ``cluster6`` (session): three masters with one replica each, for the failover tests (each promotes a
+  replica and waits until the topology has settled again, so they share it; nothing is flushed).
 - ``restartable_redis`` (function): a private server the test may ``stop()``, ``pause()``/``resume()``
   (SIGSTOP/SIGCONT, a hung server) and ``start()`` again on the same port.
 
@@ -244,6 +246,94 @@ class RedisCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class ReplicatedCluster:
+    """Three masters with one replica each (six foreground redis-server children)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="tg-rcluster6-"))
+        ports: set[int] = set()
+        self.nodes: list[RedisServer] = []
+        for _ in range(6):
+            port = free_port(cluster_bus=True, exclude=ports | {p + 10000 for p in ports})
+            ports.add(port)
+            self.nodes.append(RedisServer(port=port, cluster=True, workdir=self.dir))
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cmd = [self.nodes[0].cli_bin, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+               "--cluster-replicas", "1", "--cluster-yes"]
+        done = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout!r} {done.stderr!r}")
+        _wait_until(self.ready, "cluster_state:ok everywhere and every replica linked", timeout=20)
+
+    def ready(self) -> bool:
+        try:
+            for node in self.nodes:
+                with node.client() as c:
+                    if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO").decode():
+                        return False
+                    info = c.info("replication")
+                    if info["role"] == "slave" and info.get("master_link_status") != "up":
+                        return False
+                    if not self._settled_view(c.execute_command("CLUSTER", "NODES").decode()):
+                        return False
+            return len(self.masters()) == 3
+        except (redis.RedisError, OSError):
+            return False
+
+    @staticmethod
+    def _settled_view(nodes_text: str) -> bool:
+        """One node's ``CLUSTER NODES`` shows all six nodes healthy: three masters, each with a replica.
+
+        Gossip spreads a replica's master link some time after ``master_link_status`` is up, so a
+        node can briefly list a replica without its master (CI once failed a failover that way).
+        """
+        lines = [line.split() for line in nodes_text.splitlines() if line.strip()]
+        if len(lines) != 6 or any({"fail", "fail?", "handshake", "noaddr"} & set(n[2].split(",")) for n in lines):
+            return False
+        masters = {n[0] for n in lines if "master" in n[2].split(",")}
+        replica_of = [n[3] for n in lines if "slave" in n[2].split(",")]
+        return len(masters) == 3 and sorted(replica_of) == sorted(masters)
+
+    def masters(self) -> list[RedisServer]:
+        out = []
+        for node in self.nodes:
+            with node.client() as c:
+                if c.info("replication")["role"] == "master":
+                    out.append(node)
+        return out
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.masters())
+
+    def node(self, port: int) -> RedisServer:
+        return next(n for n in self.nodes if n.port == port)
+
+    def owner_of(self, key: str, ask: RedisServer | None = None) -> tuple[int, list[int]]:
+        """(master port, replica ports) serving ``key``'s slot, as ``ask`` (default: node 0) sees it."""
+        with (ask or self.nodes[0]).client() as c:
+            slot = int(c.execute_command("CLUSTER", "KEYSLOT", key))
+            nodes = [line.split() for line in c.execute_command("CLUSTER", "NODES").decode().splitlines()]
+        port = {n[0]: int(n[1].split("@")[0].rsplit(":", 1)[1]) for n in nodes}
+        for node_id, _, flags, _, *_, in nodes:
+            if "master" not in flags.split(","):
+                continue
+            line = next(n for n in nodes if n[0] == node_id)
+            for r in line[8:]:
+                start, _, end = r.partition("-")
+                if r[0].isdigit() and int(start) <= slot <= int(end or start):
+                    return port[node_id], [port[n[0]] for n in nodes if n[3] == node_id]
+        raise AssertionError(f"slot of {key} is not served")
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
@@ -279,6 +369,16 @@ def redis_cluster_url(redis_cluster: RedisCluster) -> str:
     return redis_cluster.url
 
 
+@pytest.fixture(scope="session")
+def cluster6() -> Iterator[ReplicatedCluster]:
+    cluster = ReplicatedCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
 @pytest.fixture()
 def restartable_redis() -> Iterator[RedisServer]:
     """A private single-node server for fault tests: ``stop()``, ``start()``, ``pause()``, ``resume()``."""
@@ -290,4 +390,4 @@ def restartable_redis() -> Iterator[RedisServer]:
         server.cleanup()
 
 
-__all__ = ["RedisCluster", "RedisServer", "find_redis_binaries", "free_port"]
+__all__ = ["RedisCluster", "RedisServer", "ReplicatedCluster", "find_redis_binaries", "free_port"]

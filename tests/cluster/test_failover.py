@@ -1,9 +1,10 @@
 """A Redis Cluster master fails over while conversations run through three replicas.
 
 The session's ``redis_cluster`` has no replicas (and keeps nothing on disk), so a restarted master
-would come back empty; this module builds its own cluster of three masters, each with a replica,
-and promotes the replica of the master that holds one conversation's keys (``CLUSTER FAILOVER``,
-the coordinated manual failover: the replica catches up before it takes over). That conversation
+would come back empty; this module uses the session's ``cluster6`` (``tests/redis_fixtures.py``),
+three masters each with a replica, and promotes the replica of the master that holds one
+conversation's keys (``CLUSTER FAILOVER``, the coordinated manual failover: the replica catches up
+before it takes over). That conversation
 goes on after the failover with its history restored from the promoted node, while 19 others run
 concurrently through the same round-robin client.
 """
@@ -12,111 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import redis
 
 from state.keys import conversation_keys, tenant_prefix
 from tests.cluster.roundrobin import KEY, SECRET, Conversation, RoundRobin, play, play_all, step
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
-from tests.redis_fixtures import RedisServer, free_port
+from tests.redis_fixtures import ReplicatedCluster
 
 ROUNDS = 3
 STORE_TROUBLE = re.compile(r"store (?:load|record) failed \(\w+\)")
-
-
-class ReplicatedCluster:
-    """Three masters with one replica each (six foreground redis-server children)."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="tg-rcluster6-"))
-        ports: set[int] = set()
-        self.nodes: list[RedisServer] = []
-        for _ in range(6):
-            port = free_port(cluster_bus=True, exclude=ports | {p + 10000 for p in ports})
-            ports.add(port)
-            self.nodes.append(RedisServer(port=port, cluster=True, workdir=self.dir))
-
-    def start(self) -> None:
-        for node in self.nodes:
-            node.start()
-        cmd = [self.nodes[0].cli_bin, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
-               "--cluster-replicas", "1", "--cluster-yes"]
-        done = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout!r} {done.stderr!r}")
-        wait_for(self.ready, "cluster_state:ok everywhere and every replica linked")
-
-    def ready(self) -> bool:
-        try:
-            for node in self.nodes:
-                with node.client() as c:
-                    if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO").decode():
-                        return False
-                    info = c.info("replication")
-                    if info["role"] == "slave" and info.get("master_link_status") != "up":
-                        return False
-                    if not self._settled_view(c.execute_command("CLUSTER", "NODES").decode()):
-                        return False
-            return len(self.masters()) == 3
-        except (redis.RedisError, OSError):
-            return False
-
-    @staticmethod
-    def _settled_view(nodes_text: str) -> bool:
-        """One node's ``CLUSTER NODES`` shows all six nodes healthy: three masters, each with a replica.
-
-        Gossip spreads a replica's master link some time after ``master_link_status`` is up, so a
-        node can briefly list a replica without its master (CI once failed a failover that way).
-        """
-        lines = [line.split() for line in nodes_text.splitlines() if line.strip()]
-        if len(lines) != 6 or any({"fail", "fail?", "handshake", "noaddr"} & set(n[2].split(",")) for n in lines):
-            return False
-        masters = {n[0] for n in lines if "master" in n[2].split(",")}
-        replica_of = [n[3] for n in lines if "slave" in n[2].split(",")]
-        return len(masters) == 3 and sorted(replica_of) == sorted(masters)
-
-    def masters(self) -> list[RedisServer]:
-        out = []
-        for node in self.nodes:
-            with node.client() as c:
-                if c.info("replication")["role"] == "master":
-                    out.append(node)
-        return out
-
-    @property
-    def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.masters())
-
-    def node(self, port: int) -> RedisServer:
-        return next(n for n in self.nodes if n.port == port)
-
-    def owner_of(self, key: str, ask: RedisServer | None = None) -> tuple[int, list[int]]:
-        """(master port, replica ports) serving ``key``'s slot, as ``ask`` (default: node 0) sees it."""
-        with (ask or self.nodes[0]).client() as c:
-            slot = int(c.execute_command("CLUSTER", "KEYSLOT", key))
-            nodes = [line.split() for line in c.execute_command("CLUSTER", "NODES").decode().splitlines()]
-        port = {n[0]: int(n[1].split("@")[0].rsplit(":", 1)[1]) for n in nodes}
-        for node_id, _, flags, _, *_, in nodes:
-            if "master" not in flags.split(","):
-                continue
-            line = next(n for n in nodes if n[0] == node_id)
-            for r in line[8:]:
-                start, _, end = r.partition("-")
-                if r[0].isdigit() and int(start) <= slot <= int(end or start):
-                    return port[node_id], [port[n[0]] for n in nodes if n[3] == node_id]
-        raise AssertionError(f"slot of {key} is not served")
-
-    def cleanup(self) -> None:
-        for node in self.nodes:
-            node.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def wait_for(predicate: object, what: str, timeout: float = 20) -> None:
@@ -126,16 +34,6 @@ def wait_for(predicate: object, what: str, timeout: float = 20) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)  # polling other processes: there is no event to await
-
-
-@pytest.fixture(scope="module")
-def cluster6() -> Iterator[ReplicatedCluster]:
-    cluster = ReplicatedCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
 
 
 @pytest.fixture()

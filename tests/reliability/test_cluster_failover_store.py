@@ -1,8 +1,8 @@
 """The store itself through a Redis Cluster failover: no call fails, nothing is lost.
 
 Forty conversations load and append concurrently through one ``RedisStore`` while the master holding
-one of them is replaced by its replica (``CLUSTER FAILOVER``, reusing ``tests/cluster``'s six-node
-cluster). Before the fix the old master's dropped connections surfaced as ``ConnectionError`` and as
+one of them is replaced by its replica (``CLUSTER FAILOVER``, on the session's six-node cluster
+``cluster6``). Before the fix the old master's dropped connections surfaced as ``ConnectionError`` and as
 redis-py transport internals (``AttributeError: 'NoneType' object has no attribute 'writelines'``),
 the breaker opened and about fifty calls failed; now a dropped connection is retried within the
 call's timeout. The gateway-level run is ``tests/cluster/test_failover.py``.
@@ -18,10 +18,9 @@ from state.factory import open_store
 from state.keys import conversation_keys, new_scid
 from state.redis_store import RedisStore
 from state.store import LoadQuery, TurnWrite
-from tests.cluster.test_failover import ReplicatedCluster, cluster6, fail_over
+from tests.cluster.test_failover import fail_over
+from tests.redis_fixtures import ReplicatedCluster
 from tests.state.factories import TENANT_A, turn
-
-__all__ = ["cluster6"]  # the module-scoped six-node cluster fixture, reused
 
 CONVERSATIONS = 40
 RUN_S = 3.0
