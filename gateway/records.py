@@ -128,6 +128,24 @@ def load_block(d: dict[str, JSON]) -> Block:
     return b
 
 
+def store_message(m: Message) -> dict[str, JSON]:
+    """A request-side message as stored in a record's prompt: Anthropic-shaped, provider blocks (a Gemini
+    client's ``thought`` parts, signatures on parts) in their ``store_block`` form."""
+    if m.raw_blocks is None and any(isinstance(b, ThoughtBlock) or getattr(b, "sig", None) is not None
+                                    for b in m.content):
+        return {"role": m.role, "content": [store_block(b) for b in m.content], **m.extra}
+    return anthropic.encode_message(m)
+
+
+def load_message(d: dict[str, JSON], i: int) -> Message:
+    """The inverse of ``store_message``."""
+    content = d.get("content")
+    if isinstance(content, list) and any(isinstance(b, dict) and PROVIDER_KEY in b for b in content):
+        extra = {k: v for k, v in d.items() if k not in ("role", "content")}
+        return Message(str(d.get("role")), [load_block(b) for b in content if isinstance(b, dict)], extra=extra)
+    return anthropic.decode_message(d, i)
+
+
 def load_fields(raw: object) -> ProviderFields | None:
     if isinstance(raw, dict) and isinstance(raw.get("fields"), dict) and raw["fields"]:
         origin = raw.get("origin")
@@ -178,7 +196,7 @@ class _StoredTurn(RecordedTurn):
 
     @property
     def prompt(self) -> tuple[Message, ...]:
-        return tuple(anthropic.decode_message(m, i) for i, m in enumerate(self._record.prompt))
+        return tuple(load_message(m, i) for i, m in enumerate(self._record.prompt))
 
 
 def records_from(result: LoadResult, scid: str | None) -> Records:
@@ -226,5 +244,5 @@ def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, d
         upstream=upstream,
         dialect=dialect,
         prefix_fingerprint=fp,
-        prompt=[anthropic.encode_message(m) for m in request_messages[last + 1:]],
+        prompt=[store_message(m) for m in request_messages[last + 1:]],
     )

@@ -107,12 +107,14 @@ def encode_block(block: Block) -> dict[str, JSON]:
         out = {"type": "redacted_thinking", "data": block.data}
     elif isinstance(block, ToolUseBlock):
         out = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    else:
+    elif isinstance(block, ToolResultBlock):
         out = {"type": "tool_result", "tool_use_id": block.tool_use_id}
         if block.content is not None:
             out["content"] = block.content
         if block.is_error is not None:
             out["is_error"] = block.is_error
+    else:  # another family's block (a Gemini thought): no Anthropic form (``records.store_block`` has one)
+        raise ValueError(f"a {block.type} block has no Anthropic form")
     if block.extra:
         out.update(block.extra)
     return out

@@ -117,3 +117,23 @@ def test_midstream_upstream_error_reaches_the_sdk_as_a_google_error(client: gena
     assert received and received[0].candidates, "the chunks before the failure were relayed"
     assert (e.value.code, e.value.status, e.value.message) == (503, "UNAVAILABLE", "The model is overloaded.")
     assert sim.last()["query"] == "alt=sse"
+
+
+@pytest.mark.parametrize("action", ["generateContent", "streamGenerateContent"])
+def test_a_thought_part_in_the_users_turn_is_answered_and_recorded(gw: ServerProcess, action: str) -> None:
+    """Found by schemathesis: a ``thought: true`` part after the last model turn made recording the turn
+    (the prompt it answered) fail with a 500 / a cut stream. It is stored in its provider form instead,
+    and the conversation continues from the record."""
+    first = {"role": "user", "parts": [{"text": f"[[sim:tools=0]] thought in the prompt {action}"},
+                                       {"text": "an earlier thought", "thought": True}]}
+    headers = {"x-goog-api-key": "gk-thought-prompt"}
+    r = httpx.post(f"{gw.url}/v1beta/models/{GEMINI}:{action}", json={"contents": [first]}, headers=headers)
+    assert r.status_code == 200, r.text
+    scid = r.headers["x-ag-conversation-id"]
+    answer = r.json() if action == "generateContent" else r.json()[-1]
+    model_turn = {"role": "model", "parts": answer["candidates"][0]["content"]["parts"]}
+    nxt = {"contents": [first, model_turn, {"role": "user", "parts": [{"text": "and then?"}]}]}
+    r2 = httpx.post(f"{gw.url}/v1beta/models/{GEMINI}:generateContent", json=nxt,
+                    headers={**headers, "x-ag-conversation-id": scid})
+    assert r2.status_code == 200, r2.text
+    assert r2.headers["x-ag-conversation-id"] == scid, "the recorded turn was found again"
