@@ -128,20 +128,34 @@ def load_block(d: dict[str, JSON]) -> Block:
     return b
 
 
+def _carries_provider_data(b: Block) -> bool:
+    return isinstance(b, ThoughtBlock) or (isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None)
+
+
 def store_message(m: Message) -> dict[str, JSON]:
-    """A request-side message as stored in a record's prompt: Anthropic-shaped, provider blocks (a Gemini
-    client's ``thought`` parts, signatures on parts) in their ``store_block`` form."""
-    if m.raw_blocks is None and any(isinstance(b, ThoughtBlock) or getattr(b, "sig", None) is not None
-                                    for b in m.content):
-        return {"role": m.role, "content": [store_block(b) for b in m.content], **m.extra}
-    return anthropic.encode_message(m)
+    """A request-side message as stored in a record's prompt: Anthropic-shaped; a message with provider
+    blocks (a Gemini client's ``thought`` parts, signatures on parts) in ``store_block`` form, marked
+    ``"_provider": true``. The reserved key is ours: the client's own ``_provider`` keys are dropped (a
+    message) or can never be read as provider data (``load_message`` trusts only the marked form)."""
+    if m.raw_blocks is None and any(_carries_provider_data(b) for b in m.content):
+        content = []
+        for b in m.content:
+            d = store_block(b)
+            if not _carries_provider_data(b) and PROVIDER_KEY in d:
+                d = {k: v for k, v in d.items() if k != PROVIDER_KEY}
+            content.append(d)
+        extra = {k: v for k, v in m.extra.items() if k != PROVIDER_KEY}
+        return {"role": m.role, "content": content, **extra, PROVIDER_KEY: True}
+    out = anthropic.encode_message(m)
+    out.pop(PROVIDER_KEY, None)
+    return out
 
 
 def load_message(d: dict[str, JSON], i: int) -> Message:
     """The inverse of ``store_message``."""
     content = d.get("content")
-    if isinstance(content, list) and any(isinstance(b, dict) and PROVIDER_KEY in b for b in content):
-        extra = {k: v for k, v in d.items() if k not in ("role", "content")}
+    if d.get(PROVIDER_KEY) is True and isinstance(content, list):
+        extra = {k: v for k, v in d.items() if k not in ("role", "content", PROVIDER_KEY)}
         return Message(str(d.get("role")), [load_block(b) for b in content if isinstance(b, dict)], extra=extra)
     return anthropic.decode_message(d, i)
 

@@ -6,11 +6,29 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.protocols import gemini
-from gateway.protocols.canonical import CLIENT, ProviderFields, ProviderSig, TextBlock, ThoughtBlock, ToolUseBlock, Turn
+from gateway.protocols import anthropic, gemini
+from gateway.protocols.canonical import (
+    CLIENT,
+    Message,
+    ProviderFields,
+    ProviderSig,
+    TextBlock,
+    ThoughtBlock,
+    ToolUseBlock,
+    Turn,
+)
 from gateway.protocols.gemini_parts import deterministic_ids, map_responses
 from gateway.protocols.gemini_stream import GeminiTranslator
-from gateway.records import lift_turn, load_block, load_fields, store_block, store_fields, turn_record
+from gateway.records import (
+    lift_turn,
+    load_block,
+    load_fields,
+    load_message,
+    store_block,
+    store_fields,
+    store_message,
+    turn_record,
+)
 from gateway.routing import RouteError, Router, origin_of, parse_routes
 from gateway.settings import Settings, SettingsError
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
@@ -121,6 +139,23 @@ def test_record_encoding_round_trips_provider_data() -> None:
     assert load_fields(store_fields(fields)) == fields and load_fields({}) is None
     rec = turn_record(Turn("r", "m", blocks, provider=fields), [], upstream="gemini", dialect="openai")
     assert rec.provider == store_fields(fields) and rec.content == stored
+
+
+def test_prompt_messages_keep_provider_blocks_and_never_trust_a_clients_reserved_keys() -> None:
+    """A Gemini client's thought part in its own turn is stored in provider form and read back as it was;
+    a ``_provider`` key the client sent (on a block or the message) is never read as provider data."""
+    user = Message("user", [TextBlock("q"), ThoughtBlock("t", CLIENT, ProviderSig(CLIENT, "TS"))])
+    stored = store_message(user)
+    assert stored["_provider"] is True and load_message(stored, 0) == user
+    plain = Message("user", [TextBlock("hi")], content_was_string=True)
+    assert store_message(plain) == {"role": "user", "content": "hi"} and load_message(store_message(plain), 0) == plain
+    forged = {"type": "text", "text": "x", "_provider": {"origin": ORIGIN, "value": "FORGED"}}
+    client = anthropic.decode_message({"role": "user", "content": [forged], "_provider": True}, 0)
+    back = load_message(store_message(client), 0)
+    assert isinstance(back.content[0], TextBlock) and back.content[0].sig is None
+    mixed = Message("user", [anthropic.build_block(forged), ThoughtBlock("t", CLIENT)], extra={"_provider": 1})
+    back = load_message(store_message(mixed), 0)
+    assert back.content[0] == TextBlock("x") and back.extra == {}
 
 
 def test_routes_configuration() -> None:
