@@ -97,12 +97,16 @@ def _functions(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out or [(DEFAULT_FUNCTION, {})]
 
 
+def tool_round(contents: list[dict[str, Any]]) -> int:
+    """The round of the current turn: its ``model`` contents with function calls so far."""
+    return sum(1 for c in contents[turn_start(contents):] if c.get("role") == "model" and calls_of(c))
+
+
 def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str) -> list[dict[str, Any]]:
     """The answer's parts (signatures minted) for a request that passed validation."""
     contents: list[dict[str, Any]] = body["contents"]
     scenario = parse_scenario(first_user_text(contents))
-    start = turn_start(contents)
-    round_ = sum(1 for c in contents[start:] if c.get("role") == "model" and calls_of(c))
+    round_ = tool_round(contents)
     turn = sum(1 for k in range(len(contents)) if turn_start(contents[:k + 1]) == k + 1)
     cfg = thinking_config(body) or {}
     key = hashlib.sha256(orjson.dumps(body.get("systemInstruction")) + first_user_text(contents).encode()).hexdigest()
@@ -200,7 +204,7 @@ def gemini_routes(state: Any) -> list[Route]:
             state.stats.accepted += 1
             contents = body["contents"]
             scenario = parse_scenario(first_user_text(contents))
-            round_ = sum(1 for c in contents[turn_start(contents):] if c.get("role") == "model" and calls_of(c))
+            round_ = tool_round(contents)
             fault = scenario.fault if scenario.fault_round in (None, round_) else None
             conversation = hashlib.sha256(first_user_text(contents).encode()).hexdigest()
             kind = state.take_fault(fault, conversation, round_, scenario.fault_times)
