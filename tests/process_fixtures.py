@@ -44,6 +44,12 @@ class ServerProcess:
         with open(self.log_path, encoding="utf-8", errors="replace") as f:
             return f.read()
 
+    def log_lines(self) -> list[str]:
+        """The log's complete lines: the process may be mid-write, so a last line with no newline yet is
+        left out (a reader polling the log would otherwise parse half a JSON record)."""
+        text = self.log()
+        return text[:text.rfind("\n") + 1].splitlines()
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

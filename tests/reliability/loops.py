@@ -90,16 +90,14 @@ def run_loops(url: str, n: int, stop: threading.Event, *, key: str, rounds: int 
     return workers, threads
 
 
-def access_lines(log: str) -> list[dict[str, Any]]:
-    """The gateway's access-log lines (JSON format), each with ``t`` = its wall time (epoch seconds)."""
+def access_lines(lines: list[str]) -> list[dict[str, Any]]:
+    """The gateway's access-log lines (JSON format) among a process's complete log lines
+    (``ServerProcess.log_lines``), each with ``t`` = its wall time (epoch seconds)."""
     out = []
-    for line in log.splitlines():
+    for line in lines:
         if not line.startswith("{"):
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+        rec = json.loads(line)
         if rec.get("logger") == "thinkgate.access":
             rec["t"] = datetime.fromisoformat(rec["ts"]).timestamp()
             out.append(rec)

@@ -54,7 +54,7 @@ def sim_body(seeded: Seeded) -> dict[str, Any]:
 
 def access(seeded: Seeded) -> list[dict[str, Any]]:
     out = []
-    for line in seeded.gateway.log().splitlines():
+    for line in seeded.gateway.log_lines():
         if line.startswith("{"):
             rec = json.loads(line)
             if rec.get("logger") == "thinkgate.access":

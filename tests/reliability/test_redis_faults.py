@@ -118,7 +118,7 @@ def test_loops_survive_redis_stop_restart_and_pause(sim: Sim, gw: ServerProcess,
     # 3. the access log: all 200; recording stopped during the faults and resumed after them
     deadline = time.monotonic() + 5
     while True:  # each line is written just after its answer: poll the other process's log
-        lines = [r for r in access_lines(gw.log()) if r["endpoint"] == "messages"]
+        lines = [r for r in access_lines(gw.log_lines()) if r["endpoint"] == "messages"]
         if len(lines) >= requests or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -216,7 +216,7 @@ def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: Gate
     finally:
         undo(private_redis)
     gw.stop()  # drains: every access-log line is written
-    lines = [rec for rec in access_lines(gw.log()) if rec.get("endpoint") == "messages"]
+    lines = [rec for rec in access_lines(gw.log_lines()) if rec.get("endpoint") == "messages"]
     assert [(rec["status"], rec["scid"], rec["recorded"]) for rec in lines] == [(200, scid, True),
                                                                                 (200, scid, False)], lines
     if fault.startswith("write refused"):
