@@ -60,6 +60,15 @@ def make_turn(i: int, rng: random.Random) -> TurnRecord:
                       prefix_fingerprint=f"fp-{i}")
 
 
+async def record_conversation(store: Store, n: int, rng: random.Random) -> tuple[str, list[TurnRecord]]:
+    """A new conversation of ``n`` turns, each recorded at its position."""
+    scid = new_scid()
+    turns = [make_turn(i, rng) for i in range(n)]
+    for i, t in enumerate(turns):
+        await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=i))
+    return scid, turns
+
+
 def query_for(scid: str, turns: list[TurnRecord]) -> LoadQuery:
     return LoadQuery(
         scid=scid,
@@ -81,10 +90,7 @@ async def bench_backend(name: str, url: str | None, samples: int) -> list[tuple[
     rng = random.Random(7)
     try:
         for n in SIZES:
-            scid = new_scid()
-            turns = [make_turn(i, rng) for i in range(n)]
-            for i, t in enumerate(turns):
-                await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=i))
+            scid, turns = await record_conversation(store, n, rng)
             query = query_for(scid, turns)
             for _ in range(3):  # warm-up
                 await store.load(TENANT, query)
@@ -117,12 +123,8 @@ async def bench_backend(name: str, url: str | None, samples: int) -> list[tuple[
 async def bytes_per_turn(url: str, n: int = 100) -> dict[str, float]:
     store = open_store(url, timeout_ms=5000)
     await store.start()
-    rng = random.Random(11)
-    turns = [make_turn(i, rng) for i in range(n)]
-    scid = new_scid()
     try:
-        for i, t in enumerate(turns):
-            await store.record(TENANT, TurnWrite(t, scid=scid, expected_position=i))
+        scid, turns = await record_conversation(store, n, random.Random(11))
     finally:
         await store.close()
     client = redis.Redis.from_url(url)

@@ -4,11 +4,14 @@ A backend supplies one primitive, ``_roundtrip(ops)``: execute a batch of ``Op``
 SET EX and EXISTS) in ONE round trip (a Redis pipeline; a plain loop in memory) and return one reply per op,
 Redis-shaped (bytes, ints, nested lists, ``None``). And ``_guarded(fn, *args)``: run a whole store call
 under the backend's failure policy (timeout + circuit breaker for Redis). Everything else (key building,
-encoding, resolving index hits, forking) lives here, so all backends behave the same.
+encoding, resolving index hits, forking) lives here, so all backends behave the same. So does the
+worker's cache of the conversations it loaded (``state.convcache``): a LOAD transfers only the turns
+added since, in the same round trip.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from state import codec, keys
+from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, load_args
 from state.errors import CodecError
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import FORK, GETEX_MANY, LOAD, RECORD, LuaScript
@@ -64,13 +68,16 @@ class EngineStore:
 
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
+        stored bytes of the cached turns; 0 = off, every load transfers the whole turn list)."""
         if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
             raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
         self.ttl_seconds = int(ttl_seconds)
         self.max_turns = int(max_turns)
         self.max_fetch = int(max_fetch)
         self._wall = wall_clock
+        self.conversation_cache = ConversationCache(load_cache_bytes)
 
     # -- backend hooks -------------------------------------------------------------------------
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -102,12 +109,27 @@ class EngineStore:
         return await self._guarded(self._record, tenant, scid, write, blob)
 
     # -- implementation ------------------------------------------------------------------------
-    def _load_op(self, tenant: str, scid: str) -> Eval:
-        return Eval(LOAD, keys.conversation_keys(tenant, scid).all(), (self.ttl_seconds,))
+    def _load_op(self, tenant: str, scid: str) -> tuple[Eval, CachedConversation | None]:
+        """The LOAD call for one conversation, and the cache entry its ARGV name (see ``state.convcache``)."""
+        known = self.conversation_cache.get(tenant, scid)
+        args = (self.ttl_seconds, *load_args(known))
+        return Eval(LOAD, keys.conversation_keys(tenant, scid).all(), args), known
+
+    def _parse_load(self, tenant: str, scid: str, known: CachedConversation | None,
+                    reply: Any) -> tuple[ConversationState | None, int]:
+        """LOAD reply -> (conversation or None, undecodable items); keeps the cache in step."""
+        try:
+            conv, bad, entry = _parse_conversation(scid, reply, known)
+        except Exception:
+            self.conversation_cache.put(tenant, scid, None)
+            raise
+        self.conversation_cache.put(tenant, scid, entry)
+        return conv, bad
 
     async def _get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
-        (reply,) = await self._roundtrip([self._load_op(tenant, scid)])
-        return _parse_conversation(scid, reply)[0]
+        op, known = self._load_op(tenant, scid)
+        (reply,) = await self._roundtrip([op])
+        return self._parse_load(tenant, scid, known, reply)[0]
 
     async def _load(self, tenant: str, query: LoadQuery) -> LoadResult:
         scid = query.scid if keys.is_valid_scid(query.scid) else None
@@ -122,7 +144,11 @@ class EngineStore:
             buckets.setdefault(keys.hash_tag(key), []).append(i)
         hint = query.hint_scid if not scid and lookups and keys.is_valid_scid(query.hint_scid) else None
         first = scid or hint
-        ops: list[Op] = [self._load_op(tenant, first)] if first else []
+        ops: list[Op] = []
+        known: CachedConversation | None = None
+        if first:
+            op, known = self._load_op(tenant, first)
+            ops.append(op)
         ops += [Eval(GETEX_MANY, tuple(lookups[i] for i in idx), (self.ttl_seconds,)) for idx in buckets.values()]
         if scid:  # same round trip: does any tenant hold this SCID? (read only, never refreshed)
             ops.append(Exists(keys.scid_marker_key(scid)))
@@ -134,7 +160,7 @@ class EngineStore:
         convs: dict[str, ConversationState] = {}
         guessed: ConversationState | None = None
         if first:
-            conv, n = _parse_conversation(first, replies[0])
+            conv, n = self._parse_load(tenant, first, known, replies[0])
             bad += n
             if conv and scid:
                 convs[scid] = conv
@@ -165,9 +191,10 @@ class EngineStore:
         round_trips = 1
         if wanted:
             round_trips = 2
-            more = await self._roundtrip([self._load_op(tenant, s) for s in wanted])
-            for s, reply in zip(wanted, more, strict=True):
-                conv, n = _parse_conversation(s, reply)
+            loads = [self._load_op(tenant, s) for s in wanted]
+            more = await self._roundtrip([op for op, _ in loads])
+            for s, (_, known_s), reply in zip(wanted, loads, more, strict=True):
+                conv, n = self._parse_load(tenant, s, known_s, reply)
                 bad += n
                 if conv:
                     convs[s] = conv
@@ -252,17 +279,31 @@ def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -
     return hits, bad
 
 
-def _parse_conversation(scid: str, reply: Any) -> tuple[ConversationState | None, int]:
-    """LOAD reply -> (conversation or None, number of undecodable items)."""
+def _position(rec: TurnRecord) -> int:
+    return -1 if rec.position is None else rec.position
+
+
+def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
+                        ) -> tuple[ConversationState | None, int, CachedConversation | None]:
+    """LOAD reply + the cache entry its ARGV named -> (conversation or None, number of undecodable items,
+    the cache entry to keep or None).
+
+    The conversation is the one the whole list gives: the cached turns still retained (position >= the
+    new ``start``) followed by the returned ones. A reply that starts past list index 0 but does not
+    continue ``known`` exactly raises ``ValueError`` (a malformed reply: the store call fails and the
+    caller forgets the entry); it never yields partial turns.
+    """
     if not reply:
-        return None, 0
+        return None, 0, None
     flat, blobs = reply[0], reply[1]
+    offset = reply[2] if len(reply) > 2 else 0  # an older script's two-element reply: the whole list
     meta = {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
     try:
         start, nxt, version = int(meta["start"]), int(meta["next"]), int(meta["version"])
-        created, updated = int(meta["created"]) / 1000, int(meta["updated"]) / 1000
+        created_raw = _text(meta["created"])
+        created, updated = int(created_raw) / 1000, int(meta["updated"]) / 1000
     except (KeyError, ValueError):
-        return None, 1
+        return None, 1, None
     bad = 0
     pair = None
     if meta.get("pair"):
@@ -271,18 +312,37 @@ def _parse_conversation(scid: str, reply: Any) -> tuple[ConversationState | None
         except CodecError:
             bad += 1
     turns: list[TurnRecord] = []
+    sizes: list[int] = []
+    undecodable: list[int] = []
+    if offset:
+        if (type(offset) is not int or offset < 0 or known is None or known.created != created_raw
+                or known.next != start + offset or known.start > start):
+            raise ValueError("LOAD replied from a list index that does not continue the cached turns")
+        kept = bisect.bisect_left(known.turns, start, key=_position)
+        turns += known.turns[kept:]
+        sizes += known.sizes[kept:]
+        undecodable += [p for p in known.undecodable if p >= start]
+    first_new = start + offset
     for i, blob in enumerate(blobs):
         if not blob:
             continue  # a gap: a position the store never received
         try:
-            turns.append(codec.decode_turn(blob, start + i))
+            turns.append(codec.decode_turn(blob, first_new + i))
         except CodecError:
-            bad += 1
+            undecodable.append(first_new + i)
+            continue
+        sizes.append(len(blob))
+    bad += len(undecodable)
     parent = _text(meta["parent"]) if meta.get("parent") else None
     conv = ConversationState(scid=scid, created_at=created, updated_at=updated, version=version,
                              turns=tuple(turns), last_verified=pair, first_position=start,
                              next_position=nxt, forked_from=parent)
-    return conv, bad
+    last = conv.turn_at(nxt - 1)
+    entry = None
+    if last is not None and start + offset + len(blobs) == nxt:  # the list ends at next - 1, as it must
+        entry = CachedConversation(created=created_raw, start=start, next=nxt, last_turn_id=last.turn_id,
+                                   turns=conv.turns, sizes=tuple(sizes), undecodable=tuple(undecodable))
+    return conv, bad, entry
 
 
 def _resolve(raw: dict[str, Location], convs: dict[str, ConversationState],

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from state import keys
+from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import EngineStore, Eval, Exists, Op, SetEx
 from state.scripts import FORK, GETEX_MANY, LOAD, RECORD
 from state.store import StoreHealth
@@ -75,9 +76,9 @@ class MemoryStore(EngineStore):
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  max_keys: int | None = 1_000_000, clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
-                         wall_clock=wall_clock)
+                         wall_clock=wall_clock, load_cache_bytes=load_cache_bytes)
         self._ks = _Keyspace(clock, max_keys)
         self.round_trips = 0
 
@@ -111,7 +112,7 @@ class MemoryStore(EngineStore):
         if op.script is FORK:
             return self._fork_script(op.keys, op.args)
         if op.script is LOAD:
-            return self._load_script(op.keys, int(op.args[0]))
+            return self._load_script(op.keys, op.args)
         if op.script is GETEX_MANY:
             return self._getex_many_script(op.keys, int(op.args[0]))
         raise ValueError(f"unknown script {op.script.name}")
@@ -141,14 +142,21 @@ class MemoryStore(EngineStore):
         return out
 
     # Python twin of scripts.LOAD
-    def _load_script(self, names: Sequence[str], ttl: int) -> Any:
+    def _load_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:
+        ttl, created, known, tid = args
         meta = self._ks.get(names[0])
         if meta is None:
             return None
         flat = [item for kv in meta.items() for item in kv]
-        turns = list(self._ks.get(names[1]) or [])
-        self._touch(names, ttl)
-        return [flat, turns]
+        turns = self._ks.get(names[1]) or []
+        index = 0
+        if created != "" and known != "" and str(meta["created"]) == str(created):
+            start, nxt, k = int(meta["start"]), int(meta["next"]), int(known)
+            tids = self._ks.get(names[2]) or []
+            if start < k <= nxt and k - 1 - nxt >= -len(tids) and tids[k - 1 - nxt] == tid:
+                index = k - start
+        self._touch(names, int(ttl))
+        return [flat, list(turns[index:]), index]
 
     # Python twin of scripts.RECORD
     def _record_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:

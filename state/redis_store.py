@@ -35,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from state import keys
 from state.breaker import CircuitBreaker
+from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import EngineStore, Eval, Exists, Op
 from state.errors import StoreError, StoreUnavailable
 from state.scripts import ALL_SCRIPTS
@@ -63,10 +64,12 @@ class RedisStore(EngineStore):
                  breaker: CircuitBreaker | None = None, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
                  wall_clock: Callable[[], float] | None = None,
-                 also_close: tuple[Redis, ...] = ()) -> None:
-        """``also_close``: further clients the store owns (e.g. the Sentinel connections)."""
+                 also_close: tuple[Redis, ...] = (), load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        """``also_close``: further clients the store owns (e.g. the Sentinel connections).
+        ``load_cache_bytes``: see ``EngineStore``."""
         extra = {"wall_clock": wall_clock} if wall_clock else {}
-        super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch, **extra)
+        super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
+                         load_cache_bytes=load_cache_bytes, **extra)
         if timeout_ms <= 0:
             raise ValueError("timeout_ms must be > 0")
         self._client = client

@@ -140,13 +140,27 @@ return {'ok', pos, 1}
 """)
 
 # LOAD: read one conversation atomically (meta + turns) and refresh its TTL.
-# ARGV: ttl_s.  Reply: nil when absent, else {flat meta hash, {turn blobs}}
+# ARGV: ttl_s, known created, known next, known turn id at next - 1 (the last three '' = nothing known;
+#       see state.convcache: what the caller already holds of this conversation)
+# Reply: nil when absent, else {flat meta hash, {turn blobs}, list index of the first blob returned}.
+#   The blobs from list index (known next - start) on, when meta's created is the known one,
+#   start < known next <= next and the tids list holds the known turn id at known next - 1 (turns at a
+#   position never change within one created); else the whole list (index 0).
 LOAD = LuaScript("load", _TOUCH + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 local meta = redis.call('HGETALL', KEYS[1])
-local turns = redis.call('LRANGE', KEYS[2], 0, -1)
+local from, known = 0, tonumber(ARGV[3])
+if known and ARGV[2] ~= '' then
+  local m = redis.call('HMGET', KEYS[1], 'created', 'start', 'next')
+  local start, nxt = tonumber(m[2]), tonumber(m[3])
+  if m[1] == ARGV[2] and start and nxt and start < known and known <= nxt
+      and redis.call('LINDEX', KEYS[3], known - 1 - nxt) == ARGV[4] then
+    from = known - start
+  end
+end
+local turns = redis.call('LRANGE', KEYS[2], from, -1)
 touch(tonumber(ARGV[1]))
-return {meta, turns}
+return {meta, turns, from}
 """)
 
 # GETEX_MANY: read index entries that share one hash tag and refresh the TTL of those that exist
