@@ -21,6 +21,7 @@ from gateway import metrics
 from gateway.endpoints import augment, chat, gemini, messages
 from gateway.errors import Dialect, GatewayError, new_request_id, render_error
 from gateway.hints import ConversationHints
+from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
 from gateway.routing import Router
 from gateway.settings import Settings
@@ -42,6 +43,7 @@ class Gateway:
     draining: bool = False
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
+    replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
 
 
 def dialect_for_path(path: str) -> Dialect:
@@ -136,14 +138,16 @@ def default_store(settings: Settings) -> Store | None:
     if not settings.redis_url:
         log.info("no GATEWAY_REDIS_URL: using the embedded in-process store (single process only)")
     return open_store(settings.redis_url, ttl_seconds=settings.state_ttl_seconds,
-                      max_turns=settings.state_max_turns, timeout_ms=settings.store_timeout_ms)
+                      max_turns=settings.state_max_turns, timeout_ms=settings.store_timeout_ms,
+                      load_cache_bytes=max(0, settings.load_cache_mb) << 20)
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
                upstreams: dict[str, Upstream] | None = None) -> Starlette:
     settings = settings or Settings.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
-                 store=metrics.instrument_store(store if store is not None else default_store(settings)))
+                 store=metrics.instrument_store(store if store is not None else default_store(settings)),
+                 replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -26,6 +26,7 @@ from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
 from gateway.repair import RecordedTurn, Records, rebuild_history, repair
+from gateway.replay_memo import Ticket
 from gateway.sanitize import Policy, sanitize
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
@@ -62,6 +63,7 @@ class Exchange:
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
+    memo: Ticket | None = None       # this request's decoded messages, for the replay memo
 
     @property
     def betas(self) -> frozenset[str]:
@@ -84,15 +86,30 @@ def parse_json(raw: bytes) -> Any:
 Decoder = Callable[[Any], Request]
 
 
-def decode(ex: Exchange, decoder: Decoder = anthropic.decode_request) -> None:
-    """The surface dialect's decoder turns the parsed body into the canonical request."""
-    ex.request = decoder(parse_json(ex.raw_body))
+def decode(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request) -> None:
+    """The surface dialect's decoder turns the parsed body into the canonical request. An Anthropic
+    request reuses what this worker decoded of the conversation's previous request (``replay_memo``)."""
+    body = parse_json(ex.raw_body)
+    memo = gw.replay_memo
+    if decoder is not anthropic.decode_request or memo is None or ex.tenant is None:
+        ex.request = decoder(body)
+        return
+    tenant = ex.tenant
+
+    def decode_messages(raw: list[Any]) -> list[Message]:
+        msgs, ex.memo = memo.take(tenant, raw, anthropic.decode_message)
+        return msgs
+
+    ex.request = anthropic.decode_request(body, decode_messages)
 
 
-def identify(ex: Exchange, gw: Gateway) -> None:
+def identify_tenant(ex: Exchange, gw: Gateway) -> None:
     ex.tenant = identity.tenant_of(gw.settings.secret, ex.headers)
     if gw.settings.previous_secret:
         ex.previous_tenant = identity.tenant_of(gw.settings.previous_secret, ex.headers)
+
+
+def identify(ex: Exchange) -> None:
     # The header wins; else keep an id the surface decoder found in the body (Augment conversation_id).
     ex.header_scid = identity.scid_from_header(ex.headers)[0] or ex.header_scid
 
@@ -226,8 +243,9 @@ Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default:
 async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request,
                   encoder: Encoder | None = None) -> None:
     try:
-        decode(ex, decoder)
-        identify(ex, gw)
+        identify_tenant(ex, gw)
+        decode(ex, gw, decoder)
+        identify(ex)
         result = await load(ex, gw)
         repair_and_sanitize(ex, gw, result)
         if encoder is None:
@@ -255,6 +273,9 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     metrics.observe_record(res)
     ex.scid = res.scid
     ex.recorded = True
+    if ex.memo is not None and not ex.changed and gw.replay_memo is not None:
+        gw.replay_memo.keep(ex.memo, len(ex.raw_body))  # the conversation's next request starts with them
+    ex.memo = None
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:
         gw.hints.learn(ex.tenant, tool_ids, res.scid)

@@ -40,6 +40,8 @@ class Settings:
     state_max_turns: int = 1000
     store_timeout_ms: int = 100
     decoded_turn_cache: int = 2048         # decoded stored turns kept per worker (state.codec); 0 = off
+    load_cache_mb: int = 32                # MiB (stored) of loaded conversations per worker (state.convcache); 0 = off
+    replay_memo_mb: int = 16               # MiB (JSON) of decoded histories per worker (gateway.replay_memo); 0 = off
     state_machine_enabled: bool = True
     unverifiable_thinking: Literal["drop", "text"] = "drop"
     fix_thinking_params: bool = True
@@ -101,6 +103,8 @@ class Settings:
         _int(kw, "state_max_turns", get("STATE_MAX_TURNS"))
         _int(kw, "store_timeout_ms", get("STORE_TIMEOUT_MS"))
         _int(kw, "decoded_turn_cache", get("DECODED_TURN_CACHE"))
+        _int(kw, "load_cache_mb", get("LOAD_CACHE_MB"))
+        _int(kw, "replay_memo_mb", get("REPLAY_MEMO_MB"))
         _bool(kw, "state_machine_enabled", get("STATE_MACHINE_ENABLED"))
         v = get("UNVERIFIABLE_THINKING")
         if v is not None:

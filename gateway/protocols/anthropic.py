@@ -7,6 +7,7 @@ forwarded untouched for the upstream to judge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import bad_request
@@ -165,7 +166,9 @@ def encode_message(msg: Message) -> dict[str, JSON]:
 
 # ---------------------------------------------------------------- requests
 
-def decode_request(body: Any) -> Request:
+def decode_request(body: Any, decode_messages: Callable[[list[Any]], list[Message]] | None = None) -> Request:
+    """``decode_messages`` decodes the (list) ``messages`` when given (``decode_message`` each, or reusing
+    an earlier request's: ``gateway.replay_memo``)."""
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object")
     model = body.get("model")
@@ -183,7 +186,8 @@ def decode_request(body: Any) -> Request:
         raise bad_request("stream: Input should be a valid boolean")
     return Request(
         model=model,
-        messages=[decode_message(m, i) for i, m in enumerate(messages)],
+        messages=decode_messages(messages) if decode_messages is not None else
+        [decode_message(m, i) for i, m in enumerate(messages)],
         thinking=thinking,
         stream=stream,
         params=_rest(body, _REQUEST_KEYS),

@@ -280,6 +280,7 @@ def test_gateway_values_reach_the_container(bypass: str) -> None:
         "geminiBaseUrl": "https://gemini.example.com", "openaiBaseUrl": "https://openrouter.ai/api/v1",
         "openaiFlavor": "openrouter", "routes": "deepseek-=deepseek@https://api.deepseek.com/v1",
         "upstreamRetries": 2, "upstreamRetryMaxDelaySeconds": 2.5, "decodedTurnCache": 0,
+        "loadCacheMb": 0, "replayMemoMb": 8,
     }
     settings = Settings.from_env(container_env(render({"gateway": overrides, **SECRET})))
     assert settings.gemini_signature_bypass == bypass and settings.fix_thinking_params is False
@@ -288,6 +289,7 @@ def test_gateway_values_reach_the_container(bypass: str) -> None:
         "https://gemini.example.com", "https://openrouter.ai/api/v1", "openrouter")
     assert settings.routes == overrides["routes"] and settings.router()
     assert (settings.upstream_retries, settings.upstream_retry_max_delay_s, settings.decoded_turn_cache) == (2, 2.5, 0)
+    assert (settings.load_cache_mb, settings.replay_memo_mb) == (0, 8)
 
 
 def test_values_schema_rejects_settings_the_gateway_refuses() -> None:
@@ -295,7 +297,7 @@ def test_values_schema_rejects_settings_the_gateway_refuses() -> None:
     assert tuple(gateway["openaiFlavor"]["enum"]) == FLAVORS
     assert tuple(gateway["geminiSignatureBypass"]["enum"]) == (*BYPASS_VALUES, BYPASS_OFF)
     for bad in ({"geminiSignatureBypass": "none"}, {"openaiFlavor": "azure"}, {"openaiBaseUrl": "openrouter.ai"},
-                {"upstreamRetries": -1}, {"decodedTurnCache": -1}, {"fixThinkingParams": "yes"}):
+                {"upstreamRetries": -1}, {"decodedTurnCache": -1}, {"replayMemoMb": -1}, {"fixThinkingParams": "yes"}):
         with pytest.raises(helm.HelmValuesError):
             render({"gateway": bad, **SECRET})
 
