@@ -88,19 +88,20 @@ Decoder = Callable[[Any], Request]
 
 def decode(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request) -> None:
     """The surface dialect's decoder turns the parsed body into the canonical request. An Anthropic
-    request reuses what this worker decoded of the conversation's previous request (``replay_memo``)."""
-    body = parse_json(ex.raw_body)
+    request that replays what this worker kept of the conversation's previous request parses and decodes
+    only its new messages (``replay_memo``)."""
     memo = gw.replay_memo
     if decoder is not anthropic.decode_request or memo is None or ex.tenant is None:
-        ex.request = decoder(body)
+        ex.request = decoder(parse_json(ex.raw_body))
         return
-    tenant = ex.tenant
-
-    def decode_messages(raw: list[Any]) -> list[Message]:
-        msgs, ex.memo = memo.take(tenant, raw, anthropic.decode_message)
-        return msgs
-
-    ex.request = anthropic.decode_request(body, decode_messages)
+    replay = memo.take(ex.tenant, ex.raw_body, anthropic.decode_message)
+    if replay is not None:
+        parsed, messages, ex.memo = replay
+        ex.request = anthropic.decode_request(parsed, lambda raw: messages)
+        return
+    body = parse_json(ex.raw_body)
+    ex.request = anthropic.decode_request(body)
+    ex.memo = memo.ticket(ex.tenant, ex.raw_body, body, ex.request.messages)
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:
@@ -274,7 +275,7 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.scid = res.scid
     ex.recorded = True
     if ex.memo is not None and not ex.changed and gw.replay_memo is not None:
-        gw.replay_memo.keep(ex.memo, len(ex.raw_body))  # the conversation's next request starts with them
+        gw.replay_memo.keep(ex.memo)  # the conversation's next request starts with these messages
     ex.memo = None
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:

@@ -1,34 +1,37 @@
 """A worker's memory of the last request it answered untouched in each conversation, so that the next
-request of that conversation does not decode the same history again.
+request of that conversation neither parses nor decodes the same history again.
 
 An agent's tool loop replays its whole history on every request: request N+1 is request N's messages,
-then N's answer and the tool results. Decoding a 500-turn history into the canonical model costs a few
-milliseconds per request, all of it spent on messages the previous request already decoded. When request
-N went upstream untouched (repair and sanitize changed nothing) and its turn was recorded, this worker
-keeps N's decoded messages with the client's JSON values they came from (``keep``); request N+1 reuses
-them for its first n messages when those equal N's (``take``), and decodes only the messages after them.
+then N's answer and the tool results, sent the same way. Parsing and decoding a 500-turn history (2 MB)
+costs several milliseconds per request, all of it spent on bytes the previous request already carried.
+When request N went upstream untouched (repair and sanitize changed nothing) and its turn was recorded,
+this worker keeps N's body, its parsed values and decoded messages, and where in the body N's last message
+ends (``keep``). Request N+1 is a replay of N when its body is N's body with bytes inserted at exactly that
+point: the same bytes up to the end of N's last message, the same bytes after it (the close of the
+``messages`` array and every other field), and between them ``,`` and one or more complete JSON values
+(the new messages). Those new values are all that is parsed and decoded; the rest is N's (``take``).
 
-Equal means equal as parsed JSON values, compared in C (a 2 MB history in about half a millisecond; an
-orjson serialization to compare bytes would allocate the whole history again on every request). That is
-JSON equality but for two things no stage depends on: key order, and a number the client retyped between
-``1``, ``1.0`` and ``true`` (Python's ``==``). Thinking text and signatures are strings: equal exactly.
+Byte equality makes the reuse exact: the same bytes parse to the same values (types, key order and
+escapes included), and the inserted values are parsed on their own, so a body that would not parse is
+never taken for a replay (it goes the full way and gets its 400). Where N's last message ends is known
+from the replay that produced N, or, for a body the worker has not seen continued, found once from the
+end of the body and checked by parsing what follows it (``_find_split``).
 
-Nothing here is an authority, and nothing is skipped but decoding: the store load, repair and sanitize
-run over the whole request as always, on messages identical to a fresh decode. A message that was
-decoded further on the way (an assistant message whose blocks a stage built) is decoded again from the
-client's JSON, and the ``verbatim`` mark repair sets is cleared. Messages are only kept when request N
-changed none of them (every stage that edits a message in place also reports an action, and any action
-but ``kept_verified`` marks the request changed), and an entry is taken by the one request that uses it,
-so no two requests in flight share a message object.
+Nothing here is an authority, and nothing is skipped but parsing and decoding: the store load, repair
+and sanitize run over the whole request as always, on messages identical to a fresh decode. A message
+that was decoded further on the way (an assistant message whose blocks a stage built) is decoded again,
+and the ``verbatim`` mark repair sets is cleared. Messages are only kept when request N changed none of
+them (every stage that edits a message in place also reports an action, and any action but
+``kept_verified`` marks the request changed), and an entry is taken by the one request that uses it, so
+no two requests in flight share a message object.
 
-Keys are per tenant, by the digest of the first message's JSON (a conversation's first message does not
-change); another conversation with the same first message only takes the slot over. Bounded by the
-request bytes the entries were decoded from (LRU); their decoded form takes a few times that in memory.
+Entries are per tenant (a request is only ever compared with its own tenant's), bounded by the bytes of
+the bodies they hold (LRU); their parsed and decoded form takes a few times that in memory.
 """
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,23 +42,30 @@ import orjson
 from gateway.protocols.canonical import Message
 
 DecodeOne = Callable[[Any, int], Message]
-
-
-@dataclass(slots=True)
-class _Entry:
-    raw: list[Any]            # the client's messages (parsed JSON)
-    messages: list[Message]   # ... as decoded
-    size: int                 # bytes of the request body they came from
+_WS = b" \t\r\n"
+_CANDIDATES = 8          # occurrences of the next field's name tried when finding the end of the messages
+_MAX_NESTING = 200       # inserted bytes with more brackets than this go the full way (parser depth limits)
 
 
 @dataclass(slots=True)
 class Ticket:
-    """What one request's decode leaves for ``ReplayMemo.keep``: its messages as decoded."""
+    """One request's body, its parsed values and its messages as decoded, for ``ReplayMemo.keep``."""
 
-    key: tuple[str, bytes]
-    raw: list[Any]
-    messages: list[Message] = field(default_factory=list)
-    reused: int = 0         # messages taken from the memo
+    tenant: str
+    body: bytes
+    parsed: dict[str, Any]
+    messages: list[Message]
+    split: int | None = None   # where the last message ends in ``body`` (None: not known yet)
+    reused: int = 0            # messages taken from the memo
+
+
+@dataclass(slots=True)
+class _Entry:
+    body: bytes
+    parsed: dict[str, Any]
+    messages: list[Message]
+    split: int
+    id: int = field(default_factory=itertools.count().__next__)
 
 
 def _pristine(m: Message) -> bool:
@@ -67,76 +77,133 @@ def _pristine(m: Message) -> bool:
 class ReplayMemo:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()
+        self._lru: OrderedDict[int, tuple[str, _Entry]] = OrderedDict()
+        self._by_tenant: dict[str, dict[int, _Entry]] = {}
         self._bytes = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
     @property
     def size_bytes(self) -> int:
         return self._bytes
 
-    def take(self, tenant: str, raw: list[Any], decode_one: DecodeOne) -> tuple[list[Message], Ticket | None]:
-        """The decoded messages of ``raw`` (the client's message list, not yet validated: ``decode_one``
-        validates and decodes one), reusing the entry whose JSON is the prefix of ``raw``'s. The ticket
-        goes to ``keep`` once the request is known to be untouched and recorded; None: nothing to key by."""
-        key = self._key(tenant, raw)
-        if key is None:
-            return [decode_one(m, i) for i, m in enumerate(raw)], None
-        ticket = Ticket(key, raw)
-        out: list[Message] = []
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry.size
-            n = len(entry.raw)
-            if n <= len(raw) and _equal(raw[:n], entry.raw):
-                raw[:n] = entry.raw  # one copy of the history stays alive, the one the messages hold
-                out = [m if _pristine(m) else decode_one(raw[i], i) for i, m in enumerate(entry.messages)]
-                for m in out:
-                    m.verbatim = False
-                ticket.reused = n
-        if ticket.reused:
-            self.hits += 1
-        else:
+    def take(self, tenant: str, body: bytes,
+             decode_one: DecodeOne) -> tuple[dict[str, Any], list[Message], Ticket] | None:
+        """``body`` as a replay of a kept request of ``tenant``: its parsed values, its messages (the kept
+        ones, then the new ones decoded by ``decode_one``) and the ticket for ``keep``; None when it is not
+        one (the caller parses and decodes it, and makes the ticket with ``ticket``)."""
+        entry = self._match(tenant, body)
+        if entry is None:
             self.misses += 1
-        out += [decode_one(raw[i], i) for i in range(len(out), len(raw))]
-        ticket.messages = list(out)
-        return out, ticket
+            return None
+        self._drop(tenant, entry)
+        rest = len(entry.body) - entry.split
+        inserted = body[entry.split:len(body) - rest].strip(_WS)
+        tail = _values_after_comma(inserted) if inserted else []
+        if tail is None:
+            self.misses += 1
+            return None
+        raw: list[Any] = entry.parsed["messages"]
+        n = len(raw)
+        messages = [m if _pristine(m) else decode_one(raw[i], i) for i, m in enumerate(entry.messages)]
+        for m in messages:
+            m.verbatim = False
+        messages += [decode_one(v, n + j) for j, v in enumerate(tail)]
+        parsed = {**entry.parsed, "messages": raw + tail}
+        self.hits += 1
+        return parsed, messages, Ticket(tenant, body, parsed, list(messages), len(body) - rest, n)
 
-    def keep(self, ticket: Ticket, size: int) -> None:
-        """Remember the ticket's messages for the next request of the conversation (``size``: the bytes of
-        the request body). Call only when the request went upstream untouched and its turn was recorded."""
-        if size > self.max_bytes:
+    def ticket(self, tenant: str, body: bytes, parsed: dict[str, Any], messages: list[Message]) -> Ticket:
+        """The ticket of a request parsed and decoded the full way (``messages``: as decoded)."""
+        return Ticket(tenant, body, parsed, list(messages))
+
+    def keep(self, ticket: Ticket) -> None:
+        """Remember the ticket's request for the next request of its conversation. Call only when the
+        request went upstream untouched and its turn was recorded."""
+        if len(ticket.body) > self.max_bytes or not ticket.messages:
             return
-        old = self._entries.pop(ticket.key, None)
-        if old is not None:
-            self._bytes -= old.size
-        self._entries[ticket.key] = _Entry(ticket.raw, ticket.messages, size)
-        self._bytes += size
+        split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
+        if split is None:
+            return
+        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, split)
+        self._lru[entry.id] = (ticket.tenant, entry)
+        self._by_tenant.setdefault(ticket.tenant, {})[entry.id] = entry
+        self._bytes += len(entry.body)
         while self._bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= evicted.size
+            tenant, old = next(iter(self._lru.values()))
+            self._drop(tenant, old)
 
-    @staticmethod
-    def _key(tenant: str, raw: list[Any]) -> tuple[str, bytes] | None:
-        first = _json(raw[0]) if raw else None
-        return (tenant, hashlib.sha256(first).digest()) if first is not None else None
+    def _match(self, tenant: str, body: bytes) -> _Entry | None:
+        """The tenant's entry whose body, cut where its last message ends, is ``body``'s start and end
+        (the longest, when a conversation's earlier request is still kept)."""
+        best: _Entry | None = None
+        for entry in self._by_tenant.get(tenant, {}).values():
+            if len(body) < len(entry.body) or (best is not None and entry.split <= best.split):
+                continue
+            view = memoryview(entry.body)
+            if body.startswith(view[:entry.split]) and body.endswith(view[entry.split:]):
+                best = entry
+        return best
+
+    def _drop(self, tenant: str, entry: _Entry) -> None:
+        del self._lru[entry.id]
+        own = self._by_tenant[tenant]
+        del own[entry.id]
+        if not own:
+            del self._by_tenant[tenant]
+        self._bytes -= len(entry.body)
 
 
-def _equal(a: list[Any], b: list[Any]) -> bool:
-    try:
-        return a == b
-    except RecursionError:  # nested deeper than Python compares: not reused (decoding judges the depth)
-        return False
-
-
-def _json(value: Any) -> bytes | None:
-    """orjson's JSON of ``value``; None when it has none (nested past orjson's 255 levels: the decoder or
-    the encoder reports that to the client)."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
+def _values_after_comma(inserted: bytes) -> list[Any] | None:
+    """``, v1, ..., vk`` (k >= 1, any whitespace) -> ``[v1, ..., vk]``; None for anything else."""
+    if inserted[:1] != b"," or inserted.count(b"[") + inserted.count(b"{") > _MAX_NESTING:
         return None
+    try:
+        values = orjson.loads(b"[" + inserted[1:] + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return values if values else None  # nothing after the comma: not JSON
+
+
+def _find_split(body: bytes, parsed: dict[str, Any]) -> int | None:
+    """Where the last message ends in ``body`` (the index just past it), which parsed to ``parsed``.
+
+    The ``]`` that closes ``messages`` is followed by the fields after it in the document (dict order is
+    document order) and nothing else: when ``messages`` is the last field, it is the last ``]`` before the
+    final ``}``; otherwise it is a ``]`` followed by ``,`` and the next field's name, where what follows
+    the comma parses, as the rest of an object, to exactly those fields and their values. That also rules
+    out a ``]`` inside a message or inside a later field's value (what follows would not parse so)."""
+    keys = list(parsed)
+    after = keys[keys.index("messages") + 1:]
+    if not after:
+        end = _last_non_ws(body, len(body))
+        close = _last_non_ws(body, end) if end >= 0 and body[end] == ord("}") else -1
+        return _last_non_ws(body, close) + 1 if close > 0 and body[close] == ord("]") else None
+    name = orjson.dumps(after[0])
+    pos = len(body)
+    for _ in range(_CANDIDATES):
+        pos = body.rfind(name, 0, pos)
+        if pos < 0:
+            return None
+        comma = _last_non_ws(body, pos)
+        close = _last_non_ws(body, comma)
+        if comma < 0 or body[comma] != ord(",") or close < 0 or body[close] != ord("]"):
+            continue
+        try:
+            rest = orjson.loads(b'{"":0' + body[comma:])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rest, dict) and list(rest)[1:] == after and all(rest[k] == parsed[k] for k in after):
+            return _last_non_ws(body, close) + 1
+    return None
+
+
+def _last_non_ws(body: bytes, end: int) -> int:
+    """The index of the last byte before ``end`` that is not JSON whitespace (-1: none)."""
+    i = end - 1
+    while i >= 0 and body[i] in _WS:
+        i -= 1
+    return i

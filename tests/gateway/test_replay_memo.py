@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -40,106 +41,160 @@ def history(turns: int) -> list[dict[str, Any]]:
     return msgs
 
 
-def fresh(raw: list[dict[str, Any]]) -> list[Any]:
-    """The client's messages as a new request parses them (new objects every time)."""
-    return orjson.loads(orjson.dumps(raw))  # type: ignore[no-any-return]
+FORMATS: dict[str, Callable[[dict[str, Any]], bytes]] = {
+    "compact": orjson.dumps,
+    "sdk": lambda b: json.dumps(b).encode(),  # ", " and ": " separators, non-ASCII escaped
+    "pretty": lambda b: json.dumps(b, indent=2, ensure_ascii=False).encode() + b"\n",
+}
 
 
-def take(memo: ReplayMemo, raw: list[Any], tenant: str = "t1") -> tuple[list[Message], Any]:
-    return memo.take(tenant, raw, anthropic.decode_message)
+def body(turns: int, fmt: str = "compact", *, messages_last: bool = False, **extra: Any) -> bytes:
+    fields: dict[str, Any] = {"max_tokens": 4096, "messages": history(turns), "model": "claude-opus-4-5",
+                              "thinking": {"type": "enabled", "budget_tokens": 2048},
+                              "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+    fields.update(extra)
+    if messages_last:
+        fields["messages"] = fields.pop("messages")
+    return FORMATS[fmt](fields)
 
 
-def test_a_replay_reuses_the_previous_requests_messages_and_decodes_only_the_new_ones() -> None:
+def served(memo: ReplayMemo, raw: bytes, tenant: str = "t1", *, keep: bool = True) -> tuple[list[Message], Any]:
+    """One request through the memo as the pipeline uses it: a replay, or parsed and decoded in full;
+    kept afterwards (as if untouched and recorded)."""
+    replay = memo.take(tenant, raw, anthropic.decode_message)
+    if replay is not None:
+        parsed, msgs, ticket = replay
+    else:
+        parsed = orjson.loads(raw)
+        msgs = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
+        ticket = memo.ticket(tenant, raw, parsed, msgs)
+    assert parsed == orjson.loads(raw)  # what parsing the whole body gives
+    fresh = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
+    assert _state(msgs) == _state(fresh)  # what decoding them gives (compared without building blocks)
+    if keep:
+        memo.keep(ticket)
+    return msgs, ticket
+
+
+def _state(msgs: list[Message]) -> list[tuple[Any, ...]]:
+    return [(anthropic.encode_message(m), m.replay_digest, m.raw_blocks is None, m.verbatim) for m in msgs]
+
+
+@pytest.mark.parametrize("messages_last", [False, True])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_replay_parses_and_decodes_only_its_new_messages(fmt: str, messages_last: bool) -> None:
     memo = ReplayMemo(1 << 20)
-    first = fresh(history(3))
-    msgs, ticket = take(memo, first)
-    assert ticket is not None and ticket.reused == 0 and (memo.hits, memo.misses) == (0, 1)
-    memo.keep(ticket, 1000)
-    nxt = fresh(history(4))
-    again, ticket2 = take(memo, nxt)
-    assert ticket2 is not None and ticket2.reused == len(first) and memo.hits == 1
-    assert all(a is b for a, b in zip(again[:len(first)], msgs, strict=False))  # the same objects, not decoded
-    fresh_decode = [anthropic.decode_message(m, i) for i, m in enumerate(fresh(history(4)))]
-    assert again == fresh_decode
-    assert [m.replay_digest for m in again] == [m.replay_digest for m in fresh_decode]
-    assert len(memo) == 0  # taken: no second request can share these objects
-    _, third = take(memo, fresh(history(4)))
-    assert third is not None and third.reused == 0
+    first, t1 = served(memo, body(3, fmt, messages_last=messages_last))
+    assert t1.reused == 0 and (memo.hits, memo.misses) == (0, 1) and len(memo) == 1
+    again, t2 = served(memo, body(4, fmt, messages_last=messages_last))
+    assert t2.reused == len(first) and memo.hits == 1
+    assert all(a is b for a, b in zip(again, first, strict=False))  # the same objects, not decoded again
+    assert [m.replay_digest for m in again] == [
+        anthropic.decode_message(m, i).replay_digest for i, m in enumerate(history(4))]
+    _, t3 = served(memo, body(6, fmt, messages_last=messages_last))  # two rounds later: still its prefix
+    assert t3.reused == len(again) and memo.hits == 2 and len(memo) == 1
+
+
+def test_a_retry_of_the_same_body_reuses_every_message_and_an_entry_serves_one_request() -> None:
+    memo = ReplayMemo(1 << 20)
+    first, _ = served(memo, body(2))
+    again, ticket = served(memo, body(2), keep=False)
+    assert ticket.reused == len(first) == len(again) and len(memo) == 0
+    _, third = served(memo, body(2))
+    assert third.reused == 0  # taken by the request before: decoded in full
 
 
 def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_cleared() -> None:
     memo = ReplayMemo(1 << 20)
-    msgs, ticket = take(memo, fresh(history(2)))
+    msgs, _ = served(memo, body(2), keep=False)
     assistant = msgs[1]
-    assert assistant.raw_blocks is not None
     assistant.content  # a stage built its blocks  # noqa: B018
     msgs[3].verbatim = True  # repair matched it by digest
-    assert ticket is not None
-    memo.keep(ticket, 100)
-    again, _ = take(memo, fresh(history(3)))
+    memo.keep(memo.ticket("t1", body(2), orjson.loads(body(2)), msgs))
+    again, _ = served(memo, body(3))
     assert again[1] is not assistant and again[1].raw_blocks is not None  # decoded again, lazily as fresh
     assert again[3] is msgs[3] and not again[3].verbatim
     assert again[0] is msgs[0]
 
 
-@pytest.mark.parametrize("edit", ["earlier message edited", "value retyped as a string", "history shortened",
-                                  "another tenant", "key order only"])
-def test_what_is_and_is_not_the_same_prefix(edit: str) -> None:
+def _retyped(b: bytes) -> bytes:
+    return b.replace(b'"n":1', b'"n":1.0', 1)
+
+
+NOT_A_REPLAY: dict[str, Callable[[], tuple[bytes, str]]] = {
+    "earlier message edited": lambda: (body(4).replace(b"sunny 0", b"rainy 0"), "t1"),
+    "a number retyped": lambda: (_retyped(body(4)), "t1"),
+    "a later field changed": lambda: (body(4, max_tokens=8192), "t1"),
+    "formatted differently": lambda: (body(4, "sdk"), "t1"),
+    "history shortened": lambda: (body(2), "t1"),
+    "another tenant": lambda: (body(4), "t2"),
+    "messages appended with a trailing comma": lambda: (body(3).replace(b"}]}],", b"}]},],", 1), "t1"),
+    "something other than messages inserted": lambda: (body(3).replace(b"}]}],", b'}]}],"x":[1],', 1), "t1"),
+    "a new message after a semicolon": lambda: (
+        body(3).replace(b"}]}],", b'}]};{"role":"user","content":"hi"}],', 1), "t1"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_A_REPLAY))
+def test_what_is_not_a_replay_goes_the_full_way(case: str) -> None:
     memo = ReplayMemo(1 << 20)
-    _, ticket = take(memo, fresh(history(3)))
-    assert ticket is not None
-    memo.keep(ticket, 100)
-    nxt = fresh(history(4))
-    tenant = "t1"
-    if edit == "earlier message edited":
-        nxt[2]["content"][0]["content"] = "rainy 0"
-    elif edit == "value retyped as a string":
-        nxt[1]["content"][1]["input"]["n"] = "1"
-    elif edit == "history shortened":
-        nxt = nxt[:3]
-    elif edit == "another tenant":
-        tenant = "t2"
-    else:
-        nxt[1]["content"][1] = dict(reversed(list(nxt[1]["content"][1].items())))
-    msgs, t2 = memo.take(tenant, nxt, anthropic.decode_message)
-    assert t2 is not None
-    assert t2.reused == (len(history(3)) if edit == "key order only" else 0)  # JSON-equal values reuse
-    assert msgs == [anthropic.decode_message(m, i) for i, m in enumerate(nxt)]
+    served(memo, body(3))
+    raw, tenant = NOT_A_REPLAY[case]()
+    assert memo.take(tenant, raw, anthropic.decode_message) is None
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        assert case in ("messages appended with a trailing comma", "a new message after a semicolon")  # a 400
+        return
+    assert parsed["messages"] != history(3) or case in (
+        "a later field changed", "another tenant", "formatted differently", "something other than messages inserted")
+
+
+def test_the_end_of_the_messages_is_found_past_look_alikes_in_later_fields() -> None:
+    decoy = [{"name": "t", "input_schema": {"enum": ["a"], "model": "not the field"}}]
+    raw = orjson.dumps({"max_tokens": 4096, "messages": history(2), "model": "m", "tools": decoy,
+                        "metadata": {"list": [1], "model": "x"}})
+    memo = ReplayMemo(1 << 20)
+    served(memo, raw)
+    nxt = orjson.dumps({"max_tokens": 4096, "messages": history(3), "model": "m", "tools": decoy,
+                        "metadata": {"list": [1], "model": "x"}})
+    _, ticket = served(memo, nxt)
+    assert ticket.reused == len(history(2))
+    # a field named twice (the last value counts): the later "model" follows an array too
+    dup = [b'{"messages":', orjson.dumps(history(1)), b',"model":"m","stop_sequences":["a"],"model":"m2"}']
+    served(memo, b"".join(dup))
+    dup[1] = orjson.dumps(history(2))
+    _, ticket = served(memo, b"".join(dup))
+    assert ticket.reused == len(history(1))
+
+
+def test_deeply_nested_new_messages_go_the_full_way() -> None:
+    memo = ReplayMemo(1 << 20)
+    served(memo, body(1))
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    msgs = [*history(1), {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
+                                                            "input": {"d": deep}}]}]
+    raw = json.dumps({"max_tokens": 4096, "messages": msgs, "model": "claude-opus-4-5",
+                      "thinking": {"type": "enabled", "budget_tokens": 2048},
+                      "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]},
+                     separators=(",", ":")).encode()
+    assert raw.startswith(body(1)[:-100].split(b'}]}]')[0])  # the same bytes up to the new message
+    assert memo.take("t1", raw, anthropic.decode_message) is None
 
 
 def test_bounded_by_bytes_least_recently_kept_first() -> None:
-    memo = ReplayMemo(250)
+    sizes = [len(body(1, extra=str(n))) for n in range(3)]
+    memo = ReplayMemo(sizes[0] * 2 + 10)
     for n in range(3):
-        raw = fresh(history(1))
-        raw[0]["content"] = f"conversation {n}"
-        _, ticket = take(memo, raw)
-        assert ticket is not None
-        memo.keep(ticket, 100)
-    assert len(memo) == 2 and memo.size_bytes == 200
-    _, ticket = take(memo, fresh(history(1)))
-    assert ticket is not None
-    memo.keep(ticket, 251)  # larger than the whole memo: not kept
-    assert len(memo) == 2
-
-
-def _nested(depth: int) -> Any:
-    v: Any = "x"
-    for _ in range(depth):
-        v = [v]
-    return v
-
-
-def test_a_body_nested_deeper_than_python_compares_is_decoded_not_reused() -> None:
-    memo = ReplayMemo(1 << 20)
-    raw = fresh(history(1))
-    raw[2]["content"][0]["content"] = _nested(2000)  # orjson parses 1,024 levels; Python compares fewer
-    _, ticket = take(memo, raw)
-    assert ticket is not None
-    memo.keep(ticket, 100)
-    nxt = [*fresh(history(1)), {"role": "assistant", "content": "done"}]
-    nxt[2]["content"][0]["content"] = _nested(2000)
-    msgs, t2 = take(memo, nxt)
-    assert t2 is not None and t2.reused == 0 and len(msgs) == len(nxt)
+        served(memo, body(1, extra=str(n)))
+    assert len(memo) == 2 and memo.size_bytes == sizes[1] + sizes[2]
+    assert memo.take("t1", body(2, extra="0"), anthropic.decode_message) is None  # the oldest went
+    assert memo.take("t1", body(2, extra="2"), anthropic.decode_message) is not None
+    small = ReplayMemo(10)
+    served(small, body(1))
+    assert len(small) == 0  # larger than the whole memo: not kept
 
 
 # ------------------------------------------------------------------ equivalence through the pipeline
