@@ -79,6 +79,8 @@ VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "other"})
 # reports as ``LoadResult.unresolved``.
 LOOKUP_RESULTS = frozenset({"hit", "miss", "foreign", "expired", "other"})
 REBUILD_RESULTS = frozenset({"restored", "partial", "degraded", "other"})
+# hit: the request replayed a kept one and only its new messages were parsed and decoded (replay_memo)
+MEMO_RESULTS = frozenset({"hit", "miss", "other"})
 _RESTORING = frozenset({ActionKind.RESTORED, ActionKind.SIGNATURE_RESTORED, ActionKind.HISTORY_REBUILT})
 _DEGRADING = frozenset({ActionKind.DROPPED, ActionKind.DOWNGRADED_TEXT, ActionKind.TOOL_LOOP_TEXTUALIZED,
                         ActionKind.THINKING_DISABLED})
@@ -120,6 +122,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_scid_lookups_total": {"via": VIAS, "result": LOOKUP_RESULTS},
     "gateway_history_rebuilds_total": {"result": REBUILD_RESULTS},
     "gateway_conversation_forks_total": {},
+    "gateway_replay_memo_total": {"result": MEMO_RESULTS},
     "gateway_store_operation_seconds": {"op": STORE_OPS},
     "gateway_store_errors_total": {"op": STORE_OPS, "kind": STORE_ERROR_KINDS},
     "gateway_store_round_trips_total": {"op": STORE_OPS},
@@ -147,6 +150,8 @@ TOOL_CHAIN_REPAIRS = _counter("gateway_tool_chain_repairs_total", "Tool-chain re
 SCID_LOOKUPS = _counter("gateway_scid_lookups_total", "Conversation lookups of requests that replay history")
 HISTORY_REBUILDS = _counter("gateway_history_rebuilds_total", "Replayed histories restored and/or degraded")
 FORKS = _counter("gateway_conversation_forks_total", "Recorded turns that forked their conversation")
+REPLAY_MEMO = _counter("gateway_replay_memo_total",
+                       "Anthropic requests that replayed a kept one (hit: only new messages decoded) or not")
 STORE_OP_SECONDS = _histogram("gateway_store_operation_seconds", "Store call duration", _STORE_LATENCY)
 STORE_ERRORS = _counter("gateway_store_errors_total", "Failed store calls, by kind")
 STORE_ROUND_TRIPS = _counter("gateway_store_round_trips_total", "Store round trips (pipelines) of completed calls")
@@ -261,6 +266,11 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     if restored or degraded:
         HISTORY_REBUILDS.labels("partial" if restored and degraded else "restored" if restored
                                 else "degraded").inc()
+
+
+def observe_replay(hit: bool) -> None:
+    """Pipeline, decode stage (Anthropic requests with the replay memo on)."""
+    REPLAY_MEMO.labels("hit" if hit else "miss").inc()
 
 
 def observe_record(result: RecordResult) -> None:

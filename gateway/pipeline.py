@@ -95,6 +95,7 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_reques
         ex.request = decoder(parse_json(ex.raw_body))
         return
     replay = memo.take(ex.tenant, ex.raw_body, anthropic.decode_message)
+    metrics.observe_replay(replay is not None)
     if replay is not None:
         parsed, messages, ex.memo = replay
         ex.request = anthropic.decode_request(parsed, lambda raw: messages)

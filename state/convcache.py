@@ -18,8 +18,9 @@ undecodable count) the whole list gives.
 
 Bounded by the stored (encoded) bytes of the cached turns, least recently used first out. Decoded, turns
 take about three times their stored bytes (3.2x measured for ~2 KB of prose thinking, which zlib
-halves), so the default 64 MiB bound holds up to ~200 MiB of a worker's memory; the records are shared
-with ``state.codec``'s decoded-turn cache. Keys hold the tenant prefix, so one tenant's entry never
+halves), so a 64 MiB bound (this module's default; the gateway passes ``GATEWAY_LOAD_CACHE_MB``, 32 by
+default) holds up to ~200 MiB of a worker's memory; the records are shared with ``state.codec``'s
+decoded-turn cache. Keys hold the tenant prefix, so one tenant's entry never
 answers another's.
 """
 

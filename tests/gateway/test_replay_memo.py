@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from gateway import pipeline
 from gateway.app import Gateway, create_app
@@ -274,6 +275,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
               "thinking": {"type": "enabled", "budget_tokens": 2048},
               "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
     upstream = with_memo.upstreams["anthropic"]
+    counted = REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) or 0.0
     for step in range(7):
         sent, extra = step_fn(history_, step)
         body = {**params, **extra, "messages": sent}
@@ -296,6 +298,8 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
             for b in answer["content"] if b["type"] == "tool_use"]})
     if scenario == "faithful":
         assert with_memo.replay_memo.hits >= 5
+        assert REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) == \
+            counted + with_memo.replay_memo.hits
         hits = with_memo.replay_memo.hits
         reference, retry = _exchange(body), _exchange(body)  # the client retries its last request
         await pipeline.prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
