@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock
@@ -49,29 +49,55 @@ def scid_from_header(headers: Mapping[str, str]) -> tuple[str | None, bool]:
     return (raw if is_valid_scid(raw) else None), True
 
 
-def path_fingerprint(msgs: list[Message]) -> str | None:
+class PathHash:
+    """``path_fingerprint`` as a running hash: the state after some messages, continued over more."""
+
+    __slots__ = ("_h", "seen")
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256(b"tg-path/2")
+        self.seen = False
+
+    def update(self, msgs: Iterable[Message]) -> PathHash:
+        h = self._h
+        for m in msgs:
+            if m.role != "user":
+                continue
+            results = 0
+            h.update(b"\x1eU")
+            for b in m.content:
+                if isinstance(b, TextBlock):
+                    norm = normalize_text(b.text)
+                    if norm:
+                        self.seen = True
+                        h.update(b"\x1f" + norm.encode("utf-8", "surrogatepass"))
+                elif isinstance(b, ToolResultBlock):
+                    results += 1
+            if results:
+                self.seen = True
+                h.update(b"\x1dR%d" % results)
+        return self
+
+    def copy(self) -> PathHash:
+        out = PathHash.__new__(PathHash)
+        out._h, out.seen = self._h.copy(), self.seen
+        return out
+
+    def hexdigest(self) -> str | None:
+        return self._h.hexdigest() if self.seen else None
+
+
+Known = tuple[int, PathHash]  # the running hash after a list's first n messages, known beforehand
+
+
+def path_fingerprint(msgs: list[Message], known: Known | None = None) -> str | None:
     """Fingerprint of the user side of ``msgs``: each user message's text (normalized) and how many
     tool results it carried. Tool result bodies are left out: they are large and add nothing to
-    telling conversations apart."""
-    h = hashlib.sha256(b"tg-path/2")
-    seen = False
-    for m in msgs:
-        if m.role != "user":
-            continue
-        results = 0
-        h.update(b"\x1eU")
-        for b in m.content:
-            if isinstance(b, TextBlock):
-                norm = normalize_text(b.text)
-                if norm:
-                    seen = True
-                    h.update(b"\x1f" + norm.encode("utf-8", "surrogatepass"))
-            elif isinstance(b, ToolResultBlock):
-                results += 1
-        if results:
-            seen = True
-            h.update(b"\x1dR%d" % results)
-    return h.hexdigest() if seen else None
+    telling conversations apart. ``known``: the hash after ``msgs[:n]`` (a replay's kept prefix), so
+    only the messages after it are hashed."""
+    if known is not None and known[0] <= len(msgs):
+        return known[1].copy().update(msgs[known[0]:]).hexdigest()
+    return PathHash().update(msgs).hexdigest()
 
 
 def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
@@ -84,7 +110,7 @@ def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
 RECENT_TURNS = 3  # replayed assistant turns looked up through the indexes
 
 
-def build_query(msgs: list[Message], scid: str | None) -> LoadQuery:
+def build_query(msgs: list[Message], scid: str | None, known: Known | None = None) -> LoadQuery:
     """Index lookups for the most recent replayed assistant turns only: they identify the
     conversation, which is loaded whole in the same (or the next) round trip; older turns are
     matched against it in memory. The query stays small however long the history is."""
@@ -98,7 +124,7 @@ def build_query(msgs: list[Message], scid: str | None) -> LoadQuery:
         exact += [exact_hash(b.thinking) for b in m.content if isinstance(b, ThinkingBlock) and b.thinking]
     fps = []
     prefix = prefix_before_last_assistant(msgs)
-    fp = path_fingerprint(prefix) if prefix else None
+    fp = path_fingerprint(prefix, known) if prefix else None
     if fp:
         fps.append(fp)
     return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),

@@ -121,7 +121,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
     if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
         return None
     assert ex.request is not None
-    query = identity.build_query(ex.request.messages, ex.header_scid)
+    query = identity.build_query(ex.request.messages, ex.header_scid, ex.memo.known if ex.memo else None)
     ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:
@@ -265,7 +265,9 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
     try:
-        rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect)
+        # untouched: the messages are as decoded, and a replay's kept prefix is already hashed
+        path = ex.memo.path_hash() if ex.memo is not None and not ex.changed else None
+        rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
         res = await gw.store.record(ex.tenant, write)

@@ -243,8 +243,10 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
     return recs
 
 
-def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str) -> TurnRecord:
-    fp = identity.path_fingerprint(request_messages)
+def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str,
+                path: identity.PathHash | None = None) -> TurnRecord:
+    """``path``: the running path hash over ``request_messages`` when the caller has it."""
+    fp = path.hexdigest() if path is not None else identity.path_fingerprint(request_messages)
     last = max((i for i, m in enumerate(request_messages) if m.role == "assistant"), default=-1)
     content = [store_block(b) for b in turn.content]
     provider = store_fields(turn.provider)

@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from gateway.identity import Known, PathHash
 from gateway.protocols.canonical import Message
 
 DecodeOne = Callable[[Any, int], Message]
@@ -57,6 +58,20 @@ class Ticket:
     messages: list[Message]
     split: int | None = None   # where the last message ends in ``body`` (None: not known yet)
     reused: int = 0            # messages taken from the memo
+    base: PathHash | None = None  # the path hash after the reused messages
+    path: PathHash | None = None  # ... after all of them, once ``path_hash`` computed it
+
+    @property
+    def known(self) -> Known | None:
+        """For ``identity.path_fingerprint``: the hash of the reused prefix."""
+        return (self.reused, self.base) if self.base is not None else None
+
+    def path_hash(self) -> PathHash:
+        """The path hash of the messages as decoded (only the new ones are hashed after a replay)."""
+        if self.path is None:
+            start = self.base.copy() if self.base is not None else PathHash()
+            self.path = start.update(self.messages[self.reused if self.base is not None else 0:])
+        return self.path
 
 
 @dataclass(slots=True)
@@ -65,6 +80,7 @@ class _Entry:
     parsed: dict[str, Any]
     messages: list[Message]
     split: int
+    path: PathHash | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -114,7 +130,7 @@ class ReplayMemo:
         messages += [decode_one(v, n + j) for j, v in enumerate(tail)]
         parsed = {**entry.parsed, "messages": raw + tail}
         self.hits += 1
-        return parsed, messages, Ticket(tenant, body, parsed, list(messages), len(body) - rest, n)
+        return parsed, messages, Ticket(tenant, body, parsed, list(messages), len(body) - rest, n, entry.path)
 
     def ticket(self, tenant: str, body: bytes, parsed: dict[str, Any], messages: list[Message]) -> Ticket:
         """The ticket of a request parsed and decoded the full way (``messages``: as decoded)."""
@@ -128,7 +144,7 @@ class ReplayMemo:
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
             return
-        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, split)
+        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, split, ticket.path)
         self._lru[entry.id] = (ticket.tenant, entry)
         self._by_tenant.setdefault(ticket.tenant, {})[entry.id] = entry
         self._bytes += len(entry.body)

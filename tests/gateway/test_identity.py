@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.identity import (
     RECENT_TURNS,
+    PathHash,
     build_query,
     identify_conversation,
     path_fingerprint,
@@ -134,3 +135,14 @@ def test_query_covers_recent_turns_and_the_prefix_before_the_last_assistant() ->
     last_assistant = max(i for i, m in enumerate(msgs) if m.role == "assistant")
     assert q.fingerprints == [path_fingerprint(msgs[:last_assistant])]
     assert build_query(_msgs({"role": "user", "content": "hi"}), None).fingerprints == []
+
+
+def test_a_fingerprint_continued_from_a_known_prefix_is_the_whole_fingerprint() -> None:
+    msgs = _loop(["a", "b", "c"], "think", "text", prompt="  Weather\r\nin Oslo?  ")
+    msgs.insert(3, _msgs({"role": "user", "content": "and tomorrow?"})[0])
+    for n in range(len(msgs) + 1):
+        known = (n, PathHash().update(msgs[:n]))
+        assert path_fingerprint(msgs, known) == path_fingerprint(msgs)
+        assert known[1].hexdigest() == path_fingerprint(msgs[:n])  # continuing did not change the known state
+    assert path_fingerprint(msgs[:2], (3, PathHash().update(msgs[:3]))) == path_fingerprint(msgs[:2])  # too long
+    assert PathHash().hexdigest() is None

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway import pipeline
+from gateway import identity, pipeline
 from gateway.app import Gateway, create_app
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
@@ -289,7 +289,10 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         answer = orjson.loads(await resp.read())
         assert resp.status == 200, answer
         await pipeline.record(ex, with_memo, anthropic.decode_turn(answer))
-        assert ex.recorded
+        assert ex.recorded and with_memo.store is not None and ex.tenant and ex.scid
+        conv = await with_memo.store.get_conversation(ex.tenant, ex.scid)
+        assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(
+            ex.request.messages if ex.request else [])  # a replay hashes only its new messages, to the same
         if answer["stop_reason"] != "tool_use":
             break
         history_.append({"role": "assistant", "content": answer["content"]})
