@@ -290,8 +290,9 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
 
     The conversation is the one the whole list gives: the cached turns still retained (position >= the
     new ``start``) followed by the returned ones. A reply that starts past list index 0 but does not
-    continue ``known`` exactly raises ``ValueError`` (a malformed reply: the store call fails and the
-    caller forgets the entry); it never yields partial turns.
+    continue ``known`` exactly raises ``CodecError`` (a malformed reply: the store call fails as any
+    undecodable reply does, the gateway serves statelessly, and the entry is forgotten); it never yields
+    partial turns.
     """
     if not reply:
         return None, 0, None
@@ -317,7 +318,7 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
     if offset:
         if (type(offset) is not int or offset < 0 or known is None or known.created != created_raw
                 or known.next != start + offset or known.start > start):
-            raise ValueError("LOAD replied from a list index that does not continue the cached turns")
+            raise CodecError("LOAD replied from a list index that does not continue the cached turns")
         kept = bisect.bisect_left(known.turns, start, key=_position)
         turns += known.turns[kept:]
         sizes += known.sizes[kept:]
