@@ -264,9 +264,12 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.turn = turn
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
+    # Untouched, the request's messages are as decoded: a replay's kept prefix is already path-hashed, and
+    # the next request of the conversation may start with them (the replay memo keeps them).
+    untouched = ex.memo if not ex.changed else None
+    ex.memo = None
     try:
-        # untouched: the messages are as decoded, and a replay's kept prefix is already hashed
-        path = ex.memo.path_hash() if ex.memo is not None and not ex.changed else None
+        path = untouched.path_hash() if untouched is not None else None
         rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
@@ -277,9 +280,8 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     metrics.observe_record(res)
     ex.scid = res.scid
     ex.recorded = True
-    if ex.memo is not None and not ex.changed and gw.replay_memo is not None:
-        gw.replay_memo.keep(ex.memo)  # the conversation's next request starts with these messages
-    ex.memo = None
+    if untouched is not None and gw.replay_memo is not None:
+        gw.replay_memo.keep(untouched)
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:
         gw.hints.learn(ex.tenant, tool_ids, res.scid)

@@ -212,7 +212,11 @@ def _find_split(body: bytes, parsed: dict[str, Any]) -> int | None:
             rest = orjson.loads(b'{"":0' + body[comma:])
         except orjson.JSONDecodeError:
             continue
-        if isinstance(rest, dict) and list(rest)[1:] == after and all(rest[k] == parsed[k] for k in after):
+        try:
+            same = isinstance(rest, dict) and list(rest)[1:] == after and all(rest[k] == parsed[k] for k in after)
+        except RecursionError:  # a field nested deeper than Python compares: this body is not kept
+            return None
+        if same:
             return _last_non_ws(body, close) + 1
     return None
 

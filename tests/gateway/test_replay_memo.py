@@ -309,3 +309,15 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         await pipeline.prepare(retry, with_memo)
         assert _plan(retry) == _plan(reference) and with_memo.replay_memo.hits == hits + 1
         assert retry.memo is not None and retry.memo.reused == len(body["messages"])
+
+
+def test_a_field_nested_deeper_than_python_compares_is_not_kept_and_never_raises() -> None:
+    """A hostile client nests a later field ~1,000 levels deep (orjson parses up to 1,024): the request is
+    served as any other, and keeping it (after its turn was recorded) must not fail the request."""
+    raw = b'{"messages":' + orjson.dumps(history(1)) + b',"metadata":' + b"[" * 1010 + b"]" * 1010 + \
+        b',"model":"claude-opus-4-5","max_tokens":4096}'
+    parsed = orjson.loads(raw)
+    memo = ReplayMemo(1 << 20)
+    msgs = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
+    memo.keep(memo.ticket("t1", raw, parsed, msgs))
+    assert len(memo) == 0
