@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 import redis
@@ -334,14 +335,26 @@ class ReplicatedCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def cleanup(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Startable)
+
+
+def running(thing: S) -> Iterator[S]:
+    """A fixture body: start ``thing``, hand it over, clean it up however the tests ended."""
+    try:
+        thing.start()
+        yield thing
+    finally:
+        thing.cleanup()
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.cleanup()
+    yield from running(RedisServer())
 
 
 @pytest.fixture()
@@ -355,12 +368,7 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
+    yield from running(RedisCluster())
 
 
 @pytest.fixture()
@@ -371,23 +379,13 @@ def redis_cluster_url(redis_cluster: RedisCluster) -> str:
 
 @pytest.fixture(scope="session")
 def cluster6() -> Iterator[ReplicatedCluster]:
-    cluster = ReplicatedCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
+    yield from running(ReplicatedCluster())
 
 
 @pytest.fixture()
 def restartable_redis() -> Iterator[RedisServer]:
     """A private single-node server for fault tests: ``stop()``, ``start()``, ``pause()``, ``resume()``."""
-    server = RedisServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.cleanup()
+    yield from running(RedisServer())
 
 
-__all__ = ["RedisCluster", "RedisServer", "ReplicatedCluster", "find_redis_binaries", "free_port"]
+__all__ = ["RedisCluster", "RedisServer", "ReplicatedCluster", "find_redis_binaries", "free_port", "running"]

@@ -13,7 +13,7 @@ import redis
 
 from state.keys import tenant_prefix
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
-from tests.redis_fixtures import RedisServer
+from tests.redis_fixtures import RedisServer, running
 from tests.reliability.dialects import client, close_client
 from tests.reliability.hostile import Keyspace
 
@@ -60,12 +60,7 @@ def _pooled_http_client() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.cleanup()
+    yield from running(RedisServer())
 
 
 @pytest.fixture(scope="module")
