@@ -32,6 +32,7 @@ from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
 from state.memory_store import MemoryStore
 from state.redis_store import RedisStore
+from state.resp import RespNode
 from state.store import Store
 
 _CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
@@ -58,8 +59,10 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
     parts = urlsplit(url)
     client: Redis | RedisCluster
     also_close: tuple[Redis, ...] = ()
+    node: RespNode | None = None
     if parts.scheme in ("redis", "rediss"):
         client = Redis.from_url(url, **common)
+        node = RespNode.for_client(client)
     elif parts.scheme == "redis+sentinel":
         client, also_close = _sentinel_master(parts, common)
     elif parts.scheme in _CLUSTER_SCHEMES:
@@ -73,7 +76,7 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                          "(use redis://, rediss://, redis+cluster://, redis+sentinel:// or nothing for in-memory)")
     return RedisStore(client, timeout_ms=timeout_ms, breaker=breaker, ttl_seconds=ttl_seconds,
                       max_turns=max_turns, max_fetch=max_fetch, max_concurrency=max_connections,
-                      also_close=also_close, load_cache_bytes=load_cache_bytes)
+                      also_close=also_close, load_cache_bytes=load_cache_bytes, node=node)
 
 
 def _sentinel_master(parts: SplitResult, common: dict[str, Any]) -> tuple[Redis, tuple[Redis, ...]]:

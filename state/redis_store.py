@@ -2,7 +2,9 @@
 
 - One ``_roundtrip`` = one pipeline (``transaction=False``): EVALSHA for the scripts (conversation
   updates and reads, index reads batched per hash-tag bucket), SET EX for index writes and EXISTS for
-  the SCID marker. On a
+  the SCID marker. On a single node reached over plain TCP or a unix socket the pipeline goes through
+  ``state.resp.RespNode`` (one write, replies parsed by hiredis, no per-command Python of redis-py);
+  TLS and Sentinel go through redis-py's pipeline. On a
   cluster the pipeline is split by node and sent to all nodes concurrently; it is still one round
   trip of latency. Scripts are loaded on ``start()`` (SCRIPT LOAD, every primary); a NOSCRIPT reply
   (restarted node, failover) reloads them and replays the pipeline once: every op in it is idempotent.
@@ -36,8 +38,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from state import keys
 from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
-from state.engine import EngineStore, Eval, Exists, Op
+from state.engine import Arg, EngineStore, Eval, Exists, Op
 from state.errors import StoreError, StoreUnavailable
+from state.resp import RespNode
 from state.scripts import ALL_SCRIPTS
 from state.store import StoreHealth
 
@@ -64,15 +67,18 @@ class RedisStore(EngineStore):
                  breaker: CircuitBreaker | None = None, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
                  wall_clock: Callable[[], float] | None = None,
-                 also_close: tuple[Redis, ...] = (), load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 also_close: tuple[Redis, ...] = (), load_cache_bytes: int = DEFAULT_MAX_BYTES,
+                 node: RespNode | None = None) -> None:
         """``also_close``: further clients the store owns (e.g. the Sentinel connections).
-        ``load_cache_bytes``: see ``EngineStore``."""
+        ``load_cache_bytes``: see ``EngineStore``. ``node``: the single node ``client`` talks to, for the
+        round trips (``RespNode.for_client``); None sends them through redis-py's pipeline."""
         extra = {"wall_clock": wall_clock} if wall_clock else {}
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
                          load_cache_bytes=load_cache_bytes, **extra)
         if timeout_ms <= 0:
             raise ValueError("timeout_ms must be > 0")
         self._client = client
+        self._node = node
         self._also_close = also_close
         self._cluster = isinstance(client, RedisCluster)
         self.backend = "redis-cluster" if self._cluster else "redis"
@@ -100,6 +106,8 @@ class RedisStore(EngineStore):
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._node is not None:
+                self._node.close()
             for client in (self._client, *self._also_close):
                 try:
                     await client.aclose()
@@ -153,15 +161,12 @@ class RedisStore(EngineStore):
                 raise RedisError(f"SCRIPT LOAD returned {sha} for {script.name}")
 
     async def _execute(self, ops: Sequence[Op]) -> list[Any]:
+        self.round_trips += 1
+        if self._node is not None:
+            return await self._node.execute([_command(op) for op in ops])
         pipe: Any = self._client.pipeline() if self._cluster else self._client.pipeline(transaction=False)
         for op in ops:
-            if isinstance(op, Eval):
-                pipe.execute_command("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
-            elif isinstance(op, Exists):
-                pipe.exists(op.key)
-            else:
-                pipe.set(op.key, op.value, ex=op.ttl)
-        self.round_trips += 1
+            pipe.execute_command(*_command(op))
         return list(await pipe.execute(raise_on_error=False))
 
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -190,3 +195,12 @@ class RedisStore(EngineStore):
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+
+def _command(op: Op) -> tuple[Arg, ...]:
+    """The Redis command of one op (both paths send exactly this)."""
+    if isinstance(op, Eval):
+        return ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+    if isinstance(op, Exists):
+        return ("EXISTS", op.key)
+    return ("SET", op.key, op.value, "EX", op.ttl)

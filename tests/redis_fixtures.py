@@ -97,8 +97,11 @@ def _wait_until(predicate: object, what: str, proc: subprocess.Popen[bytes] | No
 class RedisServer:
     """One foreground ``redis-server`` child on 127.0.0.1, restartable on the same port."""
 
-    def __init__(self, *, port: int | None = None, cluster: bool = False, workdir: Path | None = None) -> None:
+    def __init__(self, *, port: int | None = None, cluster: bool = False, workdir: Path | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        """``extra_args``: more redis-server options (e.g. ``("--unixsocket", path)``)."""
         self.server_bin, self.cli_bin = find_redis_binaries()
+        self.extra_args = extra_args
         self.cluster = cluster
         self._auto_port = port is None
         self.port = port or free_port(cluster_bus=cluster)
@@ -150,6 +153,7 @@ class RedisServer:
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf",
                      "--cluster-node-timeout", "5000"]
+        args += self.extra_args
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         _wait_until(self._ours_ready, f"redis-server on port {self.port}", self.proc, self.log)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from state.factory import open_store
+from state.redis_store import RedisStore
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 
@@ -61,9 +62,12 @@ def test_upstream_and_redis_connections_are_pooled_and_kept_alive(
 
 
 async def test_the_store_parses_redis_replies_with_hiredis(redis_server: RedisServer) -> None:
+    """Round trips on a single node go through ``state.resp`` (hiredis by construction); what stays on
+    redis-py (PING, SCRIPT LOAD; TLS, Sentinel and Cluster round trips) parses with hiredis too."""
     store = open_store(redis_server.url)
     try:
-        client: Any = store.client  # type: ignore[attr-defined]
+        assert isinstance(store, RedisStore) and store._node is not None
+        client: Any = store.client
         conn = client.connection_pool.make_connection()
         assert type(conn._parser).__name__ == "_AsyncHiredisParser"
     finally:

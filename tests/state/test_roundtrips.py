@@ -1,5 +1,6 @@
-"""Round trips are counted at the socket: every write redis-py makes goes through
-``AbstractConnection.send_packed_command`` (one call per pipeline per node)."""
+"""Round trips are counted where they are written: every write redis-py makes goes through
+``AbstractConnection.send_packed_command`` (one call per pipeline per node), and every write of the
+single-node path (``state.resp``) through ``_Connection.roundtrip`` (one ``transport.write`` each)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from state.hashing import exact_hash, norm_hash
 from state.keys import new_scid
+from state.resp import _Connection
 from state.store import LoadQuery, Store, TurnWrite
 from tests.state.factories import TENANT_A, turn
 
@@ -36,7 +38,16 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[SendCounter]:
         counter.sends[int(getattr(self, "port", 0))] += 1
         await original(self, command, check_health)
 
+    lean = _Connection.roundtrip
+
+    async def counting_lean(self: _Connection, payload: bytes, count: int) -> list[Any]:
+        assert self._transport is not None
+        peer = self._transport.get_extra_info("peername")
+        counter.sends[int(peer[1]) if isinstance(peer, tuple) else 0] += 1
+        return await lean(self, payload, count)
+
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    monkeypatch.setattr(_Connection, "roundtrip", counting_lean)
     yield counter
 
 

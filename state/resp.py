@@ -1,0 +1,185 @@
+"""``RespNode``: the store's pipelined round trips to one Redis node, without redis-py's per-command machinery.
+
+A gateway request makes two store round trips of about ten commands each (EVALSHA for the scripts, SET EX
+for the index writes, EXISTS). redis-py's pipeline spends tens of microseconds of Python per command on
+them (queueing, packing, a response callback and a timeout context per reply): about a millisecond of CPU
+per request, the largest share of what the store costs the gateway. Here a round trip is one write of the
+packed commands (packed by ``pack``) and one future that an ``asyncio.Protocol`` resolves when hiredis
+has parsed as many replies as commands were sent.
+
+What it keeps of redis-py: the client's connection settings (host and port or unix socket path, db,
+username, password; ``RespNode.for_client``), redis-py's exception classes (error replies become the
+same ``ResponseError``/``NoScriptError``/... instances redis-py's hiredis parser makes, returned in place
+as with ``raise_on_error=False``; a lost or refused connection is its ``ConnectionError``), so
+``RedisStore``'s retry, NOSCRIPT reload and error handling are unchanged. TLS, Sentinel and Cluster stay
+on redis-py (``for_client`` answers None). The replies are those of ``execute_command``: no response
+callbacks (a SET answers ``b"OK"``, not ``True``).
+
+A connection serves one round trip at a time and goes back to the pool only after all its replies were
+read; a round trip that does not finish (cancelled, timed out, protocol error) closes its connection,
+so no later round trip can read a stale reply. The caller bounds how many run at once (``RedisStore``'s
+semaphore), and so the number of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+import hiredis
+from redis._parsers.base import BaseParser
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, ResponseError
+
+Arg = bytes | str | int
+
+
+def pack(args: Sequence[Arg]) -> bytes:
+    """One command in RESP (an array of bulk strings), as redis-py's encoder would send it."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, bytes):
+            b = a
+        elif isinstance(a, str):
+            b = a.encode()
+        elif isinstance(a, int) and not isinstance(a, bool):
+            b = b"%d" % a
+        else:
+            raise TypeError(f"a command argument must be bytes, str or int, not {type(a).__name__}")
+        out += (b"$%d\r\n" % len(b), b, b"\r\n")
+    return b"".join(out)
+
+
+class _Connection(asyncio.Protocol):
+    """One socket to the node; ``roundtrip`` writes a batch and awaits that many replies."""
+
+    def __init__(self) -> None:
+        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[list[Any]] | None = None
+        self._expected = 0
+        self._replies: list[Any] = []
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # nothing asked: a stray reply means the stream is out of step
+            self.close()
+            return
+        try:
+            self._reader.feed(data)
+            while len(self._replies) < self._expected:
+                reply = self._reader.gets()
+                if reply is False:
+                    return
+                self._replies.append(reply)
+        except InvalidResponse as exc:
+            waiter.set_exception(exc)
+            self.close()
+            return
+        if self._reader.has_data():  # more than was asked for: the stream is out of step
+            self.close()
+        waiter.set_result(self._replies)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(RedisConnectionError("Connection closed by server."))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    async def roundtrip(self, payload: bytes, count: int) -> list[Any]:
+        if self.closed or self._transport is None or self._transport.is_closing():
+            raise RedisConnectionError("Connection closed by server.")
+        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiter, self._expected, self._replies = waiter, count, []
+        try:
+            self._transport.write(payload)
+            return await waiter
+        except BaseException:
+            self.close()  # replies may still be on their way: never reuse this socket
+            raise
+        finally:
+            self._waiter = None
+
+
+class RespNode:
+    """A pool of ``_Connection`` to one Redis node (see module doc)."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 6379, path: str | None = None, db: int = 0,
+                 username: str | None = None, password: str | None = None) -> None:
+        self._address = (host, port)
+        self._path = path
+        self._handshake = [c for c in (
+            ["AUTH", *([username] if username else []), password] if password else None,
+            ["SELECT", db] if db else None,
+        ) if c is not None]
+        self._idle: list[_Connection] = []
+        self.connections_made = 0
+
+    @classmethod
+    def for_client(cls, client: Redis) -> RespNode | None:
+        """The node ``client`` talks to, for a plain TCP or unix-socket connection; None for anything else
+        (TLS, Sentinel, credential providers...), which stays on redis-py."""
+        pool = client.connection_pool
+        kw = pool.connection_kwargs
+        if kw.get("credential_provider") is not None or kw.get("protocol") not in (None, 2, "2"):
+            return None
+        common = {"db": int(kw.get("db") or 0), "username": kw.get("username"), "password": kw.get("password")}
+        if pool.connection_class is Connection and type(pool).__name__ == "ConnectionPool":
+            return cls(host=kw.get("host", "localhost"), port=int(kw.get("port", 6379)), **common)
+        if pool.connection_class is UnixDomainSocketConnection and kw.get("path"):
+            return cls(path=kw["path"], **common)
+        return None
+
+    async def execute(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Send ``commands`` in one write; their replies in order (error replies as exception instances)."""
+        payload = b"".join(pack(c) for c in commands)
+        conn = await self._acquire()
+        replies = await conn.roundtrip(payload, len(commands))
+        self._idle.append(conn)
+        return replies
+
+    async def _acquire(self) -> _Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        return await self._connect()
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            if self._path is not None:
+                _, conn = await loop.create_unix_connection(_Connection, self._path)
+            else:
+                _, conn = await loop.create_connection(_Connection, *self._address)
+        except OSError as exc:
+            raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from exc
+        self.connections_made += 1
+        if self._handshake:
+            for reply in await conn.roundtrip(b"".join(pack(c) for c in self._handshake), len(self._handshake)):
+                if isinstance(reply, Exception):
+                    conn.close()
+                    raise reply
+        return conn
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+
+__all__ = ["RespNode", "ResponseError", "pack"]
