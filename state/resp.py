@@ -34,23 +34,40 @@ from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
-Arg = bytes | str | int
+from state.engine import Arg
 
 
 def pack(args: Sequence[Arg]) -> bytes:
     """One command in RESP (an array of bulk strings), as redis-py's encoder would send it."""
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, bytes):
-            b = a
-        elif isinstance(a, str):
-            b = a.encode()
-        elif isinstance(a, int) and not isinstance(a, bool):
-            b = b"%d" % a
-        else:
-            raise TypeError(f"a command argument must be bytes, str or int, not {type(a).__name__}")
-        out += (b"$%d\r\n" % len(b), b, b"\r\n")
+    return pack_commands((args,))
+
+
+def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
+    """Commands in RESP, back to back (one pipeline's write)."""
+    out: list[bytes] = []
+    add = out.append
+    for args in commands:
+        add(b"*%d\r\n" % len(args))
+        for a in args:
+            kind = type(a)
+            if kind is bytes:
+                b = a
+            elif kind is str:
+                b = a.encode()  # type: ignore[union-attr]
+            else:
+                b = _arg(a)
+            add(b"$%d\r\n%b\r\n" % (len(b), b))
     return b"".join(out)
+
+
+def _arg(a: object) -> bytes:
+    if isinstance(a, bytes):
+        return bytes(a)
+    if isinstance(a, str):
+        return str(a).encode()
+    if isinstance(a, int) and not isinstance(a, bool):
+        return b"%d" % a
+    raise TypeError(f"a command argument must be bytes, str or int, not {type(a).__name__}")
 
 
 class _Connection(asyncio.Protocol):
@@ -147,7 +164,7 @@ class RespNode:
 
     async def execute(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Send ``commands`` in one write; their replies in order (error replies as exception instances)."""
-        payload = b"".join(pack(c) for c in commands)
+        payload = pack_commands(commands)
         conn = await self._acquire()
         replies = await conn.roundtrip(payload, len(commands))
         self._idle.append(conn)
@@ -171,7 +188,7 @@ class RespNode:
             raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from exc
         self.connections_made += 1
         if self._handshake:
-            for reply in await conn.roundtrip(b"".join(pack(c) for c in self._handshake), len(self._handshake)):
+            for reply in await conn.roundtrip(pack_commands(self._handshake), len(self._handshake)):
                 if isinstance(reply, Exception):
                     conn.close()
                     raise reply
@@ -182,4 +199,4 @@ class RespNode:
             self._idle.pop().close()
 
 
-__all__ = ["RespNode", "ResponseError", "pack"]
+__all__ = ["RespNode", "ResponseError", "pack", "pack_commands"]

@@ -22,7 +22,7 @@ from state.errors import StoreUnavailable
 from state.factory import open_store
 from state.keys import new_scid
 from state.redis_store import RedisStore
-from state.resp import RespNode, pack
+from state.resp import RespNode, pack, pack_commands
 from state.store import LoadQuery, TurnWrite
 from tests.redis_fixtures import RedisServer, running
 from tests.state.factories import TENANT_A, turn
@@ -48,6 +48,22 @@ async def node(redis_url: str) -> AsyncIterator[RespNode]:
 ])
 def test_pack_sends_what_redis_py_sends(args: tuple[Any, ...]) -> None:
     assert pack(args) == b"".join(Connection().pack_command(*args))
+
+
+def test_pack_commands_is_the_commands_back_to_back_and_takes_subclasses() -> None:
+    import enum
+
+    class Ttl(enum.IntEnum):
+        DAY = 86400
+
+    class Name(str):
+        pass
+
+    class Blob(bytes):
+        pass
+
+    commands = [("SET", Name("k"), Blob(b"v"), "EX", Ttl.DAY), ("EXISTS", "k")]
+    assert pack_commands(commands) == pack(("SET", "k", b"v", "EX", 86400)) + pack(("EXISTS", "k"))
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, None, ["list"]])
