@@ -166,7 +166,12 @@ class RedisStore(EngineStore):
             return await self._node.execute([_command(op) for op in ops])
         pipe: Any = self._client.pipeline() if self._cluster else self._client.pipeline(transaction=False)
         for op in ops:
-            pipe.execute_command(*_command(op))
+            if isinstance(op, Exists):
+                # through the method, not execute_command("EXISTS", ...): on a Cluster the latter timed out
+                # during a failover (tests/reliability/test_cluster_failover_store.py; cause not pinned down)
+                pipe.exists(op.key)
+            else:
+                pipe.execute_command(*_command(op))
         return list(await pipe.execute(raise_on_error=False))
 
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
