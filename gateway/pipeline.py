@@ -26,7 +26,7 @@ from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
 from gateway.repair import RecordedTurn, Records, rebuild_history, repair
-from gateway.replay_memo import Ticket
+from gateway.replay_memo import Resume, Ticket, one_to_one
 from gateway.sanitize import Policy, sanitize
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
@@ -86,23 +86,45 @@ def parse_json(raw: bytes) -> Any:
 Decoder = Callable[[Any], Request]
 
 
-def decode(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request) -> None:
-    """The surface dialect's decoder turns the parsed body into the canonical request. An Anthropic
-    request that replays what this worker kept of the conversation's previous request parses and decodes
-    only its new messages (``replay_memo``)."""
+@dataclass(frozen=True, slots=True)
+class ReplayDecoder:
+    """A surface decoder the replay memo serves. ``decode(body, messages)`` decodes a parsed body, with its
+    messages already decoded when given (a replay: ``resume`` joined the kept ones and the new ones);
+    ``kind`` names the surface, whose kept messages only its own requests continue."""
+
+    kind: str
+    decode: Callable[[Any, list[Message] | None], Request]
+    resume: Resume
+
+
+def _anthropic(body: Any, messages: list[Message] | None) -> Request:
+    return anthropic.decode_request(body, None if messages is None else lambda _: messages)
+
+
+ANTHROPIC = ReplayDecoder("anthropic", _anthropic, one_to_one(anthropic.decode_message))
+
+
+def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROPIC) -> None:
+    """The surface dialect's decoder turns the parsed body into the canonical request. A request of a
+    ``ReplayDecoder`` surface that replays what this worker kept of the conversation's previous request
+    parses and decodes only its new messages (``replay_memo``)."""
     memo = gw.replay_memo
-    if decoder is not anthropic.decode_request or memo is None or ex.tenant is None:
+    if not isinstance(decoder, ReplayDecoder):
         ex.request = decoder(parse_json(ex.raw_body))
         return
-    replay = memo.take(ex.tenant, ex.raw_body, anthropic.decode_message)
+    if memo is None or ex.tenant is None:
+        ex.request = decoder.decode(parse_json(ex.raw_body), None)
+        return
+    replay = memo.take(ex.tenant, decoder.kind, ex.raw_body, decoder.resume)
     metrics.observe_replay(replay is not None)
     if replay is not None:
         parsed, messages, ex.memo = replay
-        ex.request = anthropic.decode_request(parsed, lambda raw: messages)
+        ex.request = decoder.decode(parsed, messages)
         return
     body = parse_json(ex.raw_body)
-    ex.request = anthropic.decode_request(body)
-    ex.memo = memo.ticket(ex.tenant, ex.raw_body, body, ex.request.messages)
+    ex.request = decoder.decode(body, None)
+    if isinstance(body.get("messages"), list):  # not a body whose history came in another field (Responses)
+        ex.memo = memo.ticket(ex.tenant, decoder.kind, ex.raw_body, body, ex.request.messages)
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:
@@ -158,6 +180,11 @@ async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[L
     return current, found
 
 
+# Actions that leave every message as decoded: a thinking block kept as it is; a parameter fixed (the
+# request's own params and thinking dicts, built by its decoder, never the parsed body's values).
+_MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED})
+
+
 def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) -> None:
     assert ex.request is not None
     req = ex.request
@@ -174,6 +201,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
+    if fixed.changed or any(a.kind not in _MESSAGES_KEPT for a in actions):
+        ex.memo = None  # its messages are not as decoded: not kept for the next request (replay_memo)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
@@ -242,7 +271,7 @@ TOO_DEEP = "Request JSON is nested too deeply (at most 255 levels)"
 Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default: Anthropic, see ``encode``)
 
 
-async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder = anthropic.decode_request,
+async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROPIC,
                   encoder: Encoder | None = None) -> None:
     try:
         identify_tenant(ex, gw)
@@ -264,10 +293,10 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.turn = turn
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
-    # Untouched, the request's messages are as decoded: a replay's kept prefix is already path-hashed, and
-    # the next request of the conversation may start with them (the replay memo keeps them).
-    untouched = ex.memo if not ex.changed else None
-    ex.memo = None
+    # With its messages untouched (``repair_and_sanitize`` dropped the ticket otherwise), the request's
+    # messages are as decoded: a replay's kept prefix is already path-hashed, and the next request of the
+    # conversation may start with them (the replay memo keeps them).
+    untouched, ex.memo = ex.memo, None
     try:
         path = untouched.path_hash() if untouched is not None else None
         rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)

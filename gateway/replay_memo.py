@@ -1,15 +1,23 @@
-"""A worker's memory of the last request it answered untouched in each conversation, so that the next
+"""A worker's memory of the last request whose history it relayed untouched in each conversation, so that the next
 request of that conversation neither parses nor decodes the same history again.
 
 An agent's tool loop replays its whole history on every request: request N+1 is request N's messages,
 then N's answer and the tool results, sent the same way. Parsing and decoding a 500-turn history (2 MB)
 costs several milliseconds per request, all of it spent on bytes the previous request already carried.
-When request N went upstream untouched (repair and sanitize changed nothing) and its turn was recorded,
-this worker keeps N's body, its parsed values and decoded messages, and where in the body N's last message
-ends (``keep``). Request N+1 is a replay of N when its body is N's body with bytes inserted at exactly that
+When request N's messages went upstream untouched (repair and sanitize changed none) and its turn was
+recorded, this worker keeps N's body, its parsed values and decoded messages, and where in the body N's
+last message ends (``keep``). Request N+1 is a replay of N when its body is N's body with bytes inserted at exactly that
 point: the same bytes up to the end of N's last message, the same bytes after it (the close of the
 ``messages`` array and every other field), and between them ``,`` and one or more complete JSON values
 (the new messages). Those new values are all that is parsed and decoded; the rest is N's (``take``).
+
+Each client dialect decodes its own way, so an entry is continued only by a request of the same ``kind``
+(the surface that decoded it), and that surface's ``Resume`` joins N's messages and the new values. Where
+raw and decoded messages correspond one to one (Anthropic: ``one_to_one``), the new values are decoded on
+their own. Where the decoder merges raw messages (OpenAI chat: consecutive ``tool`` messages make one user
+message, system messages make the system value), the surface's resume first checks that the new values
+decode on their own to exactly what decoding them after N's messages gives, and declines (None) otherwise:
+the request then goes the full way.
 
 Byte equality makes the reuse exact: the same bytes parse to the same values (types, key order and
 escapes included), and the inserted values are parsed on their own, so a body that would not parse is
@@ -18,15 +26,19 @@ from the replay that produced N, or, for a body the worker has not seen continue
 end of the body and checked by parsing what follows it (``_find_split``).
 
 Nothing here is an authority, and nothing is skipped but parsing and decoding: the store load, repair
-and sanitize run over the whole request as always, on messages identical to a fresh decode. A message
-that was decoded further on the way (an assistant message whose blocks a stage built) is decoded again,
-and the ``verbatim`` mark repair sets is cleared. Messages are only kept when request N changed none of
-them (every stage that edits a message in place also reports an action, and any action but
-``kept_verified`` marks the request changed), and an entry is taken by the one request that uses it, so
-no two requests in flight share a message object.
+and sanitize run over the whole request as always, on messages identical to a fresh decode. Messages are
+only kept when request N changed none of them (every stage that edits a message in place also reports an
+action, and any action but ``kept_verified`` or ``params_fixed`` means a message changed:
+``pipeline.repair_and_sanitize``). A message that is nevertheless
+no longer as decoded is decoded again (or, for a surface that cannot decode one message alone, the request
+goes the full way): an assistant message whose blocks a stage built, or any message whose content list a
+stage replaced (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged);
+the list decoding made is remembered with the ticket. The ``verbatim`` mark repair sets is cleared. An
+entry is taken by the one request that uses it, so no two requests in flight share a message object.
 
-Entries are per tenant (a request is only ever compared with its own tenant's), bounded by the bytes of
-the bodies they hold (LRU); their parsed and decoded form takes a few times that in memory.
+Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
+same way), bounded by the bytes of the bodies they hold (LRU); their parsed and decoded form takes a few
+times that in memory.
 """
 
 from __future__ import annotations
@@ -40,12 +52,16 @@ from typing import Any
 import orjson
 
 from gateway.identity import Known, PathHash
-from gateway.protocols.canonical import Message
+from gateway.protocols.canonical import Block, Message
 
 DecodeOne = Callable[[Any, int], Message]
+# (the kept request's parsed body, its messages: None where one is no longer as decoded, the new raw
+# messages) -> all the messages as decoding the whole body gives them, or None: decode it the full way
+Resume = Callable[[dict[str, Any], list[Message | None], list[Any]], list[Message] | None]
 _WS = b" \t\r\n"
 _CANDIDATES = 8          # occurrences of the next field's name tried when finding the end of the messages
 _MAX_NESTING = 200       # inserted bytes with more brackets than this go the full way (parser depth limits)
+Scope = tuple[str, str]  # (tenant, kind): a request is only ever compared with its own tenant's and surface's
 
 
 @dataclass(slots=True)
@@ -53,9 +69,11 @@ class Ticket:
     """One request's body, its parsed values and its messages as decoded, for ``ReplayMemo.keep``."""
 
     tenant: str
+    kind: str                  # the surface that decoded the messages
     body: bytes
     parsed: dict[str, Any]
     messages: list[Message]
+    as_decoded: list[list[Block] | None]  # each message's content list as decoding left it (None: lazy)
     split: int | None = None   # where the last message ends in ``body`` (None: not known yet)
     reused: int = 0            # messages taken from the memo
     base: PathHash | None = None  # the path hash after the reused messages
@@ -79,22 +97,40 @@ class _Entry:
     body: bytes
     parsed: dict[str, Any]
     messages: list[Message]
+    as_decoded: list[list[Block] | None]
     split: int
     path: PathHash | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
-def _pristine(m: Message) -> bool:
-    """As a fresh decode leaves it: user messages are built at once; an assistant message's blocks are
-    built on first use, after which it is decoded again rather than reused."""
-    return m.role != "assistant" or m.raw_blocks is not None or m.content_was_string
+def _as_decoded(messages: list[Message]) -> list[list[Block] | None]:
+    """What ``_pristine`` compares with later: each eager message's content list (lazy ones: None)."""
+    return [None if m.raw_blocks is not None else m.content for m in messages]
+
+
+def _pristine(m: Message, content: list[Block] | None) -> bool:
+    """As a fresh decode leaves it: a lazy message still undecoded (an Anthropic assistant message's blocks
+    are built on first use, after which it is decoded again rather than reused), an eager one still holding
+    the content list decoding made."""
+    return m.raw_blocks is not None if content is None else m.content is content
+
+
+def one_to_one(decode_one: DecodeOne) -> Resume:
+    """The resume of a dialect whose raw messages decode one each (Anthropic): a message no longer as
+    decoded, and each new one, decoded on its own (``decode_one(raw, index)``)."""
+    def resume(parsed: dict[str, Any], kept: list[Message | None], tail: list[Any]) -> list[Message]:
+        raw: list[Any] = parsed["messages"]
+        n = len(raw)
+        return [m if m is not None else decode_one(raw[i], i) for i, m in enumerate(kept)] + \
+            [decode_one(v, n + j) for j, v in enumerate(tail)]
+    return resume
 
 
 class ReplayMemo:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._lru: OrderedDict[int, tuple[str, _Entry]] = OrderedDict()
-        self._by_tenant: dict[str, dict[int, _Entry]] = {}
+        self._lru: OrderedDict[int, tuple[Scope, _Entry]] = OrderedDict()
+        self._by_tenant: dict[Scope, dict[int, _Entry]] = {}
         self._bytes = 0
         self.hits = 0
         self.misses = 0
@@ -106,35 +142,40 @@ class ReplayMemo:
     def size_bytes(self) -> int:
         return self._bytes
 
-    def take(self, tenant: str, body: bytes,
-             decode_one: DecodeOne) -> tuple[dict[str, Any], list[Message], Ticket] | None:
-        """``body`` as a replay of a kept request of ``tenant``: its parsed values, its messages (the kept
-        ones, then the new ones decoded by ``decode_one``) and the ticket for ``keep``; None when it is not
-        one (the caller parses and decodes it, and makes the ticket with ``ticket``)."""
-        entry = self._match(tenant, body)
+    def take(self, tenant: str, kind: str, body: bytes,
+             resume: Resume) -> tuple[dict[str, Any], list[Message], Ticket] | None:
+        """``body`` as a replay of a request of ``tenant`` kept by surface ``kind``: its parsed values, its
+        messages (the kept ones and the new ones, as ``resume`` joined them) and the ticket for ``keep``;
+        None when it is not one (the caller parses and decodes it, and makes the ticket with ``ticket``)."""
+        scope = (tenant, kind)
+        entry = self._match(scope, body)
         if entry is None:
             self.misses += 1
             return None
-        self._drop(tenant, entry)
+        self._drop(scope, entry)
         rest = len(entry.body) - entry.split
         inserted = body[entry.split:len(body) - rest].strip(_WS)
         tail = _values_after_comma(inserted) if inserted else []
         if tail is None:
             self.misses += 1
             return None
-        raw: list[Any] = entry.parsed["messages"]
-        n = len(raw)
-        messages = [m if _pristine(m) else decode_one(raw[i], i) for i, m in enumerate(entry.messages)]
-        for m in messages:
-            m.verbatim = False
-        messages += [decode_one(v, n + j) for j, v in enumerate(tail)]
-        parsed = {**entry.parsed, "messages": raw + tail}
+        kept = [m if _pristine(m, c) else None for m, c in zip(entry.messages, entry.as_decoded, strict=True)]
+        for m in kept:
+            if m is not None:
+                m.verbatim = False
+        messages = resume(entry.parsed, kept, tail)
+        if messages is None:
+            self.misses += 1
+            return None
+        parsed = {**entry.parsed, "messages": entry.parsed["messages"] + tail}
         self.hits += 1
-        return parsed, messages, Ticket(tenant, body, parsed, list(messages), len(body) - rest, n, entry.path)
+        return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), _as_decoded(messages),
+                                        len(body) - rest, len(kept), entry.path)
 
-    def ticket(self, tenant: str, body: bytes, parsed: dict[str, Any], messages: list[Message]) -> Ticket:
+    def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
+               messages: list[Message]) -> Ticket:
         """The ticket of a request parsed and decoded the full way (``messages``: as decoded)."""
-        return Ticket(tenant, body, parsed, list(messages))
+        return Ticket(tenant, kind, body, parsed, list(messages), _as_decoded(messages))
 
     def keep(self, ticket: Ticket) -> None:
         """Remember the ticket's request for the next request of its conversation. Call only when the
@@ -144,19 +185,20 @@ class ReplayMemo:
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
             return
-        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, split, ticket.path)
-        self._lru[entry.id] = (ticket.tenant, entry)
-        self._by_tenant.setdefault(ticket.tenant, {})[entry.id] = entry
+        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path)
+        scope = (ticket.tenant, ticket.kind)
+        self._lru[entry.id] = (scope, entry)
+        self._by_tenant.setdefault(scope, {})[entry.id] = entry
         self._bytes += len(entry.body)
         while self._bytes > self.max_bytes:
-            tenant, old = next(iter(self._lru.values()))
-            self._drop(tenant, old)
+            old_scope, old = next(iter(self._lru.values()))
+            self._drop(old_scope, old)
 
-    def _match(self, tenant: str, body: bytes) -> _Entry | None:
-        """The tenant's entry whose body, cut where its last message ends, is ``body``'s start and end
+    def _match(self, scope: Scope, body: bytes) -> _Entry | None:
+        """The scope's entry whose body, cut where its last message ends, is ``body``'s start and end
         (the longest, when a conversation's earlier request is still kept)."""
         best: _Entry | None = None
-        for entry in self._by_tenant.get(tenant, {}).values():
+        for entry in self._by_tenant.get(scope, {}).values():
             if len(body) < len(entry.body) or (best is not None and entry.split <= best.split):
                 continue
             view = memoryview(entry.body)
@@ -164,12 +206,12 @@ class ReplayMemo:
                 best = entry
         return best
 
-    def _drop(self, tenant: str, entry: _Entry) -> None:
+    def _drop(self, scope: Scope, entry: _Entry) -> None:
         del self._lru[entry.id]
-        own = self._by_tenant[tenant]
+        own = self._by_tenant[scope]
         del own[entry.id]
         if not own:
-            del self._by_tenant[tenant]
+            del self._by_tenant[scope]
         self._bytes -= len(entry.body)
 
 

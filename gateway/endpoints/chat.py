@@ -9,6 +9,8 @@ headers, request encoder, turn decoder, stream translator, error reader); a mode
 whose upstream has no entry, or is not configured, gets a 400 ``model_not_supported``.
 Streams of non-Anthropic upstreams are translated into canonical events
 (``streaming.translate``) so the one relay and the one OpenAI stream encoder serve all.
+The decoder is a ``pipeline.ReplayDecoder``: a tool loop's replayed history is decoded once
+per worker (``gateway.replay_memo``, ``openai_chat_messages.continue_messages``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.endpoints.gemini import gemini_headers
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
 from gateway.protocols import anthropic, gemini, openai_chat, openai_compat
-from gateway.protocols.canonical import JSON, Request, Turn
+from gateway.protocols.canonical import JSON, Message, Request, Turn
 from gateway.protocols.gemini_stream import GeminiTranslator
+from gateway.protocols.openai_chat_messages import continue_messages
 from gateway.protocols.openai_chat_stream import StreamEncoder
 from gateway.protocols.openai_compat_stream import CompatTranslator
 from gateway.records import lift_turn
@@ -106,11 +109,15 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
 }
 
 
-def _route(ex: pipeline.Exchange, gw: Gateway, routed: list[Call]) -> tuple[pipeline.Decoder, pipeline.Encoder]:
-    def decode(body: Any) -> Request:
+def _route(ex: pipeline.Exchange, gw: Gateway,
+           routed: list[Call]) -> tuple[pipeline.ReplayDecoder, pipeline.Encoder]:
+    def caps_of(body: Any) -> ModelCaps:
         model = body.get("model") if isinstance(body, dict) else None
-        caps = gw.router.caps_for(model if isinstance(model, str) else "")
-        req = openai_chat.decode_request(body, provider_fields=caps.kind == "openai")
+        return gw.router.caps_for(model if isinstance(model, str) else "")
+
+    def decode(body: Any, replayed: list[Message] | None) -> Request:
+        caps = caps_of(body)
+        req = openai_chat.decode_request(body, provider_fields=caps.kind == "openai", replayed=replayed)
         if caps.kind not in UPSTREAM_DIALECTS or caps.upstream not in gw.upstreams:
             raise ClientError(400, f"no upstream configured for model {req.model}", "invalid_request_error",
                               "model_not_supported")
@@ -118,11 +125,14 @@ def _route(ex: pipeline.Exchange, gw: Gateway, routed: list[Call]) -> tuple[pipe
         routed.append(Call(caps, req))
         return req
 
+    def resume(parsed: dict[str, Any], kept: list[Message | None], tail: list[Any]) -> list[Message] | None:
+        return continue_messages(kept, tail, len(parsed["messages"]), provider_fields=caps_of(parsed).kind == "openai")
+
     def encode(req: Request) -> bytes:
         call = routed[0]
         return orjson.dumps(UPSTREAM_DIALECTS[call.caps.kind].encode(call))
 
-    return decode, encode
+    return pipeline.ReplayDecoder("openai", decode, resume), encode
 
 
 async def chat_completions(request: HTTPRequest) -> Response:

@@ -27,8 +27,8 @@ import secrets
 from typing import Any
 
 from gateway.errors import bad_request
-from gateway.protocols.canonical import JSON, Request, Turn
-from gateway.protocols.openai_chat_messages import assistant_message, decode_messages
+from gateway.protocols.canonical import JSON, Message, Request, Turn
+from gateway.protocols.openai_chat_messages import assistant_message, decode_messages, system_of
 from gateway.routing import caps_for
 
 DEFAULT_MAX_TOKENS = 8192
@@ -46,7 +46,9 @@ _RESPONSES_KEPT = ("model", "stream", "stream_options", "tools", "tool_choice", 
 
 # ---------------------------------------------------------------- requests
 
-def decode_request(body: Any, *, provider_fields: bool = False) -> Request:
+def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[Message] | None = None) -> Request:
+    """``replayed``: the messages already decoded (``openai_chat_messages.continue_messages``, for the
+    replay memo); the system value is then taken from the body's system messages alone."""
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object")
     if "messages" not in body and "input" in body:
@@ -63,7 +65,10 @@ def decode_request(body: Any, *, provider_fields: bool = False) -> Request:
         raise bad_request("stream: Input should be a valid boolean")
     if body.get("n") not in (None, 1):
         raise bad_request("n: only n=1 is supported")
-    system, messages = decode_messages(raw, provider_fields=provider_fields)
+    if replayed is None:
+        system, messages = decode_messages(raw, provider_fields=provider_fields)
+    else:
+        system, messages = system_of(raw), replayed
     thinking, effort = _reasoning(body, model)
     params: dict[str, JSON] = {}
     if system is not None:

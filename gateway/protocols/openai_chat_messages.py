@@ -21,6 +21,9 @@ Decoding (``decode_messages``):
   with ``provider_fields`` (the model routes to an OpenAI-compatible upstream) the
   message-level reasoning fields are kept whole as ``Message.provider`` instead of
   becoming thinking blocks. Both are ``CLIENT``-origin until repair matches a record.
+- A replayed history (``continue_messages``, for ``gateway.replay_memo``): messages
+  appended to a history decoded before are decoded alone when that gives exactly
+  what decoding the whole history gives (nothing they hold merges with it).
 
 Encoding: ``assistant_message`` (a finished turn as ``choices[0].message``) and the
 ``reasoning_details`` entries the stream encoder shares. Thinking text and signatures
@@ -64,19 +67,22 @@ _BAD_TOOL_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content")
+SYSTEM_ROLES = ("system", "developer")
 
 
-def decode_messages(raw: list[JSON], *, provider_fields: bool = False) -> tuple[JSON, list[Message]]:
-    """(Anthropic ``system`` or None, the conversation)."""
+def decode_messages(raw: list[JSON], *, provider_fields: bool = False,
+                    start: int = 0) -> tuple[JSON, list[Message]]:
+    """(Anthropic ``system`` or None, the conversation). ``start``: the index of ``raw[0]`` in the
+    request's ``messages`` (error paths name it)."""
     system: list[dict[str, JSON]] = []
     out: list[Message] = []
     tool_run = False  # out[-1] is a user message made of ``tool`` messages
-    for i, m in enumerate(raw):
+    for i, m in enumerate(raw, start):
         path = f"messages.{i}"
         if not isinstance(m, dict):
             raise bad_request(f"{path}: Input should be a valid dictionary")
         role = m.get("role")
-        if role in ("system", "developer"):
+        if role in SYSTEM_ROLES:
             system += _system_parts(m.get("content"), path)
         elif role == "tool":
             block = _tool_result(m, path)
@@ -109,11 +115,46 @@ def decode_messages(raw: list[JSON], *, provider_fields: bool = False) -> tuple[
             raise bad_request(f"{path}.role: 'function' messages are not supported; use tool_calls and 'tool'")
         else:
             raise bad_request(f"{path}.role: Input should be 'system', 'developer', 'user', 'assistant' or 'tool'")
-    if not system:
-        return None, out
-    if len(system) == 1 and set(system[0]) == {"type", "text"}:
-        return system[0]["text"], out
-    return system, out
+    return _system_value(system), out
+
+
+def system_of(raw: list[JSON]) -> JSON:
+    """The ``system`` value ``decode_messages(raw)`` gives (for a history it decoded without error)."""
+    parts: list[dict[str, JSON]] = []
+    for i, m in enumerate(raw):
+        if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES:
+            parts += _system_parts(m.get("content"), f"messages.{i}")
+    return _system_value(parts)
+
+
+def continue_messages(kept: Sequence[Message | None], tail: list[JSON], start: int, *,
+                      provider_fields: bool = False) -> list[Message] | None:
+    """What ``decode_messages(raw + tail)[1]`` is, given ``kept`` = ``decode_messages(raw)[1]`` (untouched
+    since; None where one is not) and ``start`` = ``len(raw)``, decoding only ``tail``. That holds when the
+    tail is empty (a retry) or its first message is an assistant message following no assistant message:
+    a ``tool`` or ``user`` message could join the kept last one, an assistant message the kept assistant
+    one; past the first, the tail's messages merge only among themselves. None otherwise: decode it all.
+    (System messages only feed the system value, which ``system_of`` takes from the whole history.)"""
+    done = [m for m in kept if m is not None]
+    if len(done) < len(kept):
+        return None
+    if not tail:
+        return done
+    if (done and done[-1].role == "assistant") or not _has_role(tail[0], ("assistant",)):
+        return None
+    return done + decode_messages(tail, provider_fields=provider_fields, start=start)[1]
+
+
+def _has_role(m: JSON, roles: tuple[str, ...]) -> bool:
+    return isinstance(m, dict) and m.get("role") in roles
+
+
+def _system_value(parts: list[dict[str, JSON]]) -> JSON:
+    if not parts:
+        return None
+    if len(parts) == 1 and set(parts[0]) == {"type", "text"}:
+        return parts[0]["text"]
+    return parts
 
 
 def _system_parts(content: JSON, path: str) -> list[dict[str, JSON]]:

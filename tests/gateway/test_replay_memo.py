@@ -23,12 +23,13 @@ from gateway import identity, pipeline
 from gateway.app import Gateway, create_app
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
-from gateway.replay_memo import ReplayMemo
+from gateway.replay_memo import ReplayMemo, one_to_one
 from gateway.settings import Settings
 from gateway.upstream import forward_request_headers
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 
 SIG = "Eq" + "x" * 60
+KIND, RESUME = "anthropic", one_to_one(anthropic.decode_message)
 
 
 def history(turns: int) -> list[dict[str, Any]]:
@@ -62,13 +63,13 @@ def body(turns: int, fmt: str = "compact", *, messages_last: bool = False, **ext
 def served(memo: ReplayMemo, raw: bytes, tenant: str = "t1", *, keep: bool = True) -> tuple[list[Message], Any]:
     """One request through the memo as the pipeline uses it: a replay, or parsed and decoded in full;
     kept afterwards (as if untouched and recorded)."""
-    replay = memo.take(tenant, raw, anthropic.decode_message)
+    replay = memo.take(tenant, KIND, raw, RESUME)
     if replay is not None:
         parsed, msgs, ticket = replay
     else:
         parsed = orjson.loads(raw)
         msgs = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
-        ticket = memo.ticket(tenant, raw, parsed, msgs)
+        ticket = memo.ticket(tenant, KIND, raw, parsed, msgs)
     assert parsed == orjson.loads(raw)  # what parsing the whole body gives
     fresh = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
     assert _state(msgs) == _state(fresh)  # what decoding them gives (compared without building blocks)
@@ -107,13 +108,15 @@ def test_a_retry_of_the_same_body_reuses_every_message_and_an_entry_serves_one_r
 
 def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_cleared() -> None:
     memo = ReplayMemo(1 << 20)
-    msgs, _ = served(memo, body(2), keep=False)
+    msgs, ticket = served(memo, body(2), keep=False)  # the ticket is made as decoded, before any stage
     assistant = msgs[1]
     assistant.content  # a stage built its blocks  # noqa: B018
     msgs[3].verbatim = True  # repair matched it by digest
-    memo.keep(memo.ticket("t1", body(2), orjson.loads(body(2)), msgs))
+    msgs[2].content = list(msgs[2].content)  # a stage replaced a user message's content (same blocks)
+    memo.keep(ticket)
     again, _ = served(memo, body(3))
     assert again[1] is not assistant and again[1].raw_blocks is not None  # decoded again, lazily as fresh
+    assert again[2] is not msgs[2]  # no longer the content decoding made: decoded again
     assert again[3] is msgs[3] and not again[3].verbatim
     assert again[0] is msgs[0]
 
@@ -141,7 +144,7 @@ def test_what_is_not_a_replay_goes_the_full_way(case: str) -> None:
     memo = ReplayMemo(1 << 20)
     served(memo, body(3))
     raw, tenant = NOT_A_REPLAY[case]()
-    assert memo.take(tenant, raw, anthropic.decode_message) is None
+    assert memo.take(tenant, KIND, raw, RESUME) is None
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -182,7 +185,7 @@ def test_deeply_nested_new_messages_go_the_full_way() -> None:
                       "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]},
                      separators=(",", ":")).encode()
     assert raw.startswith(body(1)[:-100].split(b'}]}]')[0])  # the same bytes up to the new message
-    assert memo.take("t1", raw, anthropic.decode_message) is None
+    assert memo.take("t1", KIND, raw, RESUME) is None
 
 
 def test_bounded_by_bytes_least_recently_kept_first() -> None:
@@ -191,8 +194,8 @@ def test_bounded_by_bytes_least_recently_kept_first() -> None:
     for n in range(3):
         served(memo, body(1, extra=str(n)))
     assert len(memo) == 2 and memo.size_bytes == sizes[1] + sizes[2]
-    assert memo.take("t1", body(2, extra="0"), anthropic.decode_message) is None  # the oldest went
-    assert memo.take("t1", body(2, extra="2"), anthropic.decode_message) is not None
+    assert memo.take("t1", KIND, body(2, extra="0"), RESUME) is None  # the oldest went
+    assert memo.take("t1", KIND, body(2, extra="2"), RESUME) is not None
     small = ReplayMemo(10)
     served(small, body(1))
     assert len(small) == 0  # larger than the whole memo: not kept
@@ -255,7 +258,7 @@ def _exchange(body: dict[str, Any]) -> pipeline.Exchange:
                              headers=dict(HEADERS), query="", raw_body=orjson.dumps(body))
 
 
-def _plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
+def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
     """What the pipeline decided (a conversation it starts gets a random id: only a found one counts)."""
     fresh_id = ex.expected_position == 0 and ex.scid != ex.header_scid
     assert ex.request is not None
@@ -283,7 +286,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         await pipeline.prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
         ex = _exchange(body)
         await pipeline.prepare(ex, with_memo)
-        got, want = _plan(ex), _plan(reference)
+        got, want = plan(ex), plan(reference)
         assert got[1:] == want[1:] and got[0] == want[0], f"step {step}: {got[1:]} != {want[1:]}"
         resp = await upstream.post("/v1/messages", ex.outgoing, forward_request_headers(ex.headers), "")
         answer = orjson.loads(await resp.read())
@@ -307,7 +310,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         reference, retry = _exchange(body), _exchange(body)  # the client retries its last request
         await pipeline.prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
         await pipeline.prepare(retry, with_memo)
-        assert _plan(retry) == _plan(reference) and with_memo.replay_memo.hits == hits + 1
+        assert plan(retry) == plan(reference) and with_memo.replay_memo.hits == hits + 1
         assert retry.memo is not None and retry.memo.reused == len(body["messages"])
 
 
@@ -319,5 +322,5 @@ def test_a_field_nested_deeper_than_python_compares_is_not_kept_and_never_raises
     parsed = orjson.loads(raw)
     memo = ReplayMemo(1 << 20)
     msgs = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
-    memo.keep(memo.ticket("t1", raw, parsed, msgs))
+    memo.keep(memo.ticket("t1", KIND, raw, parsed, msgs))
     assert len(memo) == 0
