@@ -30,7 +30,7 @@ from typing import Any, cast
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, ConnectionPool, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
@@ -145,6 +145,7 @@ class RespNode:
             ["SELECT", db] if db else None,
         ) if c is not None]
         self._idle: list[_Connection] = []
+        self._closed = False
         self.connections_made = 0
 
     @classmethod
@@ -156,7 +157,7 @@ class RespNode:
         if kw.get("credential_provider") is not None or kw.get("protocol") not in (None, 2, "2"):
             return None
         common = {"db": int(kw.get("db") or 0), "username": kw.get("username"), "password": kw.get("password")}
-        if pool.connection_class is Connection and type(pool).__name__ == "ConnectionPool":
+        if pool.connection_class is Connection and type(pool) is ConnectionPool:  # not Sentinel's subclass
             return cls(host=kw.get("host", "localhost"), port=int(kw.get("port", 6379)), **common)
         if pool.connection_class is UnixDomainSocketConnection and kw.get("path"):
             return cls(path=kw["path"], **common)
@@ -167,7 +168,10 @@ class RespNode:
         payload = pack_commands(commands)
         conn = await self._acquire()
         replies = await conn.roundtrip(payload, len(commands))
-        self._idle.append(conn)
+        if self._closed:
+            conn.close()
+        else:
+            self._idle.append(conn)
         return replies
 
     async def _acquire(self) -> _Connection:
@@ -195,6 +199,8 @@ class RespNode:
         return conn
 
     def close(self) -> None:
+        """Close the idle connections now, and those in use when their round trip ends."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 

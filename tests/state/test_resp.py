@@ -214,6 +214,15 @@ async def test_a_unix_socket_url_uses_the_socket(unix_redis: tuple[RedisServer, 
         node.close()
 
 
+async def test_closing_the_node_closes_connections_in_use_when_their_round_trip_ends(node: RespNode) -> None:
+    await node.execute([("PING",)])
+    slow = asyncio.ensure_future(node.execute([("CLIENT", "SETNAME", "tg-in-use"), ("BLPOP", "nothing", "0.2")]))
+    await asyncio.sleep(0)  # the round trip is written; its connection is in use
+    node.close()
+    assert await slow == [b"OK", None]
+    assert node._idle == []
+
+
 @pytest.mark.parametrize("url", ["rediss://127.0.0.1:6390/0"])
 def test_tls_stays_on_redis_py(url: str) -> None:
     assert RespNode.for_client(Redis.from_url(url)) is None
