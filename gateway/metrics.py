@@ -269,7 +269,7 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
 
 
 def observe_replay(hit: bool) -> None:
-    """Pipeline, decode stage (Anthropic requests with the replay memo on)."""
+    """Pipeline, decode stage (Anthropic and OpenAI chat requests, with the replay memo on)."""
     REPLAY_MEMO.labels("hit" if hit else "miss").inc()
 
 

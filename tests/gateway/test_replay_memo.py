@@ -231,8 +231,14 @@ def _thinking_off_at_step_3(h: list[dict[str, Any]], step: int) -> tuple[list[di
     return h, ({"thinking": {"type": "disabled"}} if step == 3 else {})
 
 
+def _params_fixed(h: list[dict[str, Any]], step: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    # sanitize drops both on every request (thinking is on): a parameter fix, the messages untouched, kept
+    return h, {"temperature": 0.5, "top_k": 5}
+
+
 SCENARIOS: dict[str, Step] = {
     "faithful": _faithful,
+    "params fixed every request": _params_fixed,
     **{f"assistant:{n}": _message_mangling(n) for n in MESSAGE_MANGLINGS if n != "faithful"},
     **{f"history:{n}": _history_mangling(n) for n in HISTORY_MANGLINGS},
     "earlier tool result edited": _edit_at_step_3,
@@ -302,6 +308,9 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         history_.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": b["id"], "content": f"sunny {step}"}
             for b in answer["content"] if b["type"] == "tool_use"]})
+    if scenario == "params fixed every request":
+        fixes = [a.kind.value for a in ex.actions if a.kind.value != "kept_verified"]
+        assert with_memo.replay_memo.hits >= 5 and fixes and set(fixes) == {"params_fixed"}, fixes
     if scenario == "faithful":
         assert with_memo.replay_memo.hits >= 5
         assert REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) == \
