@@ -151,7 +151,8 @@ SCID_LOOKUPS = _counter("gateway_scid_lookups_total", "Conversation lookups of r
 HISTORY_REBUILDS = _counter("gateway_history_rebuilds_total", "Replayed histories restored and/or degraded")
 FORKS = _counter("gateway_conversation_forks_total", "Recorded turns that forked their conversation")
 REPLAY_MEMO = _counter("gateway_replay_memo_total",
-                       "Anthropic requests that replayed a kept one (hit: only new messages decoded) or not")
+                       "Anthropic and OpenAI chat requests that replayed a kept one (hit: only new messages "
+                       "decoded) or not")
 STORE_OP_SECONDS = _histogram("gateway_store_operation_seconds", "Store call duration", _STORE_LATENCY)
 STORE_ERRORS = _counter("gateway_store_errors_total", "Failed store calls, by kind")
 STORE_ROUND_TRIPS = _counter("gateway_store_round_trips_total", "Store round trips (pipelines) of completed calls")
