@@ -54,6 +54,8 @@ def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
                 b = a
             elif kind is str:
                 b = a.encode()  # type: ignore[union-attr]
+            elif kind is int:
+                b = b"%d" % a
             else:
                 b = _arg(a)
             add(b"$%d\r\n%b\r\n" % (len(b), b))
