@@ -125,6 +125,7 @@ def conversation_keys(tenant: str, scid: str) -> ConversationKeys:
     return ConversationKeys(f"{tag}:meta", f"{tag}:turns", f"{tag}:tids")
 
 
+@lru_cache(maxsize=8192)  # a conversation's recent tool ids and hashes are looked up request after request
 def _index_key(tenant: str, kind: str, ident: str) -> str:
     rest = f"{kind}:{_part(ident)}"
     bucket = zlib.crc32(rest.encode()) % INDEX_BUCKETS
