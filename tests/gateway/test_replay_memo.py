@@ -9,7 +9,6 @@ require the same upstream body, actions and record plan at every step.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -19,13 +18,13 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway import identity, pipeline
-from gateway.app import Gateway, create_app
+from gateway import pipeline
+from gateway.app import Gateway
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.replay_memo import ReplayMemo, one_to_one
-from gateway.settings import Settings
 from gateway.upstream import forward_request_headers
+from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 
 SIG = "Eq" + "x" * 60
@@ -248,60 +247,34 @@ SCENARIOS: dict[str, Step] = {
 
 @pytest.fixture()
 async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
-    app = create_app(Settings(anthropic_base_url=sim.url, redis_url=redis_url, secret="memo-equivalence-secret",
-                              store_timeout_ms=2000))
-    async with app.router.lifespan_context(app):
-        with_memo: Gateway = app.state.gateway
-        assert with_memo.replay_memo is not None
-        yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+    async with gateway_pair(sim.url, redis_url, "memo-equivalence-secret") as pair:
+        yield pair
 
 
 _ids = itertools.count()
 
 
-def _exchange(body: dict[str, Any]) -> pipeline.Exchange:
-    return pipeline.Exchange(endpoint="messages", dialect="anthropic", request_id=f"req_memo_{next(_ids)}",
-                             headers=dict(HEADERS), query="", raw_body=orjson.dumps(body))
-
-
-def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
-    """What the pipeline decided (a conversation it starts gets a random id: only a found one counts)."""
-    fresh_id = ex.expected_position == 0 and ex.scid != ex.header_scid
-    assert ex.request is not None
-    canonical = orjson.dumps(anthropic.encode_request(ex.request))  # the messages as the stages left them
-    return (ex.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.actions], ex.changed,
-            None if fresh_id else ex.scid, ex.via, ex.expected_position, ex.fork, ex.prefix_fp)
+def _exchange(body: dict[str, Any]) -> Callable[[], pipeline.Exchange]:
+    return lambda: pipeline.Exchange(endpoint="messages", dialect="anthropic", request_id=f"req_memo_{next(_ids)}",
+                                     headers=dict(HEADERS), query="", raw_body=orjson.dumps(body))
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         gateways: tuple[Gateway, Gateway], scenario: str) -> None:
-    with_memo, without = gateways
+    with_memo, _ = gateways
     assert with_memo.replay_memo is not None
     step_fn = SCENARIOS[scenario]
     history_: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools=6]] weather ({scenario})"}]
     params = {"model": "claude-opus-4-5", "max_tokens": 4096,
               "thinking": {"type": "enabled", "budget_tokens": 2048},
               "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
-    upstream = with_memo.upstreams["anthropic"]
     counted = REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) or 0.0
     for step in range(7):
         sent, extra = step_fn(history_, step)
         body = {**params, **extra, "messages": sent}
-        reference = _exchange(body)  # the same worker memory (conversation hints), no replay memo:
-        await pipeline.prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
-        ex = _exchange(body)
-        await pipeline.prepare(ex, with_memo)
-        got, want = plan(ex), plan(reference)
-        assert got[1:] == want[1:] and got[0] == want[0], f"step {step}: {got[1:]} != {want[1:]}"
-        resp = await upstream.post("/v1/messages", ex.outgoing, forward_request_headers(ex.headers), "")
-        answer = orjson.loads(await resp.read())
-        assert resp.status == 200, answer
-        await pipeline.record(ex, with_memo, anthropic.decode_turn(answer))
-        assert ex.recorded and with_memo.store is not None and ex.tenant and ex.scid
-        conv = await with_memo.store.get_conversation(ex.tenant, ex.scid)
-        assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(
-            ex.request.messages if ex.request else [])  # a replay hashes only its new messages, to the same
+        ex = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)
+        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
         history_.append({"role": "assistant", "content": answer["content"]})
@@ -316,10 +289,8 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         assert REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) == \
             counted + with_memo.replay_memo.hits
         hits = with_memo.replay_memo.hits
-        reference, retry = _exchange(body), _exchange(body)  # the client retries its last request
-        await pipeline.prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
-        await pipeline.prepare(retry, with_memo)
-        assert plan(retry) == plan(reference) and with_memo.replay_memo.hits == hits + 1
+        retry = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)  # the client retries
+        assert with_memo.replay_memo.hits == hits + 1
         assert retry.memo is not None and retry.memo.reused == len(body["messages"])
 
 

@@ -11,7 +11,6 @@ the memo and without it, and require the same upstream body, canonical messages,
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,16 +18,15 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import identity, pipeline
-from gateway.app import Gateway, create_app
+from gateway import pipeline
+from gateway.app import Gateway
 from gateway.endpoints import chat
 from gateway.errors import ClientError
 from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message
 from gateway.protocols.openai_chat_messages import continue_messages, decode_messages, system_of
 from gateway.replay_memo import ReplayMemo, one_to_one
-from gateway.settings import Settings
-from tests.gateway.test_replay_memo import plan
+from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record
 from tests.openai.manglings import MANGLINGS
 
 History = list[dict[str, Any]]
@@ -209,20 +207,17 @@ SCENARIOS: dict[str, Step] = {
 
 @pytest.fixture()
 async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
-    app = create_app(Settings(anthropic_base_url=sim.url, redis_url=redis_url, secret="memo-openai-secret",
-                              store_timeout_ms=2000))
-    async with app.router.lifespan_context(app):
-        with_memo: Gateway = app.state.gateway
-        assert with_memo.replay_memo is not None
-        yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+    async with gateway_pair(sim.url, redis_url, "memo-openai-secret") as pair:
+        yield pair
 
 
 _ids = itertools.count()
 
 
-def _exchange(body: dict[str, Any]) -> pipeline.Exchange:
-    return pipeline.Exchange(endpoint="chat_completions", dialect="openai", request_id=f"req_memo_oai_{next(_ids)}",
-                             headers=dict(HEADERS), query="", raw_body=orjson.dumps(body))
+def _exchange(body: dict[str, Any]) -> Callable[[], pipeline.Exchange]:
+    return lambda: pipeline.Exchange(endpoint="chat_completions", dialect="openai",
+                                     request_id=f"req_memo_oai_{next(_ids)}", headers=dict(HEADERS), query="",
+                                     raw_body=orjson.dumps(body))
 
 
 async def _prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
@@ -233,32 +228,20 @@ async def _prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_the_memo(
         gateways: tuple[Gateway, Gateway], scenario: str) -> None:
-    with_memo, without = gateways
+    with_memo, _ = gateways
     assert with_memo.replay_memo is not None
     step_fn = SCENARIOS[scenario]
     history: History = [{"role": "user", "content": f"[[sim:tools=6]] weather ({scenario})"}]
     # reasoning_effort medium asks a budget above max_tokens: a parameter is fixed on every request
     params = {"model": "claude-opus-4-5", "max_tokens": 4096, "reasoning_effort": "medium", "tools": [WEATHER]}
-    upstream = with_memo.upstreams["anthropic"]
     for step in range(7):
         sent, extra = step_fn(history, step)
         body = {**params, **extra, "messages": sent}
-        reference = _exchange(body)  # the same worker memory (conversation hints), no replay memo
-        await _prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
-        ex = _exchange(body)
-        await _prepare(ex, with_memo)
-        got, want = plan(ex), plan(reference)
-        assert got[1:] == want[1:] and got[0] == want[0], f"step {step}: {got[1:]} != {want[1:]}"
-        resp = await upstream.post("/v1/messages", ex.outgoing, chat.anthropic_headers(ex.headers), "")
-        answer = orjson.loads(await resp.read())
-        assert resp.status == 200, answer
-        turn = anthropic.decode_turn(answer)
-        await pipeline.record(ex, with_memo, turn)
-        assert ex.recorded and with_memo.store is not None and ex.tenant and ex.scid and ex.request
-        conv = await with_memo.store.get_conversation(ex.tenant, ex.scid)
-        assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(ex.request.messages)
+        ex = await prepare_both_ways(gateways, _exchange(body), _prepare)
+        answer = await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
+        turn = anthropic.decode_turn(answer)
         message = openai_chat.encode_completion(turn, created=0)["choices"][0]["message"]
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"sunny {step}"}
@@ -272,11 +255,8 @@ async def test_a_responses_shaped_body_is_served_and_not_kept(gateways: tuple[Ga
     """Its history is not in ``messages``: there is no end of the messages to find in its bytes."""
     with_memo, _ = gateways
     assert with_memo.replay_memo is not None
-    ex = _exchange({"model": "claude-opus-4-5", "max_output_tokens": 1024, "input": "hello"})
+    ex = _exchange({"model": "claude-opus-4-5", "max_output_tokens": 1024, "input": "hello"})()
     await _prepare(ex, with_memo)
     assert ex.memo is None
-    resp = await with_memo.upstreams["anthropic"].post("/v1/messages", ex.outgoing,
-                                                       chat.anthropic_headers(ex.headers), "")
-    assert resp.status == 200
-    await pipeline.record(ex, with_memo, anthropic.decode_turn(orjson.loads(await resp.read())))
-    assert ex.recorded and len(with_memo.replay_memo) == 0
+    await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
+    assert len(with_memo.replay_memo) == 0

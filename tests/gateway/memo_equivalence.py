@@ -1,0 +1,66 @@
+"""The replay memo's equivalence harness, shared by the Anthropic and the OpenAI chat tests: one app (real
+simulator, real Redis) seen twice, with its replay memo and without, and one tool-loop step prepared both
+ways, compared, sent upstream and recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from gateway import identity, pipeline
+from gateway.app import Gateway, create_app
+from gateway.protocols import anthropic
+from gateway.settings import Settings
+
+Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def gateway_pair(sim_url: str, redis_url: str, secret: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """(the app's gateway with its replay memo, the same gateway without one)."""
+    app = create_app(Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret=secret, store_timeout_ms=2000))
+    async with app.router.lifespan_context(app):
+        with_memo: Gateway = app.state.gateway
+        assert with_memo.replay_memo is not None
+        yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+
+
+def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
+    """What the pipeline decided (a conversation it starts gets a random id: only a found one counts)."""
+    fresh_id = ex.expected_position == 0 and ex.scid != ex.header_scid
+    assert ex.request is not None
+    canonical = orjson.dumps(anthropic.encode_request(ex.request))  # the messages as the stages left them
+    return (ex.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.actions], ex.changed,
+            None if fresh_id else ex.scid, ex.via, ex.expected_position, ex.fork, ex.prefix_fp)
+
+
+async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pipeline.Exchange],
+                            prepare: Prepare) -> pipeline.Exchange:
+    """Prepare one request with the memo and without (the same worker memory otherwise: conversation hints);
+    the plans must be equal. Returns the exchange prepared with the memo."""
+    with_memo, without = pair
+    reference = make()
+    await prepare(reference, dataclasses.replace(without, hints=copy.deepcopy(with_memo.hints)))
+    ex = make()
+    await prepare(ex, with_memo)
+    got, want = plan(ex), plan(reference)
+    assert got[1:] == want[1:] and got[0] == want[0], f"{got[1:]} != {want[1:]}"
+    return ex
+
+
+async def relay_and_record(gw: Gateway, ex: pipeline.Exchange, headers: dict[str, str]) -> dict[str, Any]:
+    """Send the prepared request to the simulator, record its answer; the recorded path fingerprint must be
+    the whole history's (a replay hashes only its new messages, to the same). Returns the answer."""
+    resp = await gw.upstreams["anthropic"].post("/v1/messages", ex.outgoing, headers, "")
+    answer: dict[str, Any] = orjson.loads(await resp.read())
+    assert resp.status == 200, answer
+    await pipeline.record(ex, gw, anthropic.decode_turn(answer))
+    assert ex.recorded and gw.store is not None and ex.tenant and ex.scid and ex.request
+    conv = await gw.store.get_conversation(ex.tenant, ex.scid)
+    assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(ex.request.messages)
+    return answer
