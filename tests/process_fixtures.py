@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def free_port() -> int:
@@ -86,6 +87,26 @@ def start_process(name: str, args: list[str], health_path: str, env: dict[str, s
             raise RuntimeError(f"{name} did not become healthy in {timeout}s:\n{sp.log()}")
         time.sleep(delay)  # polling a starting process's port: there is no event to await
         delay = min(delay * 2, 0.2)
+
+
+Metrics = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scrape(sp: ServerProcess) -> Metrics:
+    """A gateway's /metrics: name -> {sorted label items -> value}; a fresh connection, so any worker may
+    answer."""
+    text = httpx.get(sp.url + "/metrics", timeout=10).text
+    out: Metrics = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def metric_sum(sp: ServerProcess, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples that carry every one of ``labels``."""
+    want = set(labels.items())
+    return sum(v for items, v in scrape(sp).get(name, {}).items() if want <= set(items))
 
 
 def wait_for_workers(sp: ServerProcess, workers: int, timeout: float = 20.0) -> None:

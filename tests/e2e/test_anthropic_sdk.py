@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import anthropic
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.helpers import run_tool_loop, run_tool_loop_async
-from tests.process_fixtures import ServerProcess, Sim
+from tests.process_fixtures import ServerProcess, Sim, metric_sum
 
 
 @pytest.fixture()
@@ -88,20 +86,15 @@ def test_adaptive_omitted_thinking_replays(sim: Sim, client: anthropic.Anthropic
     assert sum(sim.stats()["rejections"].values()) == sum(before["rejections"].values())
 
 
-def _memo_hits(gateway: ServerProcess) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == "gateway_replay_memo_total" and s.labels.get("result") == "hit")
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
         sim: Sim, gateway: ServerProcess, client: anthropic.Anthropic, stream: bool) -> None:
     """The SDK sends each round's history as the previous round's body with the new messages inserted:
     from the second request on, the gateway parses and decodes only those (``gateway.replay_memo``), and
     every request still reaches the simulator in the form it accepts."""
-    before, rejections = _memo_hits(gateway), sum(sim.stats()["rejections"].values())
+    before = metric_sum(gateway, "gateway_replay_memo_total", result="hit")
+    rejections = sum(sim.stats()["rejections"].values())
     result = run_tool_loop(client, "[[sim:tools=4]] weather in four cities, one at a time", stream=stream)
     assert result.requests == 5 and result.answers[-1].stop_reason == "end_turn"
-    assert _memo_hits(gateway) - before == result.requests - 1
+    assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") - before == result.requests - 1
     assert sum(sim.stats()["rejections"].values()) == rejections

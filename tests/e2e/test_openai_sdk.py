@@ -3,19 +3,11 @@ history is decoded once (``gateway.replay_memo`` on the OpenAI chat surface)."""
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.openai.helpers import ask, run_loop
-from tests.process_fixtures import ServerProcess, Sim
-
-
-def _memo_hits(gateway: ServerProcess) -> float:
-    text = httpx.get(gateway.url + "/metrics").text
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == "gateway_replay_memo_total" and s.labels.get("result") == "hit")
+from tests.process_fixtures import ServerProcess, Sim, metric_sum
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
@@ -24,11 +16,12 @@ def test_an_openai_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     """Each round's body is the previous one's with the answer and its tool results inserted: from the
     second request on the gateway parses and decodes only those, and every request still reaches the
     simulator in the form it accepts (reasoning_effort medium also has a parameter fixed every time)."""
-    before, rejections = _memo_hits(gateway), sum(sim.stats()["rejections"].values())
+    before = metric_sum(gateway, "gateway_replay_memo_total", result="hit")
+    rejections = sum(sim.stats()["rejections"].values())
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-test-openai-memo", max_retries=0) as client:
         answers = run_loop(lambda h: ask(client, h, stream=stream, reasoning_effort="medium", max_tokens=4096),
                            "[[sim:tools=4]] weather in four cities, one at a time")
     assert [a.finish_reason for a in answers] == ["tool_calls"] * 4 + ["stop"]
     assert answers[0].signed() and len({a.scid for a in answers}) == 1
-    assert _memo_hits(gateway) - before == len(answers) - 1
+    assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") - before == len(answers) - 1
     assert sum(sim.stats()["rejections"].values()) == rejections

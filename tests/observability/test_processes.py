@@ -13,23 +13,12 @@ from typing import Any
 
 import anthropic
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.helpers import run_tool_loop
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, scrape
 
 BODY = {"model": "claude-opus-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "hello"}]}
 HEADERS = {"x-api-key": "sk-test-workers", "anthropic-version": "2023-06-01"}
-
-
-def scrape(gw: ServerProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """name -> {sorted label items -> value}; a fresh connection, so any worker may answer."""
-    text = httpx.get(gw.url + "/metrics", timeout=10).text
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def messages_total(m: dict[str, Any]) -> float:
