@@ -32,7 +32,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.latency import KEY, body, extend, free_port, start, start_redis, wait_http  # noqa: E402
+from bench.latency import body, extend, free_port, post, start, start_redis, wait_http  # noqa: E402
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -75,13 +75,8 @@ async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, t
     for i in range(n):
         if i % turns == 0:
             history[:] = [{"role": "user", "content": f"[[sim:tools={turns}]] {tag} {i}"}]
-        t0 = time.perf_counter()
-        async with session.post(url + "/v1/messages", data=json.dumps(body(history)),
-                                headers={**KEY, "content-type": "application/json"}) as r:
-            answer = await r.json()
-            if r.status != 200:
-                raise RuntimeError(f"{url}: {r.status} {str(answer)[:300]}")
-        took.append(time.perf_counter() - t0)
+        dt, answer = await post(session, url, json.dumps(body(history)).encode())
+        took.append(dt)
         extend(history, answer)
     return took
 

@@ -27,7 +27,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.latency import KEY, body, extend, mangle, start, start_redis
+from bench.latency import body, extend, mangle, post, start, start_redis
 
 _FRAME = re.compile(r"\s*\(.*?([^/ ]+\.py):\d+\)")
 
@@ -76,13 +75,7 @@ async def run(args: argparse.Namespace, spy_exe: str, out: Path) -> str:
                 {"role": "user", "content": f"[[sim:tools={args.turns + args.requests + 5}]] spy"}]
 
             async def step(payload: list[dict[str, Any]], url: str) -> tuple[float, dict[str, Any]]:
-                t0 = time.perf_counter()
-                async with session.post(url + "/v1/messages", data=json.dumps(body(payload)),
-                                        headers={**KEY, "content-type": "application/json"}) as r:
-                    data = await r.json()
-                    if r.status != 200:
-                        raise RuntimeError(f"{url}: {r.status} {str(data)[:300]}")
-                return time.perf_counter() - t0, data
+                return await post(session, url, json.dumps(body(payload)).encode())
 
             if not args.loops:
                 for _ in range(args.turns):
