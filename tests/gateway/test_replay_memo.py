@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 
 from gateway import pipeline
 from gateway.app import Gateway
+from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.replay_memo import ReplayMemo, one_to_one
@@ -304,3 +305,28 @@ def test_a_field_nested_deeper_than_python_compares_is_not_kept_and_never_raises
     msgs = [anthropic.decode_message(m, i) for i, m in enumerate(parsed["messages"])]
     memo.keep(memo.ticket("t1", KIND, raw, parsed, msgs))
     assert len(memo) == 0
+
+
+@pytest.mark.parametrize("bad", [{"role": "assistant", "content": 7}, [], None,
+                                 {"role": "user", "content": [{"type": "tool_result"}]}],
+                         ids=["content not a list", "a list", "null", "tool_result without id"])
+async def test_an_invalid_new_message_in_a_replay_is_the_same_400_as_without_the_memo(
+        gateways: tuple[Gateway, Gateway], bad: Any) -> None:
+    """The replay's new messages are decoded alone; a bad one is the client's 400, naming its index in the
+    whole request, exactly as a full decode names it (the kept entry is used up, nothing else changes)."""
+    with_memo, without = gateways
+    assert with_memo.replay_memo is not None
+    params = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+              "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+    sent = [{"role": "user", "content": "[[sim:tools=2]] weather (bad replay)"}]
+    ex = await prepare_both_ways(gateways, _exchange({**params, "messages": sent}), pipeline.prepare)
+    answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+    assert len(with_memo.replay_memo) == 1
+    replay = {**params, "messages": [*sent, {"role": "assistant", "content": answer["content"]}, bad]}
+    errors = []
+    for gw in (with_memo, without):
+        with pytest.raises(GatewayError) as e:
+            await pipeline.prepare(_exchange(replay)(), gw)
+        errors.append((e.value.status, str(e.value)))
+    assert errors[0] == errors[1] and errors[0][0] == 400 and "messages.2" in errors[0][1], errors
+    assert with_memo.replay_memo.hits == 0 and len(with_memo.replay_memo) == 0  # taken, then refused
