@@ -1,6 +1,6 @@
 """CPU per request of a served gateway, several builds side by side, rounds interleaved.
 
-    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10]
+    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--mangled]
 
 A TARGET is ``bare`` (``bench/bare_proxy.py``), or a source tree of thinkgate (a ``git worktree`` of
 another commit, or ``.``), optionally followed by ``:NAME=VALUE[+NAME=VALUE]`` gateway settings (e.g.
@@ -32,7 +32,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.latency import body, extend, free_port, post, start, start_redis, wait_http  # noqa: E402
+from bench.latency import body, extend, free_port, mangle, post, start, start_redis, wait_http  # noqa: E402
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -69,13 +69,15 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
 
 
-async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, tag: str) -> list[float]:
+async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, tag: str,
+                 mangled: bool = False) -> list[float]:
     history: list[dict[str, Any]] = []
     took = []
     for i in range(n):
         if i % turns == 0:
             history[:] = [{"role": "user", "content": f"[[sim:tools={turns}]] {tag} {i}"}]
-        dt, answer = await post(session, url, json.dumps(body(history)).encode())
+        sent = mangle(history) if mangled else history
+        dt, answer = await post(session, url, json.dumps(body(sent)).encode())
         took.append(dt)
         extend(history, answer)
     return took
@@ -86,9 +88,9 @@ async def _measure(target: str, args: argparse.Namespace, sim_url: str, redis_ur
     proc, url = _launch(target, sim_url, redis_url)
     try:
         procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        await _loops(session, url, 60, args.turns, "warm")
+        await _loops(session, url, 60, args.turns, "warm", args.mangled)
         before = _cpu(procs)
-        took = await _loops(session, url, args.requests, args.turns, "measured")
+        took = await _loops(session, url, args.requests, args.turns, "measured", args.mangled)
         return (_cpu(procs) - before) / args.requests * 1000, statistics.median(took) * 1000
     finally:
         proc.terminate()
@@ -108,7 +110,9 @@ async def run(args: argparse.Namespace) -> str:
     finally:
         sim.stop()
         redis.stop()
-    out = [f"{args.requests} requests x {args.rounds} rounds, tool loops of {args.turns} turns, one at a time",
+    replay = "mangled (thinking text trimmed)" if args.mangled else "faithful"
+    out = [f"{args.requests} requests x {args.rounds} rounds, tool loops of {args.turns} turns ({replay} replay), "
+           "one at a time",
            "", "| target | CPU ms/request min | median | p50 latency ms min | median |", "|---|---:|---:|---:|---:|"]
     for t in targets:
         cpu, lat = [c for c, _ in got[t]], [x for _, x in got[t]]
@@ -123,6 +127,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--mangled", action="store_true", help="replay every history as bench.latency.mangle does")
     print(asyncio.run(run(ap.parse_args())))
 
 

@@ -180,9 +180,12 @@ async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[L
     return current, found
 
 
-# Actions that leave every message as decoded: a thinking block kept as it is; a parameter fixed (the
-# request's own params and thinking dicts, built by its decoder, never the parsed body's values).
-_MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED})
+# Actions after which the replay memo may keep the request (``replay_memo``): each leaves every message as
+# decoded or gives it a new content list, which the memo notices (``_pristine``) and decodes that message
+# again. A thinking block kept as it is; a parameter fixed (the request's own params and thinking dicts,
+# built by its decoder, never the parsed body's values); a turn restored from its record (repair assigns
+# the message the record's blocks as a new list, and touches no other message).
+_MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED})
 
 
 def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) -> None:
@@ -201,8 +204,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
-    if fixed.changed or any(a.kind not in _MESSAGES_KEPT for a in actions):
-        ex.memo = None  # its messages are not as decoded: not kept for the next request (replay_memo)
+    if any(a.kind not in _MESSAGES_KEPT for a in actions):  # every change repair makes is an action
+        ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
@@ -293,9 +296,9 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.turn = turn
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
-    # With its messages untouched (``repair_and_sanitize`` dropped the ticket otherwise), the request's
-    # messages are as decoded: a replay's kept prefix is already path-hashed, and the next request of the
-    # conversation may start with them (the replay memo keeps them).
+    # With its user messages untouched and any other change a new content list (``repair_and_sanitize``
+    # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
+    # and the next request of the conversation may start with its messages (the replay memo keeps them).
     untouched, ex.memo = ex.memo, None
     try:
         path = untouched.path_hash() if untouched is not None else None

@@ -15,6 +15,7 @@ fields (``ProviderFields``) are ``TurnRecord.provider`` = ``{"origin", "fields"}
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from gateway import identity
@@ -33,6 +34,7 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.repair import ConversationView, RecordedTurn, Records
+from state import codec
 from state.hashing import replay_digest
 from state.records import ConversationState, Location, TurnRecord
 from state.store import LoadResult
@@ -189,6 +191,50 @@ def lift_turn(turn: Turn) -> Turn:
     return turn
 
 
+class _ContentCache:
+    """Stored records' content as canonical blocks, per worker, LRU by record object.
+
+    A conversation's records come back as the same objects on every load (``state.codec``'s decoded-turn
+    cache), and a mangled replay restores each of its turns from them on every request: decoding their
+    blocks again (``load_block``: build and check each one) was most of that restore. Blocks built from a
+    record are never changed in place (repair emits them as they are; a stage that changes a block
+    replaces it, and the lists holding them are the request's own), so every request may share them.
+    Entries hold their record, so no other object takes its ``id`` while the entry lives."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._items: OrderedDict[int, tuple[TurnRecord, tuple[Block, ...]]] = OrderedDict()
+
+    def content(self, rec: TurnRecord) -> tuple[Block, ...]:
+        hit = self._items.get(id(rec))
+        if hit is not None and hit[0] is rec:
+            self._items.move_to_end(id(rec))
+            return hit[1]
+        blocks = tuple(load_block(b) for b in rec.content)
+        if self.entries > 0:
+            self._items[id(rec)] = (rec, blocks)
+            while len(self._items) > self.entries:
+                self._items.popitem(last=False)
+        return blocks
+
+    def resize(self, entries: int) -> None:
+        self.entries = max(0, entries)
+        while len(self._items) > self.entries:
+            self._items.popitem(last=False)
+
+    def items(self) -> list[tuple[TurnRecord, tuple[Block, ...]]]:
+        return list(self._items.values())
+
+
+_content_cache = _ContentCache(codec.DEFAULT_TURN_CACHE_ENTRIES)
+
+
+def set_content_cache_entries(entries: int) -> None:
+    """How many records' decoded content this worker keeps (``GATEWAY_DECODED_TURN_CACHE``, as the
+    store's decoded-turn cache whose records it follows); 0 turns it off."""
+    _content_cache.resize(entries)
+
+
 class _StoredTurn(RecordedTurn):
     """A stored record as repair sees it: its content and prompt decoded on first use (one object per
     matched turn, no loader closures: a long conversation's replay matches hundreds by digest)."""
@@ -205,7 +251,7 @@ class _StoredTurn(RecordedTurn):
     @property
     def content(self) -> tuple[Block, ...]:
         if self._content is None:
-            self._content = tuple(load_block(b) for b in self._record.content)
+            self._content = _content_cache.content(self._record)
         return self._content
 
     @property

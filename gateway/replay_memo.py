@@ -1,15 +1,16 @@
-"""A worker's memory of the last request whose history it relayed untouched in each conversation, so that the next
-request of that conversation neither parses nor decodes the same history again.
+"""A worker's memory of the last request it relayed in each conversation, so that the next request of that
+conversation neither parses nor decodes the same history again.
 
-An agent's tool loop replays its whole history on every request: request N+1 is request N's messages,
-then N's answer and the tool results, sent the same way. Parsing and decoding a 500-turn history (2 MB)
-costs several milliseconds per request, all of it spent on bytes the previous request already carried.
-When request N's messages went upstream untouched (repair and sanitize changed none) and its turn was
-recorded, this worker keeps N's body, its parsed values and decoded messages, and where in the body N's
-last message ends (``keep``). Request N+1 is a replay of N when its body is N's body with bytes inserted at exactly that
-point: the same bytes up to the end of N's last message, the same bytes after it (the close of the
-``messages`` array and every other field), and between them ``,`` and one or more complete JSON values
-(the new messages). Those new values are all that is parsed and decoded; the rest is N's (``take``).
+An agent's tool loop replays its whole history on every request: request N+1 is request N's messages, then
+N's answer and the tool results, sent the same way. Parsing and decoding a 500-turn history (2 MB) costs
+several milliseconds per request, all of it spent on bytes the previous request already carried. When
+request N's messages went upstream as decoded, or with turns restored from their records (an IDE's mangled
+replay), and its turn was recorded, this worker keeps N's body, its parsed values and decoded messages, and
+where in the body N's last message ends (``keep``). Request N+1 is a replay of N when its body is N's body
+with bytes inserted at exactly that point: the same bytes up to the end of N's last message, the same bytes
+after it (the close of the ``messages`` array and every other field), and between them ``,`` and one or more
+complete JSON values (the new messages). Those new values are all that is parsed and decoded; the rest is
+N's (``take``).
 
 Each client dialect decodes its own way, so an entry is continued only by a request of the same ``kind``
 (the surface that decoded it), and that surface's ``Resume`` joins N's messages and the new values. Where
@@ -25,16 +26,17 @@ never taken for a replay (it goes the full way and gets its 400). Where N's last
 from the replay that produced N, or, for a body the worker has not seen continued, found once from the
 end of the body and checked by parsing what follows it (``_find_split``).
 
-Nothing here is an authority, and nothing is skipped but parsing and decoding: the store load, repair
-and sanitize run over the whole request as always, on messages identical to a fresh decode. Messages are
-only kept when request N changed none of them (every stage that edits a message in place also reports an
-action, and any action but ``kept_verified`` or ``params_fixed`` means a message changed:
-``pipeline.repair_and_sanitize``). A message that is nevertheless
-no longer as decoded is decoded again (or, for a surface that cannot decode one message alone, the request
-goes the full way): an assistant message whose blocks a stage built, or any message whose content list a
-stage replaced (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged);
-the list decoding made is remembered with the ticket. The ``verbatim`` mark repair sets is cleared. An
-entry is taken by the one request that uses it, so no two requests in flight share a message object.
+Nothing here is an authority, and nothing is skipped but parsing and decoding: the store load, repair and
+sanitize run over the whole request as always, on messages identical to a fresh decode. Messages are only
+kept when request N changed none of them in place (every stage that edits a message also reports an action,
+and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
+``pipeline.repair_and_sanitize``). A restored turn's message got a new content list, the record's; it, and
+any message otherwise no longer as decoded, is decoded again (or, for a surface that cannot decode one
+message alone, the request goes the full way): an assistant message whose blocks a stage built, or any
+message whose content list a stage replaced (without an action: dropping a client's per-part signature, a
+tool chain rebuilt unchanged); the list decoding made is remembered with the ticket. The ``verbatim`` mark
+repair sets is cleared. An entry is taken by the one request that uses it, so no two requests in flight
+share a message object.
 
 Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
 same way), bounded by the bytes of the bodies they hold (LRU); their parsed and decoded form takes a few
@@ -179,7 +181,7 @@ class ReplayMemo:
 
     def keep(self, ticket: Ticket) -> None:
         """Remember the ticket's request for the next request of its conversation. Call only when the
-        request went upstream untouched and its turn was recorded."""
+        request's messages are as ``pipeline.repair_and_sanitize`` allows and its turn was recorded."""
         if len(ticket.body) > self.max_bytes or not ticket.messages:
             return
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)

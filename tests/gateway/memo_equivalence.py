@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gateway import identity, pipeline
+from gateway import identity, pipeline, records
 from gateway.app import Gateway, create_app
 from gateway.protocols import anthropic
 from gateway.settings import Settings
@@ -28,6 +28,16 @@ async def gateway_pair(sim_url: str, redis_url: str, secret: str) -> AsyncIterat
         with_memo: Gateway = app.state.gateway
         assert with_memo.replay_memo is not None
         yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+
+
+def shared_blocks_unchanged() -> int:
+    """Every record's blocks this worker shares between requests (``records._content_cache``) are still
+    exactly what decoding the record gives, so no stage changed a shared block in place. Returns how many
+    records' blocks were checked."""
+    shared = records._content_cache.items()
+    for rec, blocks in shared:
+        assert blocks == tuple(records.load_block(b) for b in rec.content), rec.turn_id
+    return len(shared)
 
 
 def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:

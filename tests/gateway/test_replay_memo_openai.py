@@ -26,7 +26,7 @@ from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message
 from gateway.protocols.openai_chat_messages import continue_messages, decode_messages, system_of
 from gateway.replay_memo import ReplayMemo, one_to_one
-from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record
+from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record, shared_blocks_unchanged
 from tests.openai.manglings import MANGLINGS
 
 History = list[dict[str, Any]]
@@ -246,6 +246,7 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"sunny {step}"}
                     for c in message["tool_calls"]]
+    shared_blocks_unchanged()
     if scenario in ("mangled:faithful", "assistant messages split in two", "a system note in the history",
                     "vendor thinking parameter"):
         assert with_memo.replay_memo.hits >= 5, with_memo.replay_memo.hits

@@ -1,0 +1,84 @@
+"""A worker decodes a stored record's blocks once and shares them between requests
+(``gateway.records._ContentCache``): a mangled replay restores every turn from its record on every request.
+
+Turns are recorded into the embedded store and loaded back as the gateway does (``records_from``); the
+replay is decoded from JSON, as the Anthropic surface does. That no pipeline stage changes a shared block
+is checked after every equivalence scenario of the replay memo tests (``memo_equivalence``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway import records
+from gateway.actions import ActionKind
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Block, Message
+from gateway.records import records_from
+from gateway.repair import repair
+from state.records import TurnRecord
+from state.store import LoadQuery
+from tests.gateway.memo_equivalence import shared_blocks_unchanged
+from tests.gateway.test_replay_digest import recorded_history
+from tests.manglings import mangle_assistants
+from tests.state.factories import TENANT_A
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    records.set_content_cache_entries(0)  # forget what other tests left
+    records.set_content_cache_entries(records.codec.DEFAULT_TURN_CACHE_ENTRIES)
+    yield
+    records.set_content_cache_entries(records.codec.DEFAULT_TURN_CACHE_ENTRIES)
+
+
+async def restore_twice(n: int) -> tuple[list[list[Block]], list[list[Block]], list[Any]]:
+    """Replay a recorded n-turn history with trimmed thinking twice, each with its own load: the restored
+    assistant contents of both requests and the records they came from."""
+    store, scid, history = await recorded_history(n)
+    replay = mangle_assistants(history, "trim_thinking")
+    out: list[list[list[Block]]] = []
+    recs_seen: list[Any] = []
+    for _ in range(2):
+        result = await store.load(TENANT_A, LoadQuery(scid=scid))
+        msgs: list[Message] = anthropic.decode_request({"model": "m", "messages": replay}).messages
+        res = repair(msgs, records_from(result, scid))
+        assert [a.kind for a in res.actions] == [ActionKind.RESTORED] * n
+        out.append([m.content for m in msgs if m.role == "assistant"])
+        assert result.conversation is not None
+        recs_seen = list(result.conversation.turns)
+    return out[0], out[1], recs_seen
+
+
+async def test_a_record_is_decoded_once_and_its_blocks_shared_by_later_requests() -> None:
+    first, second, recs = await restore_twice(4)
+    for a, b, rec in zip(first, second, recs, strict=True):
+        assert a is not b  # each request's message holds its own list ...
+        assert all(x is y for x, y in zip(a, b, strict=True))  # ... of the same blocks
+        assert a == [records.load_block(d) for d in rec.content]  # exactly what decoding the record gives
+    assert shared_blocks_unchanged() >= 4
+
+
+async def test_turned_off_every_request_decodes_its_own() -> None:
+    records.set_content_cache_entries(0)
+    first, second, _ = await restore_twice(3)
+    for a, b in zip(first, second, strict=True):
+        assert a == b and not any(x is y for x, y in zip(a, b, strict=True))
+    assert shared_blocks_unchanged() == 0
+
+
+async def test_bounded_least_recently_used_first() -> None:
+    records.set_content_cache_entries(2)
+    _, _, recs = await restore_twice(5)
+    assert [rec for rec, _ in records._content_cache.items()] == recs[-2:]  # the two restored last
+
+
+def test_keyed_by_the_record_object_never_by_equal_content() -> None:
+    content = [{"type": "text", "text": "same words"}]
+    one, other = TurnRecord(content=list(content)), TurnRecord(content=list(content))
+    a, b = records._content_cache.content(one), records._content_cache.content(other)
+    assert a == b and a[0] is not b[0]
+    assert records._content_cache.content(one) is a
