@@ -258,6 +258,12 @@ class _StoredTurn(RecordedTurn):
     def prompt(self) -> tuple[Message, ...]:
         return tuple(load_message(m, i) for i, m in enumerate(self._record.prompt))
 
+    @property
+    def wire(self) -> list[dict[str, JSON]] | None:
+        # a replay digest is recorded only where the stored blocks are exactly what the client received
+        # (``turn_record``: no provider data), i.e. ``store_block`` = ``anthropic.encode_block`` of each
+        return self._record.content if self._record.replay_digest else None
+
 
 def records_from(result: LoadResult, scid: str | None) -> Records:
     cache: dict[tuple[str, str], RecordedTurn] = {}

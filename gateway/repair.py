@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols.canonical import (
+    JSON,
     THINKING_TYPES,
     Block,
     Message,
@@ -75,6 +76,12 @@ class RecordedTurn:
     @property
     def prompt(self) -> tuple[Message, ...]:
         return self.prompt_loader() if self.prompt_loader is not None else ()
+
+    @property
+    def wire(self) -> list[dict[str, JSON]] | None:
+        """The content as the client received it, as recorded JSON (Anthropic blocks), where that is exactly
+        ``content`` encoded: a turn with a replay digest. None: restore it from ``content``."""
+        return None
 
     def __repr__(self) -> str:
         return f"RecordedTurn(scid={self.scid!r}, position={self.position})"
@@ -239,11 +246,20 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         restored = list(turn.content)
         _learn_id_map(m, restored, id_map)
         if not _same(m.content, restored) or m.provider != turn.provider:
-            m.content = restored
+            wire = turn.wire if turn.provider is None else None
+            if wire is not None:
+                # now exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream
+                # (encoders splice it), its blocks are built only if a later stage needs them
+                m.restore_raw(wire, lambda turn=turn: list(turn.content), turn.replay_digest)
+                m.verbatim = True
+            else:
+                m.content = restored
             m.content_was_string = False
             m.provider = turn.provider
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
+        if m.verbatim:
+            continue  # all of its thinking is verified (sanitize asks ``m.verbatim``)
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))

@@ -54,7 +54,7 @@ from typing import Any
 import orjson
 
 from gateway.identity import Known, PathHash
-from gateway.protocols.canonical import Block, Message
+from gateway.protocols.canonical import Message
 
 DecodeOne = Callable[[Any, int], Message]
 # (the kept request's parsed body, its messages: None where one is no longer as decoded, the new raw
@@ -75,7 +75,7 @@ class Ticket:
     body: bytes
     parsed: dict[str, Any]
     messages: list[Message]
-    as_decoded: list[list[Block] | None]  # each message's content list as decoding left it (None: lazy)
+    as_decoded: list[list[Any]]  # each message's content list as decoding left it (lazy: the client JSON)
     split: int | None = None   # where the last message ends in ``body`` (None: not known yet)
     reused: int = 0            # messages taken from the memo
     base: PathHash | None = None  # the path hash after the reused messages
@@ -99,22 +99,24 @@ class _Entry:
     body: bytes
     parsed: dict[str, Any]
     messages: list[Message]
-    as_decoded: list[list[Block] | None]
+    as_decoded: list[list[Any]]
     split: int
     path: PathHash | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
-def _as_decoded(messages: list[Message]) -> list[list[Block] | None]:
-    """What ``_pristine`` compares with later: each eager message's content list (lazy ones: None)."""
-    return [None if m.raw_blocks is not None else m.content for m in messages]
+def _as_decoded(messages: list[Message]) -> list[list[Any]]:
+    """What ``_pristine`` compares with later: each message's content list, or a lazy one's client JSON."""
+    return [m.raw_blocks if m.raw_blocks is not None else m.content for m in messages]
 
 
-def _pristine(m: Message, content: list[Block] | None) -> bool:
-    """As a fresh decode leaves it: a lazy message still undecoded (an Anthropic assistant message's blocks
-    are built on first use, after which it is decoded again rather than reused), an eager one still holding
-    the content list decoding made."""
-    return m.raw_blocks is not None if content is None else m.content is content
+def _pristine(m: Message, content: list[Any]) -> bool:
+    """As a fresh decode leaves it: a lazy message still undecoded, on the client's JSON (an Anthropic
+    assistant message's blocks are built on first use, after which it is decoded again rather than reused;
+    a restored turn is undecoded on the record's JSON), an eager one still holding the content list
+    decoding made."""
+    raw = m.raw_blocks
+    return raw is content if raw is not None else m.content is content
 
 
 def one_to_one(decode_one: DecodeOne) -> Resume:

@@ -166,6 +166,14 @@ class Message:
         self._content = blocks
         self._lazy = None
 
+    def restore_raw(self, raw: list[dict[str, JSON]], blocks: Callable[[], list[Block]], digest: bytes) -> None:
+        """Make this message a recorded turn's content as JSON, undecoded (``raw``: the recorded blocks,
+        which nobody may change; ``blocks``: builds them; ``digest``: their replay digest)."""
+        self._content = None
+        self._lazy = (raw, blocks)
+        self._raw_tool_ids = None
+        self.replay_digest = digest
+
     @property
     def raw_blocks(self) -> list[dict[str, JSON]] | None:
         """The client's block dicts while ``content`` was not decoded (None once it was)."""

@@ -95,3 +95,51 @@ async def test_turns_with_provider_data_record_no_digest() -> None:
     assert plain.replay_digest == replay_digest(answer(0))
     turn.provider = ProviderFields("openrouter", {"reasoning_details": [{"type": "reasoning.encrypted"}]})
     assert turn_record(turn, [], upstream="openai", dialect="openai").replay_digest == b""
+
+
+async def test_a_restored_turn_goes_upstream_as_its_recorded_json_undecoded() -> None:
+    """A mangled replay (thinking trimmed) restored from a plain record is then exactly that record, as a
+    verbatim replay is: its recorded JSON is spliced upstream and its blocks are never built."""
+    store, scid, history = await recorded_history(4)
+    trimmed = copy.deepcopy(history)
+    for m in trimmed:
+        if m["role"] == "assistant":
+            m["content"][0]["thinking"] = m["content"][0]["thinking"].strip()
+    result = await store.load(TENANT_A, LoadQuery(scid=scid))
+    recs = records_from(result, scid)
+    req = anthropic.decode_request({"model": "claude-opus-4-5", "messages": trimmed, "max_tokens": 4096,
+                                    "thinking": {"type": "enabled", "budget_tokens": 2048}})
+    res = repair(req.messages, recs)
+    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy())
+
+    assistants = [m for m in req.messages if m.role == "assistant"]
+    assert [a.kind for a in res.actions] == [ActionKind.RESTORED] * 4
+    assert [a.kind for a in actions] == [ActionKind.KEPT_VERIFIED] * 4
+    assert result.conversation is not None
+    stored = [rec.content for rec in result.conversation.turns]
+    # the record's own JSON; only the open loop's first turn is built (it must start with thinking)
+    assert [m.raw_blocks is rec for m, rec in zip(assistants, stored, strict=True)] == [False, True, True, True]
+    assert all(m.verbatim for m in assistants)
+    assert [m.replay_digest for m in assistants] == [replay_digest(c) for c in stored]
+    assert anthropic.encode_request(req)["messages"] == history  # exactly what the client once received
+    assert stored == [answer(i) for i in range(4)]  # the records were not changed on the way
+
+
+async def test_a_restored_turn_without_a_digest_is_restored_as_blocks() -> None:
+    """Provider data rides with the turn (no replay digest): its stored form is not the client's, so the
+    turn is restored as canonical blocks, not as recorded JSON."""
+    store = MemoryStore()
+    await store.start()
+    scid = new_scid()
+    turn = Turn("msg_p", "m", [anthropic.decode_block(b, "x") for b in answer(0)],
+                provider=ProviderFields("openrouter", {"reasoning_details": [{"type": "reasoning.encrypted"}]}))
+    first = anthropic.decode_request({"model": "m", "messages": [{"role": "user", "content": "go"}]}).messages
+    await store.record(TENANT_A, TurnWrite(turn_record(turn, first, upstream="openai", dialect="openai"),
+                                           scid=scid, expected_position=0))
+    trimmed = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": [{**answer(0)[0], "thinking": "step 0:"}, *answer(0)[1:]]}]
+    msgs = anthropic.decode_request({"model": "m", "messages": trimmed}).messages
+    res = repair(msgs, records_from(await store.load(TENANT_A, LoadQuery(scid=scid)), scid))
+    assert [a.kind for a in res.actions] == [ActionKind.RESTORED]
+    assert msgs[1].raw_blocks is None and not msgs[1].verbatim
+    assert msgs[1].content[0].thinking == answer(0)[0]["thinking"] and msgs[1].provider == turn.provider
