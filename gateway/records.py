@@ -15,7 +15,6 @@ fields (``ProviderFields``) are ``TurnRecord.provider`` = ``{"origin", "fields"}
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from gateway import identity
@@ -36,6 +35,7 @@ from gateway.protocols.canonical import (
 from gateway.repair import ConversationView, RecordedTurn, Records
 from state import codec
 from state.hashing import replay_digest
+from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord
 from state.store import LoadResult
 
@@ -191,47 +191,34 @@ def lift_turn(turn: Turn) -> Turn:
     return turn
 
 
-class _ContentCache:
-    """Stored records' content as canonical blocks, per worker, LRU by record object.
-
-    A conversation's records come back as the same objects on every load (``state.codec``'s decoded-turn
-    cache), and a mangled replay restores each of its turns from them on every request: decoding their
-    blocks again (``load_block``: build and check each one) was most of that restore. Blocks built from a
-    record are never changed in place (repair emits them as they are; a stage that changes a block
-    replaces it, and the lists holding them are the request's own), so every request may share them.
-    Entries hold their record, so no other object takes its ``id`` while the entry lives."""
-
-    def __init__(self, entries: int) -> None:
-        self.entries = entries
-        self._items: OrderedDict[int, tuple[TurnRecord, tuple[Block, ...]]] = OrderedDict()
-
-    def content(self, rec: TurnRecord) -> tuple[Block, ...]:
-        hit = self._items.get(id(rec))
-        if hit is not None and hit[0] is rec:
-            self._items.move_to_end(id(rec))
-            return hit[1]
-        blocks = tuple(load_block(b) for b in rec.content)
-        if self.entries > 0:
-            self._items[id(rec)] = (rec, blocks)
-            while len(self._items) > self.entries:
-                self._items.popitem(last=False)
-        return blocks
-
-    def resize(self, entries: int) -> None:
-        self.entries = max(0, entries)
-        while len(self._items) > self.entries:
-            self._items.popitem(last=False)
-
-    def items(self) -> list[tuple[TurnRecord, tuple[Block, ...]]]:
-        return list(self._items.values())
+# Stored records' content as canonical blocks, per worker, by record object. A conversation's records come
+# back as the same objects on every load (``state.codec``'s decoded-turn cache), and a mangled replay
+# restores each of its turns from them on every request: decoding their blocks again (``load_block``: build
+# and check each one) was most of that restore. Blocks built from a record are never changed in place
+# (repair emits them as they are; a stage that changes a block replaces it, and the lists holding them are
+# the request's own), so every request may share them. An entry holds its record, so no other object takes
+# its ``id`` while the entry lives.
+_content_cache: Lru[int, tuple[TurnRecord, tuple[Block, ...]]] = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
 
 
-_content_cache = _ContentCache(codec.DEFAULT_TURN_CACHE_ENTRIES)
+def record_blocks(rec: TurnRecord) -> tuple[Block, ...]:
+    """A stored record's content as canonical blocks (shared: nobody may change them)."""
+    hit = _content_cache.get(id(rec))
+    if hit is not None and hit[0] is rec:
+        return hit[1]
+    blocks = tuple(load_block(b) for b in rec.content)
+    _content_cache.put(id(rec), (rec, blocks))
+    return blocks
+
+
+def shared_records() -> list[tuple[TurnRecord, tuple[Block, ...]]]:
+    """The records whose blocks this worker shares, with those blocks (oldest first)."""
+    return _content_cache.values()
 
 
 def set_content_cache_entries(entries: int) -> None:
-    """How many records' decoded content this worker keeps (``GATEWAY_DECODED_TURN_CACHE``, as the
-    store's decoded-turn cache whose records it follows); 0 turns it off."""
+    """How many records' blocks this worker keeps (``GATEWAY_DECODED_TURN_CACHE``, as the store's
+    decoded-turn cache whose records it follows); 0 turns it off."""
     _content_cache.resize(entries)
 
 
@@ -251,7 +238,7 @@ class _StoredTurn(RecordedTurn):
     @property
     def content(self) -> tuple[Block, ...]:
         if self._content is None:
-            self._content = _content_cache.content(self._record)
+            self._content = record_blocks(self._record)
         return self._content
 
     @property

@@ -23,12 +23,12 @@ so every caller may share one decoded record; nobody mutates ``content`` or ``pr
 from __future__ import annotations
 
 import zlib
-from collections import OrderedDict
 from typing import Any
 
 import msgpack
 
 from state.errors import CodecError
+from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
 
 VERSION_MSGPACK = 0x01
@@ -83,33 +83,7 @@ def encode_turn(record: TurnRecord) -> bytes:
     ])
 
 
-class _TurnCache:
-    """LRU of decoded turns keyed by (stored bytes, position); 0 entries disables it."""
-
-    def __init__(self, entries: int) -> None:
-        self.entries = entries
-        self._items: OrderedDict[tuple[bytes, int | None], TurnRecord] = OrderedDict()
-
-    def get(self, key: tuple[bytes, int | None]) -> TurnRecord | None:
-        rec = self._items.get(key)
-        if rec is not None:
-            self._items.move_to_end(key)
-        return rec
-
-    def put(self, key: tuple[bytes, int | None], rec: TurnRecord) -> None:
-        if self.entries <= 0:
-            return
-        self._items[key] = rec
-        while len(self._items) > self.entries:
-            self._items.popitem(last=False)
-
-    def resize(self, entries: int) -> None:
-        self.entries = max(0, entries)
-        while len(self._items) > self.entries:
-            self._items.popitem(last=False)
-
-
-_turn_cache = _TurnCache(DEFAULT_TURN_CACHE_ENTRIES)
+_turn_cache: Lru[tuple[bytes, int | None], TurnRecord] = Lru(DEFAULT_TURN_CACHE_ENTRIES)
 
 
 def set_turn_cache_entries(entries: int) -> None:

@@ -31,10 +31,10 @@ async def gateway_pair(sim_url: str, redis_url: str, secret: str) -> AsyncIterat
 
 
 def shared_blocks_unchanged() -> int:
-    """Every record's blocks this worker shares between requests (``records._content_cache``) are still
+    """Every record's blocks this worker shares between requests (``records.shared_records``) are still
     exactly what decoding the record gives, so no stage changed a shared block in place. Returns how many
     records' blocks were checked."""
-    shared = records._content_cache.items()
+    shared = records.shared_records()
     for rec, blocks in shared:
         assert blocks == tuple(records.load_block(b) for b in rec.content), rec.turn_id
     return len(shared)

@@ -1,5 +1,5 @@
 """A worker decodes a stored record's blocks once and shares them between requests
-(``gateway.records._ContentCache``): a mangled replay restores every turn from its record on every request.
+(``gateway.records.record_blocks``): a mangled replay restores every turn from its record on every request.
 
 Turns are recorded into the embedded store and loaded back as the gateway does (``records_from``); the
 replay is decoded from JSON, as the Anthropic surface does. That no pipeline stage changes a shared block
@@ -73,12 +73,12 @@ async def test_turned_off_every_request_decodes_its_own() -> None:
 async def test_bounded_least_recently_used_first() -> None:
     records.set_content_cache_entries(2)
     _, _, recs = await restore_twice(5)
-    assert [rec for rec, _ in records._content_cache.items()] == recs[-2:]  # the two restored last
+    assert [rec for rec, _ in records.shared_records()] == recs[-2:]  # the two restored last
 
 
 def test_keyed_by_the_record_object_never_by_equal_content() -> None:
     content = [{"type": "text", "text": "same words"}]
     one, other = TurnRecord(content=list(content)), TurnRecord(content=list(content))
-    a, b = records._content_cache.content(one), records._content_cache.content(other)
+    a, b = records.record_blocks(one), records.record_blocks(other)
     assert a == b and a[0] is not b[0]
-    assert records._content_cache.content(one) is a
+    assert records.record_blocks(one) is a

@@ -1,0 +1,28 @@
+"""``state.lru.Lru``: the bound of the per-worker decoded-data caches."""
+
+from __future__ import annotations
+
+from state.lru import Lru
+
+
+def test_forgets_the_least_recently_used_first() -> None:
+    lru: Lru[str, int] = Lru(2)
+    lru.put("a", 1)
+    lru.put("b", 2)
+    assert lru.get("a") == 1  # "a" is now the most recent
+    lru.put("c", 3)
+    assert (lru.get("b"), lru.get("a"), lru.get("c"), len(lru)) == (None, 1, 3, 2)
+    lru.put("a", 10)  # put again: most recent
+    lru.put("d", 4)
+    assert lru.values() == [10, 4]
+
+
+def test_resized_down_keeps_the_most_recent_and_zero_keeps_nothing() -> None:
+    lru: Lru[int, int] = Lru(5)
+    for i in range(5):
+        lru.put(i, i)
+    lru.resize(2)
+    assert lru.values() == [3, 4]
+    lru.resize(0)
+    lru.put(9, 9)
+    assert len(lru) == 0 and lru.get(9) is None
