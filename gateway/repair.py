@@ -246,7 +246,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         restored = list(turn.content)
         _learn_id_map(m, restored, id_map)
         if not _same(m.content, restored) or m.provider != turn.provider:
-            wire = turn.wire if turn.provider is None else None
+            wire = turn.wire
             if wire is not None:
                 # now exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream
                 # (encoders splice it), its blocks are built only if a later stage needs them

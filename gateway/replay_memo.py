@@ -134,7 +134,7 @@ class ReplayMemo:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._lru: OrderedDict[int, tuple[Scope, _Entry]] = OrderedDict()
-        self._by_tenant: dict[Scope, dict[int, _Entry]] = {}
+        self._by_scope: dict[Scope, dict[int, _Entry]] = {}
         self._bytes = 0
         self.hits = 0
         self.misses = 0
@@ -192,7 +192,7 @@ class ReplayMemo:
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
-        self._by_tenant.setdefault(scope, {})[entry.id] = entry
+        self._by_scope.setdefault(scope, {})[entry.id] = entry
         self._bytes += len(entry.body)
         while self._bytes > self.max_bytes:
             old_scope, old = next(iter(self._lru.values()))
@@ -202,7 +202,7 @@ class ReplayMemo:
         """The scope's entry whose body, cut where its last message ends, is ``body``'s start and end
         (the longest, when a conversation's earlier request is still kept)."""
         best: _Entry | None = None
-        for entry in self._by_tenant.get(scope, {}).values():
+        for entry in self._by_scope.get(scope, {}).values():
             if len(body) < len(entry.body) or (best is not None and entry.split <= best.split):
                 continue
             view = memoryview(entry.body)
@@ -212,10 +212,10 @@ class ReplayMemo:
 
     def _drop(self, scope: Scope, entry: _Entry) -> None:
         del self._lru[entry.id]
-        own = self._by_tenant[scope]
+        own = self._by_scope[scope]
         del own[entry.id]
         if not own:
-            del self._by_tenant[scope]
+            del self._by_scope[scope]
         self._bytes -= len(entry.body)
 
 
