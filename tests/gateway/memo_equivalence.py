@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,16 @@ async def gateway_pair(sim_url: str, redis_url: str, secret: str) -> AsyncIterat
         with_memo: Gateway = app.state.gateway
         assert with_memo.replay_memo is not None
         yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+
+
+_request_ids = itertools.count()
+
+
+def exchange_of(body: dict[str, Any], *, endpoint: str, dialect: str,
+                headers: dict[str, str]) -> Callable[[], pipeline.Exchange]:
+    """A fresh exchange of ``body`` on each call (``prepare_both_ways`` prepares it twice)."""
+    return lambda: pipeline.Exchange(endpoint=endpoint, dialect=dialect, request_id=f"req_memo_{next(_request_ids)}",
+                                     headers=dict(headers), query="", raw_body=orjson.dumps(body))
 
 
 def shared_blocks_unchanged() -> int:

@@ -9,7 +9,6 @@ require the same upstream body, actions and record plan at every step.
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,7 +24,13 @@ from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.replay_memo import ReplayMemo, one_to_one
 from gateway.upstream import forward_request_headers
-from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record, shared_blocks_unchanged
+from tests.gateway.memo_equivalence import (
+    exchange_of,
+    gateway_pair,
+    prepare_both_ways,
+    relay_and_record,
+    shared_blocks_unchanged,
+)
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 
 SIG = "Eq" + "x" * 60
@@ -252,12 +257,8 @@ async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gat
         yield pair
 
 
-_ids = itertools.count()
-
-
 def _exchange(body: dict[str, Any]) -> Callable[[], pipeline.Exchange]:
-    return lambda: pipeline.Exchange(endpoint="messages", dialect="anthropic", request_id=f"req_memo_{next(_ids)}",
-                                     headers=dict(HEADERS), query="", raw_body=orjson.dumps(body))
+    return exchange_of(body, endpoint="messages", dialect="anthropic", headers=HEADERS)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -11,7 +11,6 @@ the memo and without it, and require the same upstream body, canonical messages,
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -26,7 +25,13 @@ from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message
 from gateway.protocols.openai_chat_messages import continue_messages, decode_messages, system_of
 from gateway.replay_memo import ReplayMemo, one_to_one
-from tests.gateway.memo_equivalence import gateway_pair, prepare_both_ways, relay_and_record, shared_blocks_unchanged
+from tests.gateway.memo_equivalence import (
+    exchange_of,
+    gateway_pair,
+    prepare_both_ways,
+    relay_and_record,
+    shared_blocks_unchanged,
+)
 from tests.openai.manglings import MANGLINGS
 
 History = list[dict[str, Any]]
@@ -211,13 +216,8 @@ async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gat
         yield pair
 
 
-_ids = itertools.count()
-
-
 def _exchange(body: dict[str, Any]) -> Callable[[], pipeline.Exchange]:
-    return lambda: pipeline.Exchange(endpoint="chat_completions", dialect="openai",
-                                     request_id=f"req_memo_oai_{next(_ids)}", headers=dict(HEADERS), query="",
-                                     raw_body=orjson.dumps(body))
+    return exchange_of(body, endpoint="chat_completions", dialect="openai", headers=HEADERS)
 
 
 async def _prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
