@@ -8,7 +8,8 @@ import anthropic
 import pytest
 
 from tests.e2e.helpers import run_tool_loop, run_tool_loop_async
-from tests.process_fixtures import ServerProcess, Sim, metric_sum
+from tests.manglings import mangle_assistants
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 
 
 @pytest.fixture()
@@ -87,14 +88,23 @@ def test_adaptive_omitted_thinking_replays(sim: Sim, client: anthropic.Anthropic
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("replay", ["faithful", "trim_thinking"])
 def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
-        sim: Sim, gateway: ServerProcess, client: anthropic.Anthropic, stream: bool) -> None:
+        sim: Sim, gateways: GatewayFactory, redis_url: str, stream: bool, replay: str) -> None:
     """The SDK sends each round's history as the previous round's body with the new messages inserted:
     from the second request on, the gateway parses and decodes only those (``gateway.replay_memo``), and
-    every request still reaches the simulator in the form it accepts."""
-    before = metric_sum(gateway, "gateway_replay_memo_total", result="hit")
+    every request still reaches the simulator in the form it accepts. Also when the client trims every
+    replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
+    upstream as recorded, and the restored request is still kept for the next one."""
+    gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "sdk-memo-secret"})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0)
     rejections = sum(sim.stats()["rejections"].values())
-    result = run_tool_loop(client, "[[sim:tools=4]] weather in four cities, one at a time", stream=stream)
+    mangle = None if replay == "faithful" else (lambda h: mangle_assistants(h, replay))
+    result = run_tool_loop(client, "[[sim:tools=4]] weather in four cities, one at a time", stream=stream,
+                           mangle=mangle)
     assert result.requests == 5 and result.answers[-1].stop_reason == "end_turn"
-    assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") - before == result.requests - 1
+    assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") == result.requests - 1
+    restored = metric_sum(gateway, "gateway_sanitize_actions_total", action="restored")
+    # only a tool loop's first turn thinks (no interleaved thinking): it is restored on every later request
+    assert restored == (0 if replay == "faithful" else result.requests - 1)
     assert sum(sim.stats()["rejections"].values()) == rejections
