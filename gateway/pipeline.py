@@ -299,9 +299,9 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     # With its user messages untouched and any other change a new content list (``repair_and_sanitize``
     # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
     # and the next request of the conversation may start with its messages (the replay memo keeps them).
-    untouched, ex.memo = ex.memo, None
+    ticket, ex.memo = ex.memo, None
     try:
-        path = untouched.path_hash() if untouched is not None else None
+        path = ticket.path_hash() if ticket is not None else None
         rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
@@ -312,8 +312,8 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     metrics.observe_record(res)
     ex.scid = res.scid
     ex.recorded = True
-    if untouched is not None and gw.replay_memo is not None:
-        gw.replay_memo.keep(untouched)
+    if ticket is not None and gw.replay_memo is not None:
+        gw.replay_memo.keep(ticket)
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:
         gw.hints.learn(ex.tenant, tool_ids, res.scid)
