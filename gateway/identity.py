@@ -113,11 +113,14 @@ RECENT_TURNS = 3  # replayed assistant turns looked up through the indexes
 def build_query(msgs: list[Message], scid: str | None, known: Known | None = None) -> LoadQuery:
     """Index lookups for the most recent replayed assistant turns only: they identify the
     conversation, which is loaded whole in the same (or the next) round trip; older turns are
-    matched against it in memory. The query stays small however long the history is."""
+    matched against it in memory. The query stays small however long the history is. With it go the
+    replay digests of all replayed assistant turns (``LoadQuery.replayed``: a worker that holds all of
+    them answers without a round trip)."""
     tool_ids: list[str] = []
     norm: list[str] = []
     exact: list[str] = []
-    recent = [m for m in msgs if m.role == "assistant"][-RECENT_TURNS:]
+    assistants = [m for m in msgs if m.role == "assistant"]
+    recent = assistants[-RECENT_TURNS:]
     for m in recent:
         tool_ids += m.tool_use_ids()
         norm += message_hashes(m)
@@ -127,8 +130,10 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     fp = path_fingerprint(prefix, known) if prefix else None
     if fp:
         fps.append(fp)
+    replayed = [m.replay_digest for m in assistants if m.replay_digest]
     return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
-                     norm_hashes=_dedup(norm), fingerprints=fps)
+                     norm_hashes=_dedup(norm), fingerprints=fps,
+                     replayed=replayed if len(replayed) == len(assistants) else ())
 
 
 @dataclass(frozen=True, slots=True)

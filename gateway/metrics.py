@@ -323,13 +323,16 @@ class InstrumentedStore:
 
     async def _call(self, op: str, call: Awaitable[T]) -> T:
         started = time.perf_counter()
+        result: T | None = None
         try:
-            return await call
+            result = await call
+            return result
         except (StoreError, ValueError) as e:
             STORE_ERRORS.labels(op, store_error_kind(e)).inc()
             raise
         finally:
-            STORE_OP_SECONDS.labels(op).observe(time.perf_counter() - started)
+            if getattr(result, "round_trips", 1):  # a load the worker answered itself is not timed
+                STORE_OP_SECONDS.labels(op).observe(time.perf_counter() - started)
             self._circuit()
 
     def _circuit(self) -> None:

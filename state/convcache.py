@@ -16,6 +16,12 @@ the whole list, from index 0. The engine (``state.engine``) merges the cached tu
 (position >= the new ``start``) with the returned ones: exactly the ``ConversationState`` (and the
 undecodable count) the whole list gives.
 
+A worker also keeps the turns it records itself (``appended``): when RECORD appended a turn right after
+the turns this worker knew of the same incarnation, the entry grows by that turn (RECORD replies with the
+new ``start`` and meta's ``created``), so the worker knows the conversation up to its latest turn without
+reading it back. ``state`` is the conversation as this worker last knew it, which answers a load that
+only replays turns this worker holds (``replayed``; see ``state.engine``) without a round trip.
+
 Bounded by the stored (encoded) bytes of the cached turns, least recently used first out. Decoded, turns
 take about three times their stored bytes (3.2x measured for ~2 KB of prose thinking, which zlib
 halves), so a 64 MiB bound (this module's default; the gateway passes ``GATEWAY_LOAD_CACHE_MB``, 32 by
@@ -26,10 +32,13 @@ answers another's.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from state.records import TurnRecord
+from state.records import ConversationState, TurnRecord
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 NOTHING_KNOWN: tuple[str, str, str] = ("", "", "")
@@ -46,10 +55,51 @@ class CachedConversation:
     turns: tuple[TurnRecord, ...]  # the decodable turns, by position
     sizes: tuple[int, ...]  # stored bytes of each of ``turns``
     undecodable: tuple[int, ...]  # positions whose blob could not be decoded
+    state: ConversationState | None = field(default=None, compare=False)  # the conversation as known
+    # replay digest -> the latest turn recorded with it (filled on first use)
+    _digests: dict[bytes, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
         return sum(self.sizes)
+
+    def replayed(self, digests: Sequence[bytes]) -> list[TurnRecord] | None:
+        """The turns whose recorded replay digests these are, in order; None unless every one is here."""
+        if not self._digests:
+            self._digests.update((rec.replay_digest, rec) for rec in self.turns if rec.replay_digest)
+        get = self._digests.get
+        out = [get(d) for d in digests]
+        return None if None in out else out  # type: ignore[return-value]
+
+
+def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,
+             start: int, created: str, version: int, updated: float,
+             is_new: bool) -> CachedConversation | None:
+    """The entry after RECORD appended ``rec`` (``size`` stored bytes) at ``position`` and replied with the
+    conversation's ``start`` and ``created``; ``is_new``: RECORD created the conversation. None when this
+    worker did not know the conversation exactly up to ``position`` (another writer appended first, a gap,
+    another incarnation): the next load reads what it lacks."""
+    rec = dataclasses.replace(rec, position=position)
+    if is_new:
+        turns: tuple[TurnRecord, ...] = ()
+        sizes: tuple[int, ...] = ()
+        bad: tuple[int, ...] = ()
+        parent, pair = None, None
+    elif (known is None or known.state is None or known.created != created or known.next != position
+          or start > position):
+        return None
+    else:
+        kept = bisect.bisect_left(known.turns, start, key=lambda r: -1 if r.position is None else r.position)
+        turns, sizes = known.turns[kept:], known.sizes[kept:]
+        bad = tuple(p for p in known.undecodable if p >= start)
+        parent, pair = known.state.forked_from, known.state.last_verified
+    turns += (rec,)
+    last = rec.verified_pair()
+    state = ConversationState(scid=scid, created_at=int(created) / 1000, updated_at=updated, version=version,
+                              turns=turns, last_verified=last if last is not None else pair,
+                              first_position=start, next_position=position + 1, forked_from=parent)
+    return CachedConversation(created=created, start=start, next=position + 1, last_turn_id=rec.turn_id,
+                              turns=turns, sizes=(*sizes, size), undecodable=bad, state=state)
 
 
 class ConversationCache:

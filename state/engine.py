@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from state import codec, keys
-from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, load_args
+from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import FORK, GETEX_MANY, LOAD, RECORD, LuaScript
@@ -144,6 +144,10 @@ class EngineStore:
             buckets.setdefault(keys.hash_tag(key), []).append(i)
         hint = query.hint_scid if not scid and lookups and keys.is_valid_scid(query.hint_scid) else None
         first = scid or hint
+        if first and query.replayed:
+            local = self._local_load(tenant, first, query, hinted=not scid)
+            if local is not None:
+                return local
         ops: list[Op] = []
         known: CachedConversation | None = None
         if first:
@@ -211,6 +215,47 @@ class EngineStore:
             undecodable=bad,
         )
 
+    def _remember(self, tenant: str, scid: str, rec: TurnRecord, size: int, now_ms: int, reply: Any) -> None:
+        """Keep the turn this worker just appended in its cache entry of the conversation (see
+        ``state.convcache.appended``)."""
+        if len(reply) < 6:
+            return
+        cache = self.conversation_cache
+        entry = appended(cache.get(tenant, scid), scid, rec, size, position=int(reply[1]), start=int(reply[4]),
+                         created=_text(reply[5]), version=int(reply[2]), updated=now_ms / 1000,
+                         is_new=bool(int(reply[3])))
+        if entry is not None:
+            cache.put(tenant, scid, entry)
+
+    def _local_load(self, tenant: str, scid: str, query: LoadQuery, hinted: bool) -> LoadResult | None:
+        """A load this worker answers without a round trip: every assistant turn the request replays
+        (``query.replayed``) is, byte for byte, a turn of the conversation it knows (its cache entry,
+        kept up to date by its own appends). A round trip could only add turns after them or drop old
+        ones, and changes nothing about turns that are replayed verbatim, so the caller gets the same
+        answer for every turn of the request. The query's tool ids are resolved among those turns (a
+        hinted conversation must be named by one of them, as a loaded one must by an index hit).
+        Nothing is refreshed: the TTLs are the record's to refresh."""
+        entry = self.conversation_cache.get(tenant, scid)
+        if entry is None or entry.state is None:
+            return None
+        recs = entry.replayed(query.replayed)
+        if recs is None:
+            return None
+        wanted = set(query.tool_ids)
+        tool_hits: dict[str, Location] = {}
+        for rec in reversed(recs):  # the query's tool ids are the latest turns'
+            if len(tool_hits) == len(wanted):
+                break
+            for b in rec.content:
+                tid = b.get("id") if b.get("type") == "tool_use" else None
+                if tid in wanted and tid not in tool_hits:
+                    tool_hits[tid] = Location(scid, rec.turn_id, rec.position)
+        if hinted and not tool_hits:
+            return None
+        conv = entry.state
+        return LoadResult(conversation=None if hinted else conv, conversations={scid: conv}, tool_hits=tool_hits,
+                          round_trips=0)
+
     def _index_ops(self, tenant: str, scid: str, write: TurnWrite, hint: int | None) -> list[Op]:
         rec, ttl = write.record, self.ttl_seconds
         entries = rec.index_entries()
@@ -236,6 +281,8 @@ class EngineStore:
         replies = await self._roundtrip(ops + self._index_ops(tenant, scid, write, expected))
         reply = replies[0]
         status = _text(reply[0])
+        if status == "ok":
+            self._remember(tenant, scid, rec, len(blob), now_ms, reply)
         if status != "conflict":
             return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id,
                                 status="duplicate" if status == "dup" else "appended",
@@ -342,7 +389,8 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
     entry = None
     if last is not None and start + offset + len(blobs) == nxt:  # the list ends at next - 1, as it must
         entry = CachedConversation(created=created_raw, start=start, next=nxt, last_turn_id=last.turn_id,
-                                   turns=conv.turns, sizes=tuple(sizes), undecodable=tuple(undecodable))
+                                   turns=conv.turns, sizes=tuple(sizes), undecodable=tuple(undecodable),
+                                   state=conv)
     return conv, bad, entry
 
 

@@ -205,7 +205,7 @@ class MemoryStore(EngineStore):
         if pair:
             meta["pair"] = pair
         self._touch(names, ttl)
-        return [b"ok", pos, version, created]
+        return [b"ok", pos, version, created, start, meta["created"]]
 
     # Python twin of scripts.FORK
     def _fork_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:

@@ -34,7 +34,9 @@ end
 # ARGV: turn_id, blob, expected_position ('' = append at the end), now_ms, ttl_s, max_turns,
 #       pair blob ('' = keep the previous last verified pair), fork ('1' = the caller knows the client's
 #       path left this conversation's: never append, unless the conversation does not exist yet)
-# Reply: {'ok'|'dup', position, version, created(0/1)}
+# Reply: {'ok', position, version, created(0/1), start, meta's created}  (start after any trim: what a
+#        worker that knew the conversation up to position needs to know it up to the new turn)
+#        {'dup', position, version, created(0/1)}
 #        {'conflict', position, version, created, start, {prefix blobs}, {prefix turn ids}}
 #   'conflict' = another turn already holds expected_position (the client edited history), or fork was
 #   asked for and this turn is not already at expected_position: nothing is written and the retained
@@ -98,7 +100,7 @@ version = version + 1
 redis.call('HSET', KEYS[1], 'updated', now, 'version', version, 'start', start, 'next', pos + 1)
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'pair', ARGV[7]) end
 touch(ttl)
-return {'ok', pos, version, created}
+return {'ok', pos, version, created, start, redis.call('HGET', KEYS[1], 'created')}
 """)
 
 # FORK: create the fork of a conversation (new keys) = retained prefix + the new turn, idempotently.

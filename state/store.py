@@ -68,6 +68,10 @@ class LoadQuery:
       of earlier answers, never trusted): loaded speculatively in the first round trip, and kept only
       if an index hit names it, so a correct hint saves the second round trip and a wrong one costs
       nothing but the bytes read.
+    - ``replayed``: ``hashing.replay_digest`` of every assistant turn the request replays, in order, when
+      every one has one (else empty). When each is a turn of the conversation named by ``scid`` (or
+      ``hint_scid``) as this worker already holds it, the load is answered without a round trip
+      (``round_trips == 0``): a round trip could not change how those turns are matched.
     """
 
     scid: str | None = None
@@ -76,6 +80,7 @@ class LoadQuery:
     norm_hashes: Sequence[str] = ()
     fingerprints: Sequence[str] = ()
     hint_scid: str | None = None
+    replayed: Sequence[bytes] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +203,8 @@ class Store(Protocol):
         SCID's conversation), ONE more pipelined round trip fetches at most ``max_fetch`` of them, the
         most referenced first (fingerprint hits only count when no conversation was loaded). So: 1 round
         trip when the SCID is known and matches, at most 2 otherwise. Refreshes the TTL of every loaded
-        conversation and of every index entry found (a lookup is a use).
+        conversation and of every index entry found (a lookup is a use). No round trip at all (``round_trips == 0``)
+        when this worker holds every turn of ``query.replayed`` (see ``LoadQuery``); nothing is refreshed then.
         """
         ...
 

@@ -86,6 +86,16 @@ def _expire(store: Store, raw_nodes: list[redis.Redis], scid: str) -> None:
         _owner(raw_nodes, names[0]).delete(*names)
 
 
+async def _other_worker(make_store: MakeStore, store: Store, **kwargs: Any) -> Store:
+    """Another worker on the same data: a second store object on the same Redis, or (embedded) one that
+    shares the first one's keyspace."""
+    other = await make_store(**kwargs)
+    if isinstance(store, MemoryStore):
+        assert isinstance(other, MemoryStore)
+        other._ks = store._ks
+    return other
+
+
 async def _cold_load(store: Store, cold: Store | None, query: LoadQuery) -> LoadResult:
     """The same load with nothing cached: a fresh store object on the same Redis, or (embedded, where a
     second object would hold no data) the same store with its cache emptied for the call."""
@@ -103,6 +113,7 @@ async def test_a_cached_load_is_exactly_a_cold_load_through_every_kind_of_change
         make_store: MakeStore, backend: str, raw_nodes: list[redis.Redis]) -> None:
     store = await make_store(max_turns=8)
     cold = None if backend == "memory" else await make_store(max_turns=8, load_cache_bytes=0)
+    writer = await _other_worker(make_store, store, max_turns=8)  # turns this worker did not write itself
     spy = LoadSpy(store)
     scid = new_scid()
 
@@ -118,7 +129,7 @@ async def test_a_cached_load_is_exactly_a_cold_load_through_every_kind_of_change
         return warm, replies
 
     async def record(i: int, tag: str = "t", on: str | None = None) -> None:
-        await store.record(T, TurnWrite(turn(i, tag=tag), scid=on or scid, expected_position=i))
+        await writer.record(T, TurnWrite(turn(i, tag=tag), scid=on or scid, expected_position=i))
 
     for i in range(3):
         await record(i)
@@ -158,7 +169,7 @@ async def test_a_cached_load_is_exactly_a_cold_load_through_every_kind_of_change
     assert loads == [(0, 2)] and recreated.conversation is not None
     assert [t.content[2]["id"] for t in recreated.conversation.turns] == ["toolu_new_40", "toolu_new_41"]
 
-    fork = await store.record(T, TurnWrite(turn(41, tag="f"), scid=scid, expected_position=41))
+    fork = await writer.record(T, TurnWrite(turn(41, tag="f"), scid=scid, expected_position=41))
     assert fork.forked
     assert (await same())[1] == [(2, 0)]  # the parent is unchanged
     forked, loads = await same(LoadQuery(scid=fork.scid))
@@ -184,8 +195,10 @@ async def test_a_recreation_within_the_same_millisecond_is_not_mistaken_for_the_
         await store.record(T, TurnWrite(turn(i), scid=scid, expected_position=i))
     assert (await store.get_conversation(T, scid)) is not None
     _expire(store, raw_nodes, scid)
+    other = await _other_worker(make_store, store)  # recreated by another worker, in the same millisecond
+    _engine(other)._wall = _engine(store)._wall
     for i in range(2):
-        await store.record(T, TurnWrite(turn(i, tag="again"), scid=scid, expected_position=i))
+        await other.record(T, TurnWrite(turn(i, tag="again"), scid=scid, expected_position=i))
     conv = await store.get_conversation(T, scid)
     assert spy.last == (0, 2)  # same created, same next: the turn id at next - 1 tells them apart
     assert conv is not None and [t.content[2]["id"] for t in conv.turns] == ["toolu_again_0", "toolu_again_1"]
@@ -193,14 +206,15 @@ async def test_a_recreation_within_the_same_millisecond_is_not_mistaken_for_the_
 
 async def test_the_incremental_reply_carries_only_the_new_turns(make_store: MakeStore) -> None:
     store = await make_store()
+    writer = await _other_worker(make_store, store)
     spy = LoadSpy(store)
     scid = new_scid()
     blobs = [codec.encode_turn(turn(i)) for i in range(51)]
     for i in range(50):
-        await store.record(T, TurnWrite(turn(i), scid=scid, expected_position=i))
+        await writer.record(T, TurnWrite(turn(i), scid=scid, expected_position=i))
     await store.load(T, LoadQuery(scid=scid))
     assert spy.replies[-1] == (NOTHING_KNOWN, 0, 50, sum(map(len, blobs[:50])))
-    await store.record(T, TurnWrite(turn(50), scid=scid, expected_position=50))
+    await writer.record(T, TurnWrite(turn(50), scid=scid, expected_position=50))
     res = await store.load(T, LoadQuery(scid=scid))
     known, index, count, nbytes = spy.replies[-1]
     assert known[1:] == ("50", turn(49).turn_id) and (index, count, nbytes) == (50, 1, len(blobs[50]))
@@ -256,14 +270,16 @@ async def test_the_cache_keeps_to_its_byte_bound_least_recently_used_out(make_st
     assert cache.get(T, big) is None and cache.nbytes <= cache.max_bytes
 
 
-async def test_the_cache_never_answers_for_another_tenant(store: Store) -> None:
+async def test_the_cache_never_answers_for_another_tenant(make_store: MakeStore) -> None:
+    store = await make_store()
+    writer = await _other_worker(make_store, store)
     spy = LoadSpy(store)
     scid = new_scid()
     for i in range(2):
-        await store.record(TENANT_A, TurnWrite(turn(i, tag="a"), scid=scid, expected_position=i))
+        await writer.record(TENANT_A, TurnWrite(turn(i, tag="a"), scid=scid, expected_position=i))
     await store.load(TENANT_A, LoadQuery(scid=scid))
     assert (await store.load(TENANT_B, LoadQuery(scid=scid))).conversation is None
-    await store.record(TENANT_B, TurnWrite(turn(0, tag="b"), scid=scid, expected_position=0))
+    await writer.record(TENANT_B, TurnWrite(turn(0, tag="b"), scid=scid, expected_position=0))
     seen_by_b = await store.load(TENANT_B, LoadQuery(scid=scid))
     assert spy.replies[-1][0] == NOTHING_KNOWN and spy.last == (0, 1)  # nothing of A's entry was sent
     assert seen_by_b.conversation is not None

@@ -60,7 +60,7 @@ async def test_record_reply_shapes(fake_store: RedisStore) -> None:
     ck = conversation_keys(T, new_scid())
     op = Eval(RECORD, ck.all(), ("a" * 64, b"\x01\x90", "", 1, 60, 10, b""))
     (reply,) = await fake_store._roundtrip([op])
-    assert reply == [b"ok", 0, 1, 1]
+    assert reply == [b"ok", 0, 1, 1, 0, b"1"]  # + start and meta's created (the worker's cache: convcache)
     (reply,) = await fake_store._roundtrip([op])
     assert reply == [b"dup", 0, 1, 0]
     other = Eval(RECORD, ck.all(), ("b" * 64, b"\x01\x90", 0, 1, 60, 10, b""))

@@ -1,0 +1,83 @@
+"""Loads a worker answers itself (``LoadQuery.replayed``): the same plan as a worker that holds nothing.
+
+One app (real simulator, real Redis) against a reference worker on the same Redis with no conversation
+cache and no replay memo: every tool-loop step of every replay scenario (faithful, every message and
+history mangling, edits, parameter fixes) is prepared both ways and must come out the same (outgoing bytes,
+actions, conversation, position, fork), then goes upstream (the strict simulator) and is recorded. A
+faithful loop's loads after its first request take no round trip; a mangled one's always do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gateway import pipeline
+from gateway.app import Gateway, create_app
+from gateway.settings import Settings
+from gateway.upstream import forward_request_headers
+from tests.gateway.memo_equivalence import exchange_of, prepare_both_ways, relay_and_record
+from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
+
+
+@contextlib.asynccontextmanager
+async def worker_and_cold(sim_url: str, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """(a worker as configured by default, one on the same Redis that holds nothing between requests)."""
+    settings = Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret="local-load-secret",
+                        store_timeout_ms=2000)
+    app, cold_app = create_app(settings), create_app(dataclasses.replace(settings, load_cache_mb=0))
+    async with app.router.lifespan_context(app), cold_app.router.lifespan_context(cold_app):
+        yield app.state.gateway, dataclasses.replace(cold_app.state.gateway, replay_memo=None)
+
+
+def load_trips() -> float:
+    return REGISTRY.get_sample_value("gateway_store_round_trips_total", {"op": "load"}) or 0.0
+
+
+@pytest.fixture()
+async def pair(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    async with worker_and_cold(sim.url, redis_url) as both:
+        yield both
+
+
+@pytest.mark.parametrize("scid_header", [False, True])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+async def test_a_load_answered_by_the_worker_plans_as_a_cold_load(
+        pair: tuple[Gateway, Gateway], scenario: str, scid_header: bool) -> None:
+    worker, _ = pair
+    step_fn = SCENARIOS[scenario]
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools=6]] weather ({scenario})"}]
+    params = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+              "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+    headers = dict(HEADERS)
+    trips: list[float] = []
+    mangled: list[bool] = []
+    for step in range(7):
+        sent, extra = step_fn(history, step)
+        mangled.append(sent != history)
+        make = exchange_of({**params, **extra, "messages": sent}, endpoint="messages", dialect="anthropic",
+                           headers=headers)
+        before = load_trips()
+        ex = await prepare_both_ways(pair, make, pipeline.prepare)
+        trips.append(load_trips() - before)  # both ways: the worker's trips plus the cold one's
+        answer = await relay_and_record(worker, ex, forward_request_headers(ex.headers))
+        if scid_header and ex.scid:
+            headers["x-ag-conversation-id"] = ex.scid
+        if answer["stop_reason"] != "tool_use":
+            break
+        history.append({"role": "assistant", "content": answer["content"]})
+        history.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b["id"], "content": f"sunny {step}"}
+            for b in answer["content"] if b["type"] == "tool_use"]})
+    assert len(trips) == 7
+    if scenario in ("faithful", "params fixed every request", "thinking disabled at step 3"):
+        # from the second request on, every replayed turn is one the worker recorded itself: only the cold
+        # worker goes to the store (one round trip: by header, or by the index with its hint)
+        assert all(t == 1 for t in trips[1:]), trips
+    elif scenario.startswith("assistant:"):  # a mangled replay is never answered by the worker
+        assert all(t >= 2 if m else t == 1 for t, m in zip(trips[1:], mangled[1:], strict=True)), (trips, mangled)

@@ -1,0 +1,155 @@
+"""A worker's own appends and the loads it answers itself (``state.convcache.appended``,
+``EngineStore._local_load``).
+
+Every backend (embedded, a real redis-server, a real 3-master Cluster): after a worker records turns, its
+cache holds them (the next LOAD transfers nothing) and every load still equals a cold load; a load whose
+replayed turns (``LoadQuery.replayed``) the worker holds takes no round trip and matches those turns as a
+cold load does; anything it does not hold (a turn another worker appended, an unknown digest, a hinted
+conversation no tool id names, another tenant, the cache off) goes to the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from state.engine import EngineStore
+from state.hashing import replay_digest
+from state.keys import new_scid
+from state.memory_store import MemoryStore
+from state.records import TurnRecord
+from state.store import LoadQuery, LoadResult, Store, TurnWrite
+from tests.state.conftest import MakeStore
+from tests.state.factories import TENANT_A, TENANT_B, turn
+from tests.state.test_convcache import LoadSpy
+
+T = TENANT_A
+
+
+def plain(i: int, tag: str = "t") -> TurnRecord:
+    """A turn the client receives exactly as stored (what the gateway records a replay digest for)."""
+    t = turn(i, tag=tag)
+    digest = replay_digest(t.content)
+    assert digest is not None
+    return dataclasses.replace(t, replay_digest=digest)
+
+
+async def other_worker(make_store: MakeStore, store: Store, **kwargs: Any) -> Store:
+    other = await make_store(**kwargs)
+    if isinstance(store, MemoryStore):
+        assert isinstance(other, MemoryStore)
+        other._ks = store._ks  # the embedded store is one process: share its data
+    return other
+
+
+async def cold_load(make_store: MakeStore, store: Store, query: LoadQuery, tenant: str = T) -> LoadResult:
+    """The same load by a worker that holds nothing."""
+    cold = await other_worker(make_store, store, load_cache_bytes=0)
+    return await cold.load(tenant, query)
+
+
+def digests(*recs: TurnRecord) -> list[bytes]:
+    return [r.replay_digest for r in recs]
+
+
+async def test_own_appends_extend_the_cache_and_loads_stay_exact(make_store: MakeStore) -> None:
+    store = await make_store(max_turns=4)
+    spy = LoadSpy(store)
+    scid = new_scid()
+    for i in range(3):
+        await store.record(T, TurnWrite(plain(i), scid=scid, expected_position=i))
+    warm = await store.load(T, LoadQuery(scid=scid))
+    assert spy.replies[-1][1:3] == (3, 0)  # the list from index 3 on: nothing to transfer
+    assert warm == await cold_load(make_store, store, LoadQuery(scid=scid))
+    for i in range(3, 7):  # past max_turns: trimmed from the front by the worker's own appends
+        await store.record(T, TurnWrite(plain(i), scid=scid, expected_position=i))
+    warm = await store.load(T, LoadQuery(scid=scid))
+    assert spy.replies[-1][1:3] == (4, 0)
+    assert warm.conversation is not None and [t.position for t in warm.conversation.turns] == [3, 4, 5, 6]
+    assert warm == await cold_load(make_store, store, LoadQuery(scid=scid))
+
+    other = await other_worker(make_store, store, max_turns=4)  # another worker appends: not known here
+    await other.record(T, TurnWrite(plain(7, "o"), scid=scid, expected_position=7))
+    await store.record(T, TurnWrite(plain(8), scid=scid, expected_position=8))
+    warm = await store.load(T, LoadQuery(scid=scid))
+    assert spy.replies[-1][1:3] == (2, 2)  # it knew up to 6 (start is 5 now): 7 and 8 come back
+    assert warm == await cold_load(make_store, store, LoadQuery(scid=scid))
+
+    late = new_scid()  # a conversation created at a later position (a client's first turn there)
+    await store.record(T, TurnWrite(plain(5, "late"), scid=late, expected_position=5))
+    warm = await store.load(T, LoadQuery(scid=late))
+    assert spy.replies[-1][1:3] == (1, 0)
+    assert warm == await cold_load(make_store, store, LoadQuery(scid=late))
+
+
+async def test_a_load_of_held_turns_takes_no_round_trip(make_store: MakeStore) -> None:
+    store = await make_store()
+    scid = new_scid()
+    recs = [plain(i) for i in range(4)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+    query = LoadQuery(scid=scid, tool_ids=["toolu_t_2", "toolu_t_3"], replayed=digests(*recs))
+    local = await store.load(T, query)
+    cold = await cold_load(make_store, store, query)
+    assert local.round_trips == 0 and cold.round_trips == 1
+    assert local.conversation == cold.conversation and local.conversations == cold.conversations
+    assert local.tool_hits == cold.tool_hits  # the query's ids resolved among the held turns
+
+    # without the header, the conversation is the hinted one, named by a tool id as an index hit names it
+    hinted = LoadQuery(tool_ids=["toolu_t_3"], hint_scid=scid, replayed=digests(*recs))
+    local, cold = await store.load(T, hinted), await cold_load(make_store, store, hinted)
+    assert local.round_trips == 0 and local.conversation is None and cold.conversation is None
+    assert local.conversations == cold.conversations and local.tool_hits == cold.tool_hits
+
+
+@pytest.mark.parametrize("case", ["unknown digest", "another worker's turn", "hint without tool ids",
+                                  "another tenant", "cache off", "no digests"])
+async def test_anything_not_held_goes_to_the_store(make_store: MakeStore, case: str) -> None:
+    store = await make_store(load_cache_bytes=0 if case == "cache off" else 64 * 2**20)
+    scid = new_scid()
+    recs = [plain(i) for i in range(3)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+    replayed, tenant, query_scid, hint = digests(*recs), T, scid, None
+    tool_ids, norms = ["toolu_t_2"], ["0" * 64]
+    if case == "unknown digest":
+        replayed[1] = replay_digest([{"type": "text", "text": "edited by the client"}]) or b""
+    elif case == "another worker's turn":
+        other = await other_worker(make_store, store)
+        theirs = plain(3, "o")
+        await other.record(T, TurnWrite(theirs, scid=scid, expected_position=3))
+        replayed.append(theirs.replay_digest)
+    elif case == "hint without tool ids":
+        query_scid, hint, tool_ids = None, scid, []
+    elif case == "another tenant":
+        tenant = TENANT_B
+    elif case == "no digests":
+        replayed = []
+    query = LoadQuery(scid=query_scid, tool_ids=tool_ids, norm_hashes=norms, hint_scid=hint, replayed=replayed)
+    res = await store.load(tenant, query)
+    assert res.round_trips >= 1
+    assert res == await cold_load(make_store, store, query, tenant)
+    if case == "another worker's turn":  # the load brought the cache up to date: now it is held
+        assert res.conversation is not None and len(res.conversation.turns) == 4
+        again = await store.load(T, query)
+        assert again.round_trips == 0 and again.conversation == res.conversation
+
+
+async def test_a_held_conversation_is_answered_as_the_worker_knows_it_not_refreshed(make_store: MakeStore) -> None:
+    """The trade: a load answered locally does not see turns appended after the replayed ones, nor refresh
+    TTLs; the next record does both (it appends at the position the replay implies, or forks)."""
+    store = await make_store()
+    assert isinstance(store, EngineStore)
+    scid = new_scid()
+    recs = [plain(i) for i in range(2)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+    other = await other_worker(make_store, store)
+    await other.record(T, TurnWrite(plain(2, "o"), scid=scid, expected_position=2))  # a parallel branch
+    local = await store.load(T, LoadQuery(scid=scid, replayed=digests(*recs)))
+    assert local.round_trips == 0 and local.conversation is not None
+    assert local.conversation.next_position == 2  # as this worker knows it
+    res = await store.record(T, TurnWrite(plain(2), scid=scid, expected_position=2))
+    assert res.forked and res.forked_from == scid  # the store still decides: position 2 is taken
