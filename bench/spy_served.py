@@ -112,12 +112,17 @@ def main() -> None:
     ap.add_argument("--loops", action="store_true", help="fresh tool loops of --turns rounds (fixed costs)")
     ap.add_argument("--mangled", action="store_true")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--raw", type=Path, help="also keep py-spy's raw (collapsed) stacks in this file")
     args = ap.parse_args()
     spy_exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy_exe).exists():
         sys.exit("py-spy not found: pip install -e '.[bench]'")
     with tempfile.TemporaryDirectory(prefix="tg-spy-") as tmp:
-        print(asyncio.run(run(args, spy_exe, Path(tmp) / "stacks.txt")))
+        stacks = Path(tmp) / "stacks.txt"
+        report = asyncio.run(run(args, spy_exe, stacks))
+        if args.raw:
+            shutil.copyfile(stacks, args.raw)
+        print(report)
 
 
 if __name__ == "__main__":

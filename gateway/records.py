@@ -273,7 +273,7 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
     recs = Records(
         by_tool_id=resolve(dict(result.tool_hits)),
         by_text_hash=resolve(dict(result.norm_hits)),
-        signatures={h: (p.thinking, p.signature) for h, p in result.exact_hits.items()},
+        signatures=dict(result.exact_hits),
         scid=scid,
     )
     conv = result.conversations.get(scid) if scid else None

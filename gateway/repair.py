@@ -156,7 +156,7 @@ class Records:
 
     by_tool_id: dict[str, RecordedTurn] = field(default_factory=dict)
     by_text_hash: dict[str, RecordedTurn] = field(default_factory=dict)
-    signatures: dict[str, tuple[str, str]] = field(default_factory=dict)  # exact hash -> (text, signature)
+    signatures: dict[str, str] = field(default_factory=dict)  # exact hash of a thinking text -> its signature
     conversation: ConversationView = field(default_factory=ConversationView)
     scid: str | None = None
 
@@ -300,11 +300,11 @@ def _verify_by_exact_text(m: Message, i: int, recs: Records, res: RepairResult) 
     for b in m.content:
         if not isinstance(b, ThinkingBlock) or b.thinking is None:
             continue
-        pair = recs.signatures.get(exact_hash(b.thinking))
-        if pair is None or pair[0] != b.thinking:
+        sig = recs.signatures.get(exact_hash(b.thinking))
+        if sig is None:
             continue
-        if b.signature != pair[1]:
-            b.signature = pair[1]
+        if b.signature != sig:
+            b.signature = sig
             res.changed = True
             res.actions.append(Action(ActionKind.SIGNATURE_RESTORED, i))
         res.verified.add(id(b))

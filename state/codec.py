@@ -5,7 +5,7 @@ version    payload
 =========  =====================================================
 ``0x01``   msgpack
 ``0x02``   zlib-compressed msgpack (used when it saves >= 1/8 of a payload of >= 1 KiB;
-           >= 4 KiB for index pairs, which are decoded by the hundred per load)
+           >= 4 KiB for the conversation's last verified pair)
 =========  =====================================================
 
 Strings are packed as UTF-8 with ``surrogatepass``, so every Python ``str`` (thinking text, signature,
@@ -18,6 +18,11 @@ Decoded turns are cached per process (``decode_turn``), keyed by the stored byte
 conversation's older turns come back with every load, byte for byte the same, and decoding them again
 (inflate, unpack, validate) was a third of a long conversation's load. Records are immutable by contract,
 so every caller may share one decoded record; nobody mutates ``content`` or ``prompt``.
+
+Index values are small and read by the hundred per load, so they are never compressed: a signature (the
+exact-text index: its key is the SHA-256 of the text, so the text itself is not stored again; values of
+the earlier ``[thinking, signature]`` form still decode), a location ``[scid, turn_id, position]`` whose
+turn id is packed as its 32 bytes (64 hex characters in earlier values, still decoded), a SCID.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import msgpack
 
 from state.errors import CodecError
+from state.keys import is_valid_turn_id
 from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
 
@@ -131,8 +137,7 @@ def _decode_turn(data: bytes, position: int | None) -> TurnRecord:
 
 
 def encode_pair(pair: VerifiedPair) -> bytes:
-    # pairs are index values read by the hundred per load: inflating a small one costs ~4x its decode,
-    # so only long thinking texts (where the memory is) are compressed
+    # a conversation's last verified pair (meta): read with every load, so only long texts are compressed
     return pack([pair.thinking, pair.signature], compress_min=PAIR_COMPRESS_MIN_BYTES)
 
 
@@ -143,16 +148,40 @@ def decode_pair(data: bytes) -> VerifiedPair:
     return VerifiedPair(obj[0], obj[1])
 
 
+def encode_signature(signature: str) -> bytes:
+    """The exact-text index's value: the signature issued for the text whose hash is the key."""
+    return pack(signature, compress_min=None)
+
+
+def decode_signature(data: bytes) -> str:
+    obj = unpack(data)
+    if isinstance(obj, str) and obj:
+        return obj
+    if isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[0], str) and isinstance(obj[1], str) and obj[1]:
+        return obj[1]  # the earlier [thinking, signature] form
+    raise CodecError("stored signature is not a non-empty string")
+
+
+_TURN_ID_BYTES = 32
+
+
 def encode_location(location: Location) -> bytes:
-    return pack([location.scid, location.turn_id, location.position], compress_min=None)
+    tid = location.turn_id
+    packed_id: str | bytes = bytes.fromhex(tid) if is_valid_turn_id(tid) else tid
+    return pack([location.scid, packed_id, location.position], compress_min=None)
 
 
 def decode_location(data: bytes) -> Location:
     obj = unpack(data)
-    if not (isinstance(obj, list) and len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], str)
+    if not (isinstance(obj, list) and len(obj) >= 3 and isinstance(obj[0], str)
             and (obj[2] is None or isinstance(obj[2], int))):
         raise CodecError("stored location is not [scid, turn_id, position]")
-    return Location(obj[0], obj[1], obj[2])
+    tid = obj[1]
+    if isinstance(tid, bytes) and len(tid) == _TURN_ID_BYTES:
+        tid = tid.hex()
+    elif not isinstance(tid, str):
+        raise CodecError("stored location's turn id is neither 32 bytes nor a string")
+    return Location(obj[0], tid, obj[2])
 
 
 def encode_scid(scid: str) -> bytes:

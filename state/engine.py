@@ -175,7 +175,7 @@ class EngineStore:
                 found[i] = value
         values = iter(found)
         raw_tool, n1 = _decode_hits(tool_ids, values, codec.decode_location)
-        exact_hits, n2 = _decode_hits(exact, values, codec.decode_pair)
+        exact_hits, n2 = _decode_hits(exact, values, codec.decode_signature)
         raw_norm, n3 = _decode_hits(norms, values, codec.decode_location)
         fp_hits, n4 = _decode_hits(fps, values, codec.decode_scid)
         bad += n1 + n2 + n3 + n4
@@ -261,8 +261,7 @@ class EngineStore:
         entries = rec.index_entries()
         loc = codec.encode_location(Location(scid, rec.turn_id, hint))
         ops: list[Op] = [SetEx(keys.tool_key(tenant, t), loc, ttl) for t in entries.tool_ids]
-        ops += [SetEx(keys.exact_key(tenant, h), codec.encode_pair(VerifiedPair(text, sig)), ttl)
-                for h, text, sig in entries.exact]
+        ops += [SetEx(keys.exact_key(tenant, h), codec.encode_signature(sig), ttl) for h, sig in entries.exact]
         ops += [SetEx(keys.norm_key(tenant, h), loc, ttl) for h in entries.norm]
         sc = codec.encode_scid(scid)
         fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])

@@ -14,7 +14,8 @@ One module on purpose: a lookup only hits if the writer and the reader computed 
 - ``replay_digest(content)``: BLAKE2b-128 over the JSON of an assistant message's content with keys
   sorted (key order and whitespace insensitive, every value exact). A replay whose digest equals a
   turn's recorded one is that turn, verbatim: repair accepts it without decoding the record.
-- ``index_entries(content)``: the lookup entries a turn contributes (tool ids, exact pairs, norm hashes).
+- ``index_entries(content)``: the lookup entries a turn contributes (tool ids, exact-text hashes with
+  their signatures, norm hashes).
   Empty thinking texts (``display: omitted``) get no exact-hash entry: every such block has the same
   hash, so it would map to an arbitrary other turn's signature (a signature-only fallback).
 """
@@ -113,14 +114,14 @@ class IndexEntries:
     """What one turn contributes to the indexes (duplicates removed, first occurrence order)."""
 
     tool_ids: tuple[str, ...]
-    exact: tuple[tuple[str, str, str], ...]  # (exact_hash, thinking, signature)
+    exact: tuple[tuple[str, str], ...]  # (exact_hash of a thinking text, its signature)
     norm: tuple[str, ...]  # norm hashes of thinking and text blocks
 
 
 def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
-    """Tool-use ids, exact thinking pairs and normalised-text hashes of one turn's content."""
+    """Tool-use ids, exact thinking-text hashes with their signatures, normalised-text hashes of one turn."""
     tool_ids: dict[str, None] = {}
-    exact: dict[str, tuple[str, str, str]] = {}
+    exact: dict[str, tuple[str, str]] = {}
     norm: dict[str, None] = {}
     for block in content:
         kind = block.get("type")
@@ -135,5 +136,5 @@ def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
     for text, sig in thinking_pairs(content):
         if text:
             h = exact_hash(text)
-            exact[h] = (h, text, sig)
+            exact[h] = (h, sig)
     return IndexEntries(tuple(tool_ids), tuple(exact.values()), tuple(norm))

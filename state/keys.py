@@ -6,7 +6,7 @@ Key scheme (``<t>`` = tenant prefix, ``<scid>`` = conversation id)::
     tg:{<t>:<scid>}:turns   LIST  encoded TurnRecords, index i = position start+i ("" = gap)
     tg:{<t>:<scid>}:tids    LIST  turn ids, parallel to :turns ("" = gap)
     tg:{<t>:i<b>}:tool:<tool id>   STRING  Location(scid, turn_id, position)     (Layer 1)
-    tg:{<t>:i<b>}:x:<exact hash>   STRING  (thinking text, signature) pair       (Layer 2)
+    tg:{<t>:i<b>}:x:<exact hash>   STRING  signature issued for that exact text  (Layer 2)
     tg:{<t>:i<b>}:n:<norm hash>    STRING  Location(scid, turn_id, position)
     tg:{<t>:i<b>}:fp:<fingerprint> STRING  scid
     tg:{<scid>}:seen               STRING  "1": some tenant holds this SCID (no tenant in it)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from state.errors import CodecError, StoreError, StoreUnavailable
-from state.records import ConversationState, Location, TurnRecord, VerifiedPair
+from state.records import ConversationState, Location, TurnRecord
 
 __all__ = [
     "CodecError", "LoadQuery", "LoadResult", "RecordResult", "Store", "StoreError", "StoreHealth",
@@ -94,8 +94,8 @@ class LoadResult:
       is in several loaded conversations (a fork copies its parent's prefix), the location points into
       ``conversation`` first. Hits pointing at conversations that were not loaded (beyond ``max_fetch``)
       or at records gone from their conversation (trimmed) are left out and counted in ``unresolved``.
-    - ``exact_hits``: exact hash -> the stored ``(thinking, signature)`` pair. The gateway must still
-      compare the pair's text to its own text byte for byte before trusting the signature.
+    - ``exact_hits``: exact hash -> the signature issued for the thinking text with that SHA-256 (the
+      text is not stored again: the caller hashed its own text to ask, so a hit is for exactly it).
     - ``fingerprint_hits``: fingerprint -> SCID, as indexed (that conversation may not be loaded).
     - ``foreign``: ``query.scid`` names no conversation of this tenant, but some tenant recorded a turn
       under it within the TTL (the tenant-less marker ``keys.scid_marker_key``, read in the first round
@@ -107,7 +107,7 @@ class LoadResult:
     conversations: Mapping[str, ConversationState] = field(default_factory=dict)
     tool_hits: Mapping[str, Location] = field(default_factory=dict)
     norm_hits: Mapping[str, Location] = field(default_factory=dict)
-    exact_hits: Mapping[str, VerifiedPair] = field(default_factory=dict)
+    exact_hits: Mapping[str, str] = field(default_factory=dict)
     fingerprint_hits: Mapping[str, str] = field(default_factory=dict)
     foreign: bool = False
     round_trips: int = 0
@@ -146,8 +146,8 @@ class TurnWrite:
       that position is free, exactly as on a position conflict. The same turn already at
       ``expected_position`` is still a duplicate (a retry), and a conversation that does not exist is
       created as without ``fork`` (there is nothing to fork from).
-    Index entries (tool ids, exact pairs, norm hashes) are always derived from ``record.content`` with
-    ``state.hashing.index_entries`` so writers and readers cannot disagree.
+    Index entries (tool ids, exact-text signatures, norm hashes) are always derived from
+    ``record.content`` with ``state.hashing.index_entries`` so writers and readers cannot disagree.
     """
 
     record: TurnRecord

@@ -22,8 +22,8 @@ TEXT = "  Plan:\r\n  check the weather.  \n"
 SIG = "sig-issued-for-TEXT"
 
 
-def _index(*pairs: tuple[str, str]) -> dict[str, tuple[str, str]]:
-    return {exact_hash(text): (text, sig) for text, sig in pairs}
+def _index(*pairs: tuple[str, str]) -> dict[str, str]:
+    return {exact_hash(text): sig for text, sig in pairs}
 
 
 def _history(thinking: dict[str, Any]) -> list[Message]:
@@ -60,9 +60,8 @@ def test_layer2_gives_no_signature_to_trimmed_or_altered_text() -> None:
     """Seed invariant 4.1.1: a signature only ever goes with the exact text it was issued for."""
     for altered in (TEXT.strip(), TEXT.replace("\r\n", "\n"), TEXT + " ", TEXT.upper()):
         msgs = _history({"type": "thinking", "thinking": altered})
-        index = _index((TEXT, SIG))
-        index[exact_hash(altered)] = (TEXT, SIG)  # even a (colliding) index entry for it: text compared too
-        res = repair(msgs, Records(signatures=index))
+        # the index is keyed by the SHA-256 of the exact text: nothing else finds TEXT's signature
+        res = repair(msgs, Records(signatures=_index((TEXT, SIG), ("other text", "sig-other"))))
         block = _thinking(msgs)
         assert block.signature is None and not res.is_verified(block), repr(altered)
         assert not res.actions

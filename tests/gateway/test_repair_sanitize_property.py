@@ -91,7 +91,7 @@ def records_for(msgs: list[dict[str, Any]], keep: list[bool]) -> Records:
                     recs.by_tool_id[b["id"]] = turn
                 elif b["type"] == "thinking" and b["thinking"]:
                     recs.by_text_hash[norm_hash(b["thinking"])] = turn
-                    recs.signatures[exact_hash(b["thinking"])] = (b["thinking"], b["signature"])
+                    recs.signatures[exact_hash(b["thinking"])] = b["signature"]
                 elif b["type"] == "text":
                     recs.by_text_hash[norm_hash(b["text"])] = turn
         pos += 1

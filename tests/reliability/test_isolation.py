@@ -222,6 +222,13 @@ def test_keys_metrics_and_logs_carry_no_identifiers(seeded: Seeded) -> None:
     bs = [fresh_b(surface, attempt) for surface in SURFACES for attempt in ATTEMPTS]
     assert owners <= {tenant_prefix(SECRET.encode(), k).encode() for k in [KEY_A, KEY_B, *bs]}, owners
     assert all(KEY_A.encode() not in k and KEY_B.encode() not in k for k in keys)
+    # a thinking text is kept once, in its turn's record: the index (the exact-text one is keyed by the
+    # text's SHA-256 and holds the signature) stores no copy of it
+    index = [k for k in keys if b":i" in k.split(b"}")[0]]
+    values = [seeded.keyspace.client.get(k) or b"" for k in index]
+    assert any(s.encode() in v for v in values for _, s in seeded.thinking)  # the signatures are there
+    for text, _ in seeded.thinking:
+        assert not any(text[:40].encode() in v for v in values), "a thinking text in an index value"
 
     metrics = client().get(seeded.gateway.url + "/metrics").text
     secrets = [KEY_A, KEY_B, seeded.tenant_a, seeded.tenant_b, seeded.scid, seeded.history[0]["content"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgpack
@@ -71,6 +72,24 @@ def test_pair_round_trips_exactly(thinking: str, signature: str) -> None:
     assert back.thinking.encode() == thinking.encode()
 
 
+@settings(max_examples=100, deadline=None)
+@given(signature=edge_text.filter(bool))
+def test_signature_round_trips_exactly(signature: str) -> None:
+    assert codec.decode_signature(codec.encode_signature(signature)).encode("utf-8", "surrogatepass") == \
+        signature.encode("utf-8", "surrogatepass")
+
+
+def test_exact_index_values_hold_the_signature_only() -> None:
+    text, sig = "a long thought\r\n" * 40, "EqQBCkYIBRgCKkD" * 10
+    data = codec.encode_signature(sig)
+    assert text.encode() not in data and len(data) < len(sig) + 8
+    # values written before hold [thinking, signature]: the signature is what is read
+    assert codec.decode_signature(codec.encode_pair(VerifiedPair(text, sig))) == sig
+    for bad in (codec.pack(""), codec.pack(3), codec.pack(["t", ""]), codec.pack(["t"])):
+        with pytest.raises(CodecError):
+            codec.decode_signature(bad)
+
+
 def test_records_without_prompt_still_decode() -> None:
     rec = TurnRecord(content=[{"type": "text", "text": "old"}])
     old = codec.pack([rec.turn_id, rec.content, {}, "", "", "", rec.created_at, None])  # pre-prompt layout
@@ -136,6 +155,18 @@ def test_large_payloads_are_compressed_and_exact() -> None:
 def test_location_and_scid_round_trip() -> None:
     loc = Location("abcdefghijklmnop", "0" * 64, None)
     assert codec.decode_location(codec.encode_location(loc)) == loc
+    tid = hashlib.sha256(b"turn").hexdigest()
+    loc = Location("abcdefghijklmnop", tid, 7)
+    data = codec.encode_location(loc)
+    assert codec.decode_location(data) == loc
+    assert tid.encode() not in data and bytes.fromhex(tid) in data  # the turn id as its 32 bytes
+    assert len(data) < len(codec.pack([loc.scid, tid, 7]))
+    # values written before: the turn id as 64 hex characters
+    assert codec.decode_location(codec.pack([loc.scid, tid, 7])) == loc
+    odd = Location("abcdefghijklmnop", "not-a-turn-id", 1)  # anything else is kept as given
+    assert codec.decode_location(codec.encode_location(odd)) == odd
+    with pytest.raises(CodecError):
+        codec.decode_location(codec.pack([loc.scid, b"short", 7]))
     assert codec.decode_scid(codec.encode_scid("abcdefghijklmnop")) == "abcdefghijklmnop"
 
 
@@ -151,7 +182,8 @@ def test_garbage_raises_codec_error(data: bytes) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary())
 def test_arbitrary_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
-    for decode in (codec.decode_turn, codec.decode_pair, codec.decode_location, codec.decode_scid):
+    for decode in (codec.decode_turn, codec.decode_pair, codec.decode_signature, codec.decode_location,
+                   codec.decode_scid):
         try:
             decode(data)
         except CodecError:

@@ -6,7 +6,7 @@ import redis
 
 from state.hashing import exact_hash, norm_hash
 from state.keys import new_scid, scid_marker_key
-from state.records import TurnRecord, VerifiedPair
+from state.records import TurnRecord
 from state.store import LoadQuery, Store, TurnWrite
 from tests.state.conftest import MakeStore
 from tests.state.factories import TENANT_A, TENANT_B, turn
@@ -46,8 +46,7 @@ async def test_load_by_scid_is_one_round_trip_with_every_hit(store: Store) -> No
         assert (loc.scid, loc.position) == (scid, i)
         rec = res.record_for_tool(f"toolu_t_{i}")
         assert rec is not None and rec.content[2]["id"] == f"toolu_t_{i}"
-    assert res.exact_hits[exact_hash("Let me think about t-2.\r\n")] == VerifiedPair(
-        "Let me think about t-2.\r\n", "sig-t-2==")
+    assert res.exact_hits[exact_hash("Let me think about t-2.\r\n")] == "sig-t-2=="
     n1, n2 = norm_hash("Let me\nthink about t-1."), norm_hash(" Answer t 2. ")
     assert res.norm_hits[n1].position == 1 and res.norm_hits[n2].position == 2
     rec = res.record_for_norm(n2)

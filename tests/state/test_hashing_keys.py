@@ -58,7 +58,7 @@ def test_index_entries_and_pairs() -> None:
     ]
     entries = hashing.index_entries(content)
     assert entries.tool_ids == ("toolu_1",)
-    assert entries.exact == ((hashing.exact_hash("t1"), "t1", "s1"),)  # empty text is not indexed
+    assert entries.exact == ((hashing.exact_hash("t1"), "s1"),)  # empty text is not indexed
     assert set(entries.norm) == {hashing.norm_hash(t) for t in ("t1", "unsigned", "hello world")}
     assert TurnRecord(content=content).verified_pair() == VerifiedPair("t1", "s1")
     assert TurnRecord(content=content[:1]).verified_pair() == VerifiedPair("", "omitted-sig")
