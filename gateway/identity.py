@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock
-from gateway.repair import message_hashes
+from gateway.repair import block_hashes
 from state.hashing import exact_hash, normalize_text
 from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
@@ -123,8 +123,9 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     recent = assistants[-RECENT_TURNS:]
     for m in recent:
         tool_ids += m.tool_use_ids()
-        norm += message_hashes(m)
-        exact += [exact_hash(b.thinking) for b in m.content if isinstance(b, ThinkingBlock) and b.thinking]
+        blocks = m.peek_content()  # an undecoded message stays so (``replay_memo`` reuses it as it is)
+        norm += block_hashes(blocks)
+        exact += [exact_hash(b.thinking) for b in blocks if isinstance(b, ThinkingBlock) and b.thinking]
     fps = []
     prefix = prefix_before_last_assistant(msgs)
     fp = path_fingerprint(prefix, known) if prefix else None

@@ -142,7 +142,7 @@ class TurnsConversation(ConversationView):
 
     def find_text(self, norm: str) -> RecordedTurn | None:
         return next((t for t in self.turns.values()
-                     if norm in message_hashes(Message("assistant", list(t.content)))), None)
+                     if norm in block_hashes(t.content)), None)
 
 
 @dataclass(slots=True)
@@ -177,9 +177,14 @@ class RepairResult:
 
 
 def message_hashes(m: Message) -> list[str]:
-    """Normalized hashes a replayed assistant message can be found by."""
+    """Normalized hashes a replayed assistant message can be found by (an undecoded message stays so)."""
+    return block_hashes(m.peek_content())
+
+
+def block_hashes(blocks: Iterable[Block]) -> list[str]:
+    """Normalized hashes of an assistant message's thinking and text blocks (``message_hashes``)."""
     out: list[str] = []
-    for b in m.content:
+    for b in blocks:
         if isinstance(b, ThinkingBlock) and b.thinking:
             out.append(norm_hash(b.thinking))
         elif isinstance(b, TextBlock) and b.text.strip():
@@ -245,17 +250,8 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         res.matched[i] = turn
         restored = list(turn.content)
         _learn_id_map(m, restored, id_map)
-        if not _same(m.content, restored) or m.provider != turn.provider:
-            wire = turn.wire
-            if wire is not None:
-                # now exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream
-                # (encoders splice it), its blocks are built only if a later stage needs them
-                m.restore_raw(wire, lambda turn=turn: list(turn.content), turn.replay_digest)
-                m.verbatim = True
-            else:
-                m.content = restored
-            m.content_was_string = False
-            m.provider = turn.provider
+        if not _same(m.peek_content(), restored) or m.provider != turn.provider:
+            m = msgs[i] = _restored(m, turn, restored)
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
         if m.verbatim:
@@ -264,6 +260,22 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
     return res
+
+
+def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
+    """The message that takes ``m``'s place: ``turn`` as recorded. A new object, so the client's message
+    stays as it was decoded (undecoded, if it was): the replay memo hands it to the next request, which
+    replays the same bytes, without decoding it again."""
+    r = Message(m.role, extra=dict(m.extra), provider=turn.provider, replay_digest=m.replay_digest)
+    wire = turn.wire
+    if wire is not None:
+        # exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream (encoders
+        # splice it), its blocks are built only if a later stage needs them
+        r.restore_raw(wire, lambda turn=turn: list(turn.content), turn.replay_digest)
+        r.verbatim = True
+    else:
+        r.content = blocks
+    return r
 
 
 def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn | None:

@@ -30,13 +30,15 @@ Nothing here is an authority, and nothing is skipped but parsing and decoding: t
 sanitize run over the whole request as always, on messages identical to a fresh decode. Messages are only
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
-``pipeline.repair_and_sanitize``). A restored turn's message got a new content list, the record's; it, and
-any message otherwise no longer as decoded, is decoded again (or, for a surface that cannot decode one
-message alone, the request goes the full way): an assistant message whose blocks a stage built, or any
-message whose content list a stage replaced (without an action: dropping a client's per-part signature, a
-tool chain rebuilt unchanged); the list decoding made is remembered with the ticket. The ``verbatim`` mark
-repair sets is cleared. An entry is taken by the one request that uses it, so no two requests in flight
-share a message object.
+``pipeline.repair_and_sanitize``). A restored turn takes the client's message's place as a new message
+(``repair``), and stages before repair look at an undecoded message's blocks without decoding it
+(``Message.peek_content``), so an IDE's mangled message stays as decoded and the next request, which
+replays the same bytes, gets it as it is, to be restored again. A message no longer as decoded is decoded
+again (or, for a surface that cannot decode one message alone, the request goes the full way): an
+assistant message whose blocks a stage built in place, or any message whose content list a stage replaced
+(without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged); the list
+decoding made is remembered with the ticket. The ``verbatim`` mark repair sets is cleared. An entry is
+taken by the one request that uses it, so no two requests in flight share a message object.
 
 Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
 same way), bounded by the bytes of the bodies they hold (LRU); their parsed and decoded form takes a few
@@ -80,6 +82,7 @@ class Ticket:
     reused: int = 0            # messages taken from the memo
     base: PathHash | None = None  # the path hash after the reused messages
     path: PathHash | None = None  # ... after all of them, once ``path_hash`` computed it
+    redecoded: int = 0         # of the messages taken, those decoded again (no longer as decoded)
 
     @property
     def known(self) -> Known | None:
@@ -174,7 +177,7 @@ class ReplayMemo:
         parsed = {**entry.parsed, "messages": entry.parsed["messages"] + tail}
         self.hits += 1
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), _as_decoded(messages),
-                                        len(body) - rest, len(kept), entry.path)
+                                        len(body) - rest, len(kept), entry.path, redecoded=kept.count(None))
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:

@@ -243,7 +243,7 @@ def _drop_empty_assistants(msgs: list[Message]) -> None:
 
 
 def _starts_with_thinking(m: Message) -> bool:
-    return bool(m.content) and m.content[0].type in THINKING_TYPES
+    return m.first_type() in THINKING_TYPES
 
 
 def trailing_loop_start(msgs: list[Message]) -> int | None:

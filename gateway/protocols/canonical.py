@@ -166,6 +166,11 @@ class Message:
         self._content = blocks
         self._lazy = None
 
+    def peek_content(self) -> list[Block]:
+        """The blocks, without decoding the message in place: a lazy message's are built for the caller and
+        not kept, so it stays undecoded (``replay_memo`` reuses an undecoded message as it is)."""
+        return self._lazy[1]() if self._lazy is not None else self.content
+
     def restore_raw(self, raw: list[dict[str, JSON]], blocks: Callable[[], list[Block]], digest: bytes) -> None:
         """Make this message a recorded turn's content as JSON, undecoded (``raw``: the recorded blocks,
         which nobody may change; ``blocks``: builds them; ``digest``: their replay digest)."""
@@ -184,6 +189,14 @@ class Message:
         if raw is not None:
             return any(type(b) is dict and b.get("type") in THINKING_TYPES for b in raw)
         return any(b.type in THINKING_TYPES for b in self.content)
+
+    def first_type(self) -> str | None:
+        """The first block's type (None: no blocks), from the client's JSON while undecoded."""
+        raw = self.raw_blocks
+        if raw is not None:
+            t = raw[0].get("type") if raw and type(raw[0]) is dict else None
+            return t if isinstance(t, str) else None
+        return self.content[0].type if self.content else None
 
     def is_empty(self) -> bool:
         raw = self.raw_blocks

@@ -65,8 +65,8 @@ async def test_verbatim_turns_match_by_digest_without_decoding_records() -> None
     res = repair(req.messages, recs)
     actions = sanitize(req, res.is_verified, caps_for(req.model), Policy())
     assert [a.kind for a in actions] == [ActionKind.KEPT_VERIFIED] * 6  # thinking kept on every turn
-    # only the open tool loop's first turn is built (it must start with thinking); the rest stay JSON
-    assert [m.raw_blocks is None for m in req.messages if m.role == "assistant"] == [True] + [False] * 5
+    # none is built: the open tool loop's first turn is seen to start with thinking from its JSON
+    assert [m.raw_blocks is None for m in req.messages if m.role == "assistant"] == [False] * 6
     out = anthropic.encode_request(req)
     assert out["messages"] == history  # spliced through unchanged
 
@@ -117,8 +117,8 @@ async def test_a_restored_turn_goes_upstream_as_its_recorded_json_undecoded() ->
     assert [a.kind for a in actions] == [ActionKind.KEPT_VERIFIED] * 4
     assert result.conversation is not None
     stored = [rec.content for rec in result.conversation.turns]
-    # the record's own JSON; only the open loop's first turn is built (it must start with thinking)
-    assert [m.raw_blocks is rec for m, rec in zip(assistants, stored, strict=True)] == [False, True, True, True]
+    # the record's own JSON, none built (the open loop's first turn is seen to start with thinking from it)
+    assert [m.raw_blocks is rec for m, rec in zip(assistants, stored, strict=True)] == [True] * 4
     assert all(m.verbatim for m in assistants)
     assert [m.replay_digest for m in assistants] == [replay_digest(c) for c in stored]
     assert anthropic.encode_request(req)["messages"] == history  # exactly what the client once received

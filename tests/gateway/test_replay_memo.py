@@ -126,6 +126,18 @@ def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_
     assert again[0] is msgs[0]
 
 
+def test_a_message_whose_blocks_were_only_peeked_at_is_reused_as_it_is() -> None:
+    memo = ReplayMemo(1 << 20)
+    msgs, _ = served(memo, body(2))
+    assert msgs[1].peek_content() and msgs[1].raw_blocks is not None  # looked at, still undecoded
+    again, ticket = served(memo, body(3))
+    assert again[1] is msgs[1] and ticket.redecoded == 0
+    msgs[1].content  # noqa: B018  # built in place this time
+    memo.keep(ticket)
+    _, third = served(memo, body(4))
+    assert third.redecoded == 1
+
+
 def _retyped(b: bytes) -> bytes:
     return b.replace(b'"n":1', b'"n":1.0', 1)
 
@@ -276,6 +288,12 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         sent, extra = step_fn(history_, step)
         body = {**params, **extra, "messages": sent}
         ex = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)
+        if step >= 2 and (scenario.startswith("assistant:") or scenario == "faithful"):
+            assert ex.memo is not None and ex.memo.reused, ex.memo
+        if step >= 2 and ex.memo is not None:
+            # a mangled message was restored by a new message in its place, and no stage built a replayed
+            # message's blocks in place: the memo hands every message it kept to this request as it is
+            assert ex.memo.redecoded == 0, (step, ex.memo.redecoded)
         answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
