@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway import metrics, records
+from gateway import metrics, records, splice
 from gateway.endpoints import augment, chat, gemini, messages
 from gateway.errors import Dialect, GatewayError, new_request_id, render_error
 from gateway.hints import ConversationHints
@@ -153,6 +153,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         codec.set_turn_cache_entries(settings.decoded_turn_cache)
         records.set_content_cache_entries(settings.decoded_turn_cache)
+        splice.set_recorded_entries(settings.decoded_turn_cache)
         for up in gw.upstreams.values():
             await up.start()
         if gw.store is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway import identity, metrics
+from gateway import identity, metrics, splice
 from gateway.actions import Action, ActionKind
 from gateway.errors import bad_request
 from gateway.hints import edge_tool_ids
@@ -180,11 +180,12 @@ async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[L
     return current, found
 
 
-# Actions after which the replay memo may keep the request (``replay_memo``): each leaves every message as
-# decoded or gives it a new content list, which the memo notices (``_pristine``) and decodes that message
-# again. A thinking block kept as it is; a parameter fixed (the request's own params and thinking dicts,
-# built by its decoder, never the parsed body's values); a turn restored from its record (repair assigns
-# the message the record's blocks as a new list, and touches no other message).
+# Actions after which the replay memo may keep the request (``replay_memo``) and ``encode`` may splice the
+# messages' kept JSON (``splice``): each leaves every message as decoded, or gives it a new content list or
+# puts a new message in its place, which both notice by identity. A thinking block kept as it is; a
+# parameter fixed (the request's own params and thinking dicts, built by its decoder, never the parsed
+# body's values); a turn restored from its record (repair puts a new message, the record's, in the client's
+# message's place, and touches no other message).
 _MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED})
 
 
@@ -258,12 +259,16 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
 
 
 def encode(ex: Exchange) -> None:
-    """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded."""
+    """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded, splicing the JSON
+    of messages encoded before (``gateway.splice``) when no stage changed a message in place."""
     if not ex.changed and ex.dialect == ex.upstream == "anthropic":
         ex.outgoing = ex.raw_body
         return
     assert ex.request is not None
-    ex.outgoing = orjson.dumps(anthropic.encode_request(ex.request))
+    if all(a.kind in _MESSAGES_KEPT for a in ex.actions):
+        ex.outgoing = splice.encode_request(ex.request)
+    else:
+        ex.outgoing = orjson.dumps(anthropic.encode_request(ex.request))
 
 
 # orjson parses up to 1024 levels but encodes only 255, and the hashing/repair code recurses: a body

@@ -194,9 +194,10 @@ def decode_request(body: Any, decode_messages: Callable[[list[Any]], list[Messag
     )
 
 
-def encode_request(req: Request) -> dict[str, JSON]:
+def encode_request(req: Request, message: Callable[[Message], Any] = encode_message) -> dict[str, JSON]:
+    """``message`` encodes each message (``gateway.splice`` hands in kept JSON)."""
     out: dict[str, JSON] = {"model": req.model,
-                            "messages": [encode_message(m) for m in req.messages]}
+                            "messages": [message(m) for m in req.messages]}
     if req.stream is not None:
         out["stream"] = req.stream
     if req.thinking is not None:

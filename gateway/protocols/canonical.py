@@ -132,8 +132,8 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_raw_tool_ids", "content_was_string", "extra", "provider", "replay_digest",
-                 "role", "verbatim")
+    __slots__ = ("_content", "_lazy", "_raw_tool_ids", "content_was_string", "encoded", "extra", "provider",
+                 "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -152,6 +152,8 @@ class Message:
         # the Anthropic decoder); repair accepts a replay matching a recorded turn's digest as is
         self.replay_digest = replay_digest
         self.verbatim = False
+        # the message's upstream JSON as last encoded, with what it was encoded from (``gateway.splice``)
+        self.encoded: tuple[Any, ...] | None = None
 
     @property
     def content(self) -> list[Block]:

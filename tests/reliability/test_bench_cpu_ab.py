@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cpu_ab_short_form_reports_every_target() -> None:
     targets = ["bare", ".", ".:GATEWAY_REDIS_URL="]
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_ab.py"), ",".join(targets),
-                           "--requests", "12", "--rounds", "1", "--turns", "4"],
+                           "--requests", "60", "--rounds", "1", "--turns", "4"],  # >= a few 10 ms ticks of CPU each
                           capture_output=True, text=True, timeout=110, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {m[1]: float(m[2]) for m in re.finditer(r"^\| (\S+) \| ([\d.]+) \|", done.stdout, re.M)}

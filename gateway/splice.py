@@ -1,0 +1,64 @@
+"""Encoding a changed request without encoding its unchanged messages again.
+
+When repair or sanitize changed a request, its Anthropic body is encoded from the canonical messages
+(``pipeline.encode``). In an agent's tool loop most of those messages are the ones the previous request
+carried: the replay memo hands them over as the same objects (``replay_memo``), and a turn restored from
+its record is that record's JSON, the same list on every request. Encoding all of them again (a mangled
+replay of a few hundred turns is megabytes of JSON) was a tenth of such a request's work. Here each
+message's JSON is kept with what it was encoded from and spliced into the body as it is
+(``orjson.Fragment``): a message's on the message object (``Message.encoded``), a recorded turn's JSON per
+worker by the list it was encoded from (the record's, which nobody changes), bounded like the other
+per-record caches (``GATEWAY_DECODED_TURN_CACHE``).
+
+What a message encodes from: its blocks (or the undecoded JSON), ``extra``, ``content_was_string`` and
+its role; kept JSON is used only while all of them are the objects (or values) it was made from. A block
+changed in place would not be noticed, so ``pipeline.encode`` splices only requests whose stages changed
+nothing in place (every such change is an action: the rule the replay memo keeps requests by). The bytes
+are exactly what encoding the whole body gives (orjson's compact form has no context).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Message, Request
+from state.codec import DEFAULT_TURN_CACHE_ENTRIES
+from state.lru import Lru
+
+# a recorded turn's JSON (an undecoded verbatim message's, extra empty), by the id of the list it was
+# encoded from; an entry holds that list, so no other object takes its id while the entry lives
+_recorded: Lru[int, tuple[list[Any], str, bytes]] = Lru(DEFAULT_TURN_CACHE_ENTRIES)
+
+
+def set_recorded_entries(entries: int) -> None:
+    """How many recorded turns' JSON this worker keeps (``GATEWAY_DECODED_TURN_CACHE``); 0 turns it off."""
+    _recorded.resize(entries)
+
+
+def message_json(m: Message) -> bytes:
+    """``m`` as Anthropic JSON: kept bytes while ``m`` is what they were made from, else encoded (and kept)."""
+    raw = m.raw_blocks
+    source: Any = raw if raw is not None else m.content
+    kept = m.encoded
+    if kept is not None and kept[0] is source and kept[1] == m.extra and kept[2] is m.content_was_string \
+            and kept[3] == m.role:
+        return kept[4]
+    shared = raw is not None and m.verbatim and not m.extra
+    if shared:
+        hit = _recorded.get(id(raw))
+        if hit is not None and hit[0] is raw and hit[1] == m.role:
+            return hit[2]
+    data = orjson.dumps(anthropic.encode_message(m))
+    m.encoded = (source, m.extra, m.content_was_string, m.role, data)
+    if shared:
+        assert raw is not None
+        _recorded.put(id(raw), (raw, m.role, data))
+    return data
+
+
+def encode_request(req: Request) -> bytes:
+    """The request's Anthropic body, its messages spliced from ``message_json``."""
+    return orjson.dumps(anthropic.encode_request(req, lambda m: orjson.Fragment(message_json(m))))

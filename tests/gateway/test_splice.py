@@ -1,0 +1,117 @@
+"""Splicing kept message JSON into a changed request (``gateway.splice``): the same bytes as encoding it
+all, kept JSON used only while a message is what it was encoded from, and in a mangled tool loop only the
+new messages encoded."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway import pipeline, splice
+from gateway.app import Gateway
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Message, TextBlock
+from gateway.upstream import forward_request_headers
+from tests.gateway.memo_equivalence import exchange_of, gateway_pair, prepare_both_ways, relay_and_record
+from tests.manglings import MESSAGE_MANGLINGS, mangle_assistants
+
+HEADERS = {"x-api-key": "sk-splice", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+PARAMS = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+          "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+
+
+def _request(messages: list[dict[str, Any]]) -> Any:
+    return anthropic.decode_request({**PARAMS, "messages": messages})
+
+
+HISTORY = [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "t\r\n", "signature": "sig"},
+                                      {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+]
+
+
+def test_spliced_bytes_are_what_encoding_it_all_gives() -> None:
+    req = _request(HISTORY)
+    whole = orjson.dumps(anthropic.encode_request(req))
+    assert splice.encode_request(req) == whole
+    assert splice.encode_request(req) == whole  # now from kept JSON
+    assert all(m.encoded is not None for m in req.messages)
+
+
+def test_kept_json_is_used_only_while_the_message_is_what_it_was_encoded_from() -> None:
+    m = _request(HISTORY).messages[2]
+    first = splice.message_json(m)
+    assert splice.message_json(m) is first  # unchanged: the kept bytes themselves
+    m.content = [TextBlock("edited")]
+    assert orjson.loads(splice.message_json(m))["content"] == [{"type": "text", "text": "edited"}]
+    m.content_was_string = True
+    assert orjson.loads(splice.message_json(m))["content"] == "edited"
+    m.extra = {"cache": 1}
+    assert orjson.loads(splice.message_json(m))["cache"] == 1
+    u = Message("user", [TextBlock("hi")])
+    splice.message_json(u)
+    u.role = "assistant"
+    assert orjson.loads(splice.message_json(u))["role"] == "assistant"
+
+
+def test_a_recorded_turns_json_is_shared_by_the_messages_restored_from_it() -> None:
+    wire = HISTORY[1]["content"]
+    a, b = Message("assistant"), Message("assistant")
+    for m in (a, b):
+        m.restore_raw(wire, lambda: [], b"d")
+        m.verbatim = True
+    assert splice.message_json(b) is splice.message_json(a)  # the second message: the first's bytes
+    b.extra = {"k": 1}  # not the recorded turn alone any more: encoded for itself
+    assert orjson.loads(splice.message_json(b)) == {"role": "assistant", "content": wire, "k": 1}
+
+
+@pytest.fixture()
+async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    async with gateway_pair(sim.url, redis_url, "splice-secret") as pair:
+        yield pair
+
+
+@pytest.mark.parametrize("mangling", ["drop_signature", "trim_thinking", "thinking_to_text_block"])
+async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
+        gateways: tuple[Gateway, Gateway], mangling: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replayed turns are restored on every request (the request is changed), yet from the third request
+    on only the two new messages are encoded: the rest is the previous request's JSON, spliced, and the
+    bytes are what encoding the whole request gives (``prepare_both_ways``)."""
+    assert mangling in MESSAGE_MANGLINGS
+    with_memo, _ = gateways
+    encoded: list[Message] = []
+    real = anthropic.encode_message
+
+    def counting(m: Message) -> Any:
+        encoded.append(m)
+        return real(m)
+
+    monkeypatch.setattr(anthropic, "encode_message", counting)
+    counted: list[int] = []
+
+    async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
+        encoded.clear()
+        await pipeline.prepare(ex, gw)
+        if gw.replay_memo is not None:  # the worker under test (the reference decodes everything afresh)
+            counted.append(len(encoded))
+
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools=6]] splice {mangling}"}]
+    for step in range(6):
+        sent = mangle_assistants(history, mangling)
+        ex = await prepare_both_ways(gateways, exchange_of({**PARAMS, "messages": sent}, endpoint="messages",
+                                                            dialect="anthropic", headers=HEADERS), prepare)
+        if step >= 1:
+            assert ex.changed and "restored" in [a.kind.value for a in ex.actions]
+        if step >= 2:
+            assert counted[-1] == 2, counted  # the last answer (restored) and its tool results
+        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+        assert answer["stop_reason"] == "tool_use"
+        history.append({"role": "assistant", "content": answer["content"]})
+        history.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b["id"], "content": f"result {step} " * 200}
+            for b in answer["content"] if b["type"] == "tool_use"]})
