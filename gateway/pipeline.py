@@ -60,6 +60,7 @@ class Exchange:
     stateful: bool = False           # records were consulted (store up, state machine on)
     actions: list[Action] = field(default_factory=list)
     changed: bool = False            # repair/sanitize changed the request
+    in_place: bool = True            # ... and may have changed a message in place (no kept JSON: ``splice``)
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
@@ -205,7 +206,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
-    if any(a.kind not in _MESSAGES_KEPT for a in actions):  # every change repair makes is an action
+    ex.in_place = any(a.kind not in _MESSAGES_KEPT for a in actions)  # every change repair makes is an action
+    if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
@@ -265,10 +267,12 @@ def encode(ex: Exchange) -> None:
         ex.outgoing = ex.raw_body
         return
     assert ex.request is not None
-    if all(a.kind in _MESSAGES_KEPT for a in ex.actions):
-        ex.outgoing = splice.encode_request(ex.request)
-    else:
-        ex.outgoing = orjson.dumps(anthropic.encode_request(ex.request))
+    ex.outgoing = anthropic_body(ex, ex.request)
+
+
+def anthropic_body(ex: Exchange, req: Request) -> bytes:
+    """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
+    return orjson.dumps(anthropic.encode_request(req)) if ex.in_place else splice.encode_request(req)
 
 
 # orjson parses up to 1024 levels but encodes only 255, and the hashing/repair code recurses: a body

@@ -130,6 +130,8 @@ def _route(ex: pipeline.Exchange, gw: Gateway,
 
     def encode(req: Request) -> bytes:
         call = routed[0]
+        if call.caps.kind == "anthropic":
+            return pipeline.anthropic_body(ex, call.req)
         return orjson.dumps(UPSTREAM_DIALECTS[call.caps.kind].encode(call))
 
     return pipeline.ReplayDecoder("openai", decode, resume), encode

@@ -12,7 +12,8 @@ import pytest
 
 from gateway import pipeline, splice
 from gateway.app import Gateway
-from gateway.protocols import anthropic
+from gateway.endpoints import chat
+from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message, TextBlock
 from gateway.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import exchange_of, gateway_pair, prepare_both_ways, relay_and_record
@@ -115,3 +116,38 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
         history.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": b["id"], "content": f"result {step} " * 200}
             for b in answer["content"] if b["type"] == "tool_use"]})
+
+
+async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
+        gateways: tuple[Gateway, Gateway], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OpenAI chat surface encodes for an Anthropic upstream the same way: its requests are changed on
+    every step (``reasoning_effort`` becomes a thinking budget, a parameter fixed), and from the third on
+    only the new assistant message and the user message its tool results make are encoded."""
+    with_memo, _ = gateways
+    encoded: list[Message] = []
+    real = anthropic.encode_message
+    monkeypatch.setattr(anthropic, "encode_message", lambda m: encoded.append(m) or real(m))
+    counted: list[int] = []
+
+    async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
+        encoded.clear()
+        decode, encode = chat._route(ex, gw, [])
+        await pipeline.prepare(ex, gw, decode, encode)
+        if gw.replay_memo is not None:
+            counted.append(len(encoded))
+
+    headers = {"authorization": "Bearer sk-splice-openai", "content-type": "application/json"}
+    params = {"model": "claude-opus-4-5", "max_tokens": 4096, "reasoning_effort": "medium", "tools": [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]}
+    history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=6]] splice openai"}]
+    for step in range(6):
+        ex = await prepare_both_ways(gateways, exchange_of({**params, "messages": history}, endpoint="chat_completions",
+                                                            dialect="openai", headers=headers), prepare)
+        assert ex.changed and ex.upstream == "anthropic"
+        if step >= 2:
+            assert ex.memo is not None and counted[-1] == 2, counted
+        answer = await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
+        message = openai_chat.encode_completion(anthropic.decode_turn(answer), created=0)["choices"][0]["message"]
+        history.append({k: v for k, v in message.items() if v is not None})
+        history += [{"role": "tool", "tool_call_id": c["id"], "content": f"result {step} " * 200}
+                    for c in message["tool_calls"]]
