@@ -217,9 +217,10 @@ def shared_records() -> list[tuple[TurnRecord, tuple[Block, ...]]]:
 
 
 def set_content_cache_entries(entries: int) -> None:
-    """How many records' blocks this worker keeps (``GATEWAY_DECODED_TURN_CACHE``, as the store's
-    decoded-turn cache whose records it follows); 0 turns it off."""
+    """How many records' blocks (and repair's views of them) this worker keeps (``GATEWAY_DECODED_TURN_CACHE``,
+    as the store's decoded-turn cache whose records it follows); 0 turns it off."""
     _content_cache.resize(entries)
+    _turns.resize(entries)
 
 
 class _StoredTurn(RecordedTurn):
@@ -252,6 +253,21 @@ class _StoredTurn(RecordedTurn):
         return self._record.content if self._record.replay_digest else None
 
 
+# Stored records as repair sees them, per worker, by record object and conversation: a long conversation's
+# replay matches hundreds of turns on every request, the same records each time. A ``_StoredTurn`` is never
+# changed after it is made (its blocks are the shared ``record_blocks``), so every request may share it.
+_turns: Lru[int, tuple[TurnRecord, str, _StoredTurn]] = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
+
+
+def _stored_turn(scid: str, rec: TurnRecord) -> _StoredTurn:
+    hit = _turns.get(id(rec))
+    if hit is not None and hit[0] is rec and hit[1] == scid:
+        return hit[2]
+    turn = _StoredTurn(scid, rec)
+    _turns.put(id(rec), (rec, scid, turn))
+    return turn
+
+
 def records_from(result: LoadResult, scid: str | None) -> Records:
     cache: dict[tuple[str, str], RecordedTurn] = {}
 
@@ -259,7 +275,7 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
         key = (loc_scid, rec.turn_id)
         hit = cache.get(key)
         if hit is None:
-            hit = cache[key] = _StoredTurn(loc_scid, rec)
+            hit = cache[key] = _stored_turn(loc_scid, rec)
         return hit
 
     def resolve(hits: dict[str, Location]) -> dict[str, RecordedTurn]:

@@ -82,3 +82,19 @@ def test_keyed_by_the_record_object_never_by_equal_content() -> None:
     a, b = records.record_blocks(one), records.record_blocks(other)
     assert a == b and a[0] is not b[0]
     assert records.record_blocks(one) is a
+
+
+async def test_repairs_view_of_a_record_is_shared_by_later_requests_within_its_conversation() -> None:
+    store, scid, _ = await recorded_history(3)
+    views = []
+    for _ in range(2):
+        result = await store.load(TENANT_A, LoadQuery(scid=scid))
+        conv = records_from(result, scid).conversation
+        views.append([conv[pos] for pos in sorted(conv)])
+    assert all(a is b for a, b in zip(*views, strict=True))  # one view per record, not one per request
+    assert [t.position for t in views[0]] == [0, 1, 2] and {t.scid for t in views[0]} == {scid}
+    rec = result.conversation.turns[0] if result.conversation else None
+    assert rec is not None and records._stored_turn("another-conversation", rec).scid == "another-conversation"
+    records.set_content_cache_entries(0)
+    again = records_from(await store.load(TENANT_A, LoadQuery(scid=scid)), scid).conversation
+    assert again[0] is not views[0][0] and again[0].position == 0  # turned off: a view per request
