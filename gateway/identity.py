@@ -132,9 +132,10 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     if fp:
         fps.append(fp)
     replayed = [m.replay_digest for m in assistants if m.replay_digest]
+    every = len(replayed) == len(assistants)
     return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
-                     norm_hashes=_dedup(norm), fingerprints=fps,
-                     replayed=replayed if len(replayed) == len(assistants) else ())
+                     norm_hashes=_dedup(norm), fingerprints=fps, replayed=replayed if every else (),
+                     replayed_tool_ids=[m.tool_use_ids() for m in assistants] if every else ())
 
 
 @dataclass(frozen=True, slots=True)

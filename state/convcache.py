@@ -56,20 +56,42 @@ class CachedConversation:
     sizes: tuple[int, ...]  # stored bytes of each of ``turns``
     undecodable: tuple[int, ...]  # positions whose blob could not be decoded
     state: ConversationState | None = field(default=None, compare=False)  # the conversation as known
-    # replay digest -> the latest turn recorded with it (filled on first use)
+    # replay digest -> the latest turn recorded with it; tool_use id -> the latest turn with it (filled on
+    # first use, or carried over from the entry this one grew from: ``appended``)
     _digests: dict[bytes, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
+    _tools: dict[str, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
         return sum(self.sizes)
 
-    def replayed(self, digests: Sequence[bytes]) -> list[TurnRecord] | None:
-        """The turns whose recorded replay digests these are, in order; None unless every one is here."""
+    def replayed(self, digests: Sequence[bytes],
+                 tool_ids: Sequence[Sequence[str]] = ()) -> list[TurnRecord] | None:
+        """The turns whose recorded replay digests these are, in order; None unless every one is here. With
+        ``tool_ids`` (each turn's, in the same order) a turn whose digest is none of these is the held turn
+        with exactly those tool ids, when there is one."""
         if not self._digests:
             self._digests.update((rec.replay_digest, rec) for rec in self.turns if rec.replay_digest)
         get = self._digests.get
         out = [get(d) for d in digests]
-        return None if None in out else out  # type: ignore[return-value]
+        if None not in out:
+            return out  # type: ignore[return-value]
+        if len(tool_ids) != len(out):
+            return None
+        if not self._tools:
+            self._tools.update((tid, rec) for rec in self.turns for tid in _tool_ids(rec))
+        for i, rec in enumerate(out):
+            if rec is None:
+                ids = tool_ids[i]
+                found = self._tools.get(ids[0]) if ids else None
+                if found is None or _tool_ids(found) != list(ids):
+                    return None
+                out[i] = found
+        return out  # type: ignore[return-value]
+
+
+def _tool_ids(rec: TurnRecord) -> list[str]:
+    return [b["id"] for b in rec.content if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,
@@ -98,8 +120,17 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
     state = ConversationState(scid=scid, created_at=int(created) / 1000, updated_at=updated, version=version,
                               turns=turns, last_verified=last if last is not None else pair,
                               first_position=start, next_position=position + 1, forked_from=parent)
-    return CachedConversation(created=created, start=start, next=position + 1, last_turn_id=rec.turn_id,
-                              turns=turns, sizes=(*sizes, size), undecodable=bad, state=state)
+    entry = CachedConversation(created=created, start=start, next=position + 1, last_turn_id=rec.turn_id,
+                               turns=turns, sizes=(*sizes, size), undecodable=bad, state=state)
+    if known is not None and not is_new and len(turns) == len(known.turns) + 1:  # nothing trimmed: carry over
+        if known._digests:
+            entry._digests.update(known._digests)
+            if rec.replay_digest:
+                entry._digests[rec.replay_digest] = rec
+        if known._tools:
+            entry._tools.update(known._tools)
+            entry._tools.update((tid, rec) for tid in _tool_ids(rec))
+    return entry
 
 
 class ConversationCache:

@@ -229,16 +229,18 @@ class EngineStore:
 
     def _local_load(self, tenant: str, scid: str, query: LoadQuery, hinted: bool) -> LoadResult | None:
         """A load this worker answers without a round trip: every assistant turn the request replays
-        (``query.replayed``) is, byte for byte, a turn of the conversation it knows (its cache entry,
-        kept up to date by its own appends). A round trip could only add turns after them or drop old
-        ones, and changes nothing about turns that are replayed verbatim, so the caller gets the same
+        (``query.replayed``) is a turn of the conversation it knows (its cache entry, kept up to date by
+        its own appends): byte for byte, or, changed by the client, with exactly the tool ids of one
+        (``query.replayed_tool_ids``; the caller matches such a turn by its tool ids, and they name the
+        same record here as in a loaded conversation). A round trip could only add turns after them or
+        drop old ones, and changes nothing about how those turns are matched, so the caller gets the same
         answer for every turn of the request. The query's tool ids are resolved among those turns (a
         hinted conversation must be named by one of them, as a loaded one must by an index hit).
         Nothing is refreshed: the TTLs are the record's to refresh."""
         entry = self.conversation_cache.get(tenant, scid)
         if entry is None or entry.state is None:
             return None
-        recs = entry.replayed(query.replayed)
+        recs = entry.replayed(query.replayed, query.replayed_tool_ids)
         if recs is None:
             return None
         wanted = set(query.tool_ids)

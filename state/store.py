@@ -72,6 +72,10 @@ class LoadQuery:
       every one has one (else empty). When each is a turn of the conversation named by ``scid`` (or
       ``hint_scid``) as this worker already holds it, the load is answered without a round trip
       (``round_trips == 0``): a round trip could not change how those turns are matched.
+    - ``replayed_tool_ids``: with ``replayed``, each of those turns' tool_use ids, in order. A turn the
+      client changed (its digest is no turn's: thinking trimmed, signatures dropped) is still a turn this
+      worker holds when the ids are exactly those of one held turn (ids are unique per answer): the
+      client kept the ids, and repair restores the turn from that record.
     """
 
     scid: str | None = None
@@ -81,6 +85,7 @@ class LoadQuery:
     fingerprints: Sequence[str] = ()
     hint_scid: str | None = None
     replayed: Sequence[bytes] = ()
+    replayed_tool_ids: Sequence[Sequence[str]] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,64 @@ async def test_a_load_of_held_turns_takes_no_round_trip(make_store: MakeStore) -
     assert local.conversations == cold.conversations and local.tool_hits == cold.tool_hits
 
 
+def ids(*recs: TurnRecord) -> list[list[str]]:
+    return [[b["id"] for b in r.content if b["type"] == "tool_use"] for r in recs]
+
+
+MANGLED = replay_digest([{"type": "text", "text": "the client's own rendering"}]) or b""
+
+
+async def test_a_turn_the_client_changed_is_held_when_it_kept_the_tool_ids(make_store: MakeStore) -> None:
+    """A replayed turn whose digest is no held turn's (thinking trimmed, signature dropped) is the held turn
+    with exactly its tool ids: answered locally, the same as a cold load, for every recorded turn."""
+    store = await make_store()
+    scid = new_scid()
+    recs = [plain(i) for i in range(4)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+        replayed = [MANGLED] * (i + 1)  # every turn so far changed by the client, the newest included
+        query = LoadQuery(scid=scid, tool_ids=ids(rec)[0], replayed=replayed, replayed_tool_ids=ids(*recs[:i + 1]))
+        local, cold = await store.load(T, query), await cold_load(make_store, store, query)
+        assert local.round_trips == 0 and cold.round_trips == 1
+        assert local.conversation == cold.conversation and local.tool_hits == cold.tool_hits
+
+
+@pytest.mark.parametrize("changed", [False, True])
+async def test_turns_trimmed_from_the_front_are_no_longer_held(make_store: MakeStore, changed: bool) -> None:
+    store = await make_store(max_turns=3)
+    scid = new_scid()
+    recs = [plain(i) for i in range(5)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+        held = recs[max(0, i - 2):i + 1]
+        query = LoadQuery(scid=scid, replayed=[MANGLED] * len(held) if changed else digests(*held),
+                          replayed_tool_ids=ids(*held))
+        assert (await store.load(T, query)).round_trips == 0  # what is held is answered (and indexed) here
+    query = LoadQuery(scid=scid, replayed=[MANGLED] * 5 if changed else digests(*recs), replayed_tool_ids=ids(*recs))
+    res = await store.load(T, query)  # turns 0 and 1 were trimmed by the worker's own appends
+    assert res.round_trips == 1 and res == await cold_load(make_store, store, query)
+
+
+@pytest.mark.parametrize("case", ["ids of no held turn", "fewer ids", "more ids", "ids reordered", "no ids",
+                                  "no ids given"])
+async def test_a_changed_turn_without_exactly_one_held_turns_ids_goes_to_the_store(
+        make_store: MakeStore, case: str) -> None:
+    store = await make_store()
+    scid = new_scid()
+    recs = [plain(i) for i in range(2)] + [turn(2, tag="two")]
+    recs[2].content.append({"type": "tool_use", "id": "toolu_two_b", "name": "read_file", "input": {}})
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+    tool_ids: list[list[str]] = ids(*recs)
+    last = tool_ids[2]
+    tool_ids[2] = {"ids of no held turn": ["toolu_new"], "fewer ids": last[:1], "more ids": [*last, "toolu_x"],
+                   "ids reordered": last[::-1], "no ids": [], "no ids given": last}[case]
+    query = LoadQuery(scid=scid, replayed=[*digests(*recs[:2]), MANGLED],
+                      replayed_tool_ids=[] if case == "no ids given" else tool_ids)
+    res = await store.load(T, query)
+    assert res.round_trips == 1 and res == await cold_load(make_store, store, query)
+
+
 @pytest.mark.parametrize("case", ["unknown digest", "another worker's turn", "hint without tool ids",
                                   "another tenant", "cache off", "no digests"])
 async def test_anything_not_held_goes_to_the_store(make_store: MakeStore, case: str) -> None:
