@@ -64,7 +64,18 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.latency import KEY, RESULT, TOOLS, Proc, free_port, mangle, pct, start_redis, wait_http
+from bench.latency import (
+    KEY,
+    RESULT,
+    TOOLS,
+    Proc,
+    content_of_stream,
+    free_port,
+    mangle,
+    pct,
+    start_redis,
+    wait_http,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM_KEY = "sk-bench-litellm-master-key-0123456789"
@@ -214,32 +225,6 @@ def extend(history: list[dict[str, Any]], content: list[dict[str, Any]]) -> None
     history.append({"role": "assistant", "content": content})
     history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": RESULT}
                                                 for b in content if b["type"] == "tool_use"]})
-
-
-def content_of_stream(data: bytes) -> list[dict[str, Any]]:
-    """The assistant content a client assembles from an Anthropic SSE stream."""
-    blocks: dict[int, dict[str, Any]] = {}
-    partial: dict[int, str] = {}
-    for line in data.decode().splitlines():
-        if not line.startswith("data: "):
-            continue
-        ev = json.loads(line[6:])
-        t = ev.get("type")
-        if t == "content_block_start":
-            blocks[ev["index"]] = dict(ev["content_block"])
-        elif t == "content_block_delta":
-            b, d = blocks[ev["index"]], ev["delta"]
-            if d["type"] == "thinking_delta":
-                b["thinking"] = b.get("thinking", "") + d["thinking"]
-            elif d["type"] == "signature_delta":
-                b["signature"] = d["signature"]
-            elif d["type"] == "text_delta":
-                b["text"] = b.get("text", "") + d["text"]
-            elif d["type"] == "input_json_delta":
-                partial[ev["index"]] = partial.get(ev["index"], "") + d["partial_json"]
-    for i, raw in partial.items():
-        blocks[i]["input"] = json.loads(raw) if raw else {}
-    return [blocks[i] for i in sorted(blocks)]
 
 
 def start_turns(size: int, samples: int) -> int:

@@ -1,6 +1,6 @@
 """CPU per request of a served gateway, several builds side by side, rounds interleaved.
 
-    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--mangled]
+    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--mangled] [--stream]
 
 A TARGET is ``bare`` (``bench/bare_proxy.py``), or a source tree of thinkgate (a ``git worktree`` of
 another commit, or ``.``), optionally followed by ``:NAME=VALUE[+NAME=VALUE]`` gateway settings (e.g.
@@ -32,7 +32,18 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.latency import body, extend, free_port, mangle, post, start, start_redis, wait_http  # noqa: E402
+from bench.latency import (  # noqa: E402
+    KEY,
+    body,
+    content_of_stream,
+    extend,
+    free_port,
+    mangle,
+    post,
+    start,
+    start_redis,
+    wait_http,
+)
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -69,15 +80,31 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
 
 
+async def _streamed(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[float, dict[str, Any]]:
+    """(time to the first body byte, the answer a client assembles from the stream)."""
+    t0 = time.perf_counter()
+    async with session.post(url + "/v1/messages", data=payload,
+                            headers={**KEY, "content-type": "application/json"}) as r:
+        first, chunks = None, []
+        async for chunk in r.content.iter_any():
+            first = first or time.perf_counter()
+            chunks.append(chunk)
+        if r.status != 200:
+            raise RuntimeError(f"{url}: {r.status} {b''.join(chunks)[:300]!r}")
+    return (first or time.perf_counter()) - t0, {"content": content_of_stream(b"".join(chunks))}
+
+
 async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, tag: str,
-                 mangled: bool = False) -> list[float]:
+                 mangled: bool = False, stream: bool = False) -> list[float]:
+    """Latency of each request (with ``stream``: time to first byte)."""
     history: list[dict[str, Any]] = []
     took = []
     for i in range(n):
         if i % turns == 0:
             history[:] = [{"role": "user", "content": f"[[sim:tools={turns}]] {tag} {i}"}]
         sent = mangle(history) if mangled else history
-        dt, answer = await post(session, url, json.dumps(body(sent)).encode())
+        payload = json.dumps({**body(sent), "stream": True} if stream else body(sent)).encode()
+        dt, answer = await (_streamed if stream else post)(session, url, payload)
         took.append(dt)
         extend(history, answer)
     return took
@@ -88,9 +115,9 @@ async def _measure(target: str, args: argparse.Namespace, sim_url: str, redis_ur
     proc, url = _launch(target, sim_url, redis_url)
     try:
         procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        await _loops(session, url, 60, args.turns, "warm", args.mangled)
+        await _loops(session, url, 60, args.turns, "warm", args.mangled, args.stream)
         before = _cpu(procs)
-        took = await _loops(session, url, args.requests, args.turns, "measured", args.mangled)
+        took = await _loops(session, url, args.requests, args.turns, "measured", args.mangled, args.stream)
         return (_cpu(procs) - before) / args.requests * 1000, statistics.median(took) * 1000
     finally:
         proc.terminate()
@@ -111,9 +138,10 @@ async def run(args: argparse.Namespace) -> str:
         sim.stop()
         redis.stop()
     replay = "mangled (thinking text trimmed)" if args.mangled else "faithful"
-    out = [f"{args.requests} requests x {args.rounds} rounds, tool loops of {args.turns} turns ({replay} replay), "
-           "one at a time",
-           "", "| target | CPU ms/request min | median | p50 latency ms min | median |", "|---|---:|---:|---:|---:|"]
+    latency = "p50 time to first byte ms" if args.stream else "p50 latency ms"
+    out = [f"{args.requests} requests x {args.rounds} rounds, tool loops of {args.turns} turns ({replay} replay"
+           f"{', streamed' if args.stream else ''}), one at a time",
+           "", f"| target | CPU ms/request min | median | {latency} min | median |", "|---|---:|---:|---:|---:|"]
     for t in targets:
         cpu, lat = [c for c, _ in got[t]], [x for _, x in got[t]]
         out.append(f"| {t} | {min(cpu):.2f} | {statistics.median(cpu):.2f} | {min(lat):.2f} | "
@@ -128,6 +156,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--mangled", action="store_true", help="replay every history as bench.latency.mangle does")
+    ap.add_argument("--stream", action="store_true", help="stream every answer; time to first byte, not latency")
     print(asyncio.run(run(ap.parse_args())))
 
 

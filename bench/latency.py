@@ -110,6 +110,32 @@ def body(history: list[dict[str, Any]]) -> dict[str, Any]:
             "thinking": {"type": "enabled", "budget_tokens": 2048}, "messages": history}
 
 
+def content_of_stream(data: bytes) -> list[dict[str, Any]]:
+    """The assistant content a client assembles from an Anthropic SSE stream."""
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for line in data.decode().splitlines():
+        if not line.startswith("data: "):
+            continue
+        ev = json.loads(line[6:])
+        t = ev.get("type")
+        if t == "content_block_start":
+            blocks[ev["index"]] = dict(ev["content_block"])
+        elif t == "content_block_delta":
+            b, d = blocks[ev["index"]], ev["delta"]
+            if d["type"] == "thinking_delta":
+                b["thinking"] = b.get("thinking", "") + d["thinking"]
+            elif d["type"] == "signature_delta":
+                b["signature"] = d["signature"]
+            elif d["type"] == "text_delta":
+                b["text"] = b.get("text", "") + d["text"]
+            elif d["type"] == "input_json_delta":
+                partial[ev["index"]] = partial.get(ev["index"], "") + d["partial_json"]
+    for i, raw in partial.items():
+        blocks[i]["input"] = json.loads(raw) if raw else {}
+    return [blocks[i] for i in sorted(blocks)]
+
+
 def mangle(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = copy.deepcopy(history)
     for m in out:

@@ -14,15 +14,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
-def test_cpu_ab_short_form_reports_every_target() -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_cpu_ab_short_form_reports_every_target(stream: bool) -> None:
     targets = ["bare", ".", ".:GATEWAY_REDIS_URL="]
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_ab.py"), ",".join(targets),
-                           "--requests", "60", "--rounds", "1", "--turns", "4"],  # >= a few 10 ms ticks of CPU each
+                           "--requests", "60", "--rounds", "1", "--turns", "4",  # >= a few 10 ms ticks of CPU each
+                           *(["--stream"] if stream else [])],
                           capture_output=True, text=True, timeout=110, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = {m[1]: float(m[2]) for m in re.finditer(r"^\| (\S+) \| ([\d.]+) \|", done.stdout, re.M)}
+    rows = {m[1]: (float(m[2]), float(m[3])) for m in re.finditer(r"^\| (\S+) \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|",
+                                                               done.stdout, re.M)}
     assert set(rows) == set(targets), done.stdout
-    assert all(cpu > 0 for cpu in rows.values()), rows
+    assert all(cpu > 0 and first > 0 for cpu, first in rows.values()), rows
+    assert ("time to first byte" in done.stdout) == stream
 
 
 @pytest.mark.timeout(60)
