@@ -33,13 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.latency import (  # noqa: E402
-    KEY,
     body,
-    content_of_stream,
     extend,
     free_port,
     mangle,
     post,
+    post_streamed,
     start,
     start_redis,
     wait_http,
@@ -80,20 +79,6 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
 
 
-async def _streamed(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[float, dict[str, Any]]:
-    """(time to the first body byte, the answer a client assembles from the stream)."""
-    t0 = time.perf_counter()
-    async with session.post(url + "/v1/messages", data=payload,
-                            headers={**KEY, "content-type": "application/json"}) as r:
-        first, chunks = None, []
-        async for chunk in r.content.iter_any():
-            first = first or time.perf_counter()
-            chunks.append(chunk)
-        if r.status != 200:
-            raise RuntimeError(f"{url}: {r.status} {b''.join(chunks)[:300]!r}")
-    return (first or time.perf_counter()) - t0, {"content": content_of_stream(b"".join(chunks))}
-
-
 async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, tag: str,
                  mangled: bool = False, stream: bool = False) -> list[float]:
     """Latency of each request (with ``stream``: time to first byte)."""
@@ -104,7 +89,7 @@ async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, t
             history[:] = [{"role": "user", "content": f"[[sim:tools={turns}]] {tag} {i}"}]
         sent = mangle(history) if mangled else history
         payload = json.dumps({**body(sent), "stream": True} if stream else body(sent)).encode()
-        dt, answer = await (_streamed if stream else post)(session, url, payload)
+        dt, answer = await (post_streamed if stream else post)(session, url, payload)
         took.append(dt)
         extend(history, answer)
     return took

@@ -156,6 +156,20 @@ async def post(session: aiohttp.ClientSession, url: str, payload: bytes) -> tupl
     return dt, json.loads(data)
 
 
+async def post_streamed(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[float, dict[str, Any]]:
+    """(time to the first body byte, the answer a client assembles from the stream)."""
+    t0 = time.perf_counter()
+    async with session.post(url + "/v1/messages", data=payload,
+                            headers={**KEY, "content-type": "application/json"}) as r:
+        first, chunks = None, []
+        async for chunk in r.content.iter_any():
+            first = first or time.perf_counter()
+            chunks.append(chunk)
+        if r.status != 200:
+            raise RuntimeError(f"{url}: {r.status} {b''.join(chunks)[:300]!r}")
+    return (first or time.perf_counter()) - t0, {"content": content_of_stream(b"".join(chunks))}
+
+
 def extend(history: list[dict[str, Any]], answer: dict[str, Any]) -> None:
     history.append({"role": "assistant", "content": answer["content"]})
     history.append({"role": "user", "content": [

@@ -34,7 +34,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.latency import body, extend, mangle, post, start, start_redis
+from bench.latency import body, extend, mangle, post, post_streamed, start, start_redis
 
 _FRAME = re.compile(r"\s*\(.*?([^/ ]+\.py):\d+\)")
 
@@ -75,6 +75,8 @@ async def run(args: argparse.Namespace, spy_exe: str, out: Path) -> str:
                 {"role": "user", "content": f"[[sim:tools={args.turns + args.requests + 5}]] spy"}]
 
             async def step(payload: list[dict[str, Any]], url: str) -> tuple[float, dict[str, Any]]:
+                if args.stream:  # the figure is then the time to first byte
+                    return await post_streamed(session, url, json.dumps({**body(payload), "stream": True}).encode())
                 return await post(session, url, json.dumps(body(payload)).encode())
 
             if not args.loops:
@@ -111,6 +113,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--loops", action="store_true", help="fresh tool loops of --turns rounds (fixed costs)")
     ap.add_argument("--mangled", action="store_true")
+    ap.add_argument("--stream", action="store_true", help="stream every answer (p50s are then times to first byte)")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--raw", type=Path, help="also keep py-spy's raw (collapsed) stacks in this file")
     args = ap.parse_args()

@@ -132,8 +132,8 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_raw_tool_ids", "content_was_string", "encoded", "extra", "provider",
-                 "replay_digest", "role", "verbatim")
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_tool_ids", "content_was_string", "encoded", "extra",
+                 "provider", "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -143,6 +143,7 @@ class Message:
         self._content = content if content is not None or lazy is not None else []
         self._lazy = lazy if content is None else None
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
+        self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
         self.content_was_string = content_was_string
@@ -159,19 +160,24 @@ class Message:
     def content(self) -> list[Block]:
         if self._lazy is not None:
             self._content = self._lazy[1]()
-            self._lazy = None
+            self._lazy = self._peeked = None
         assert self._content is not None
         return self._content
 
     @content.setter
     def content(self, blocks: list[Block]) -> None:
         self._content = blocks
-        self._lazy = None
+        self._lazy = self._peeked = None
 
     def peek_content(self) -> list[Block]:
-        """The blocks, without decoding the message in place: a lazy message's are built for the caller and
-        not kept, so it stays undecoded (``replay_memo`` reuses an undecoded message as it is)."""
-        return self._lazy[1]() if self._lazy is not None else self.content
+        """The blocks (a list callers must not modify, of blocks they must not change), without decoding the
+        message in place: a lazy message's are built once, apart from ``content``, so it stays undecoded
+        (``replay_memo`` hands an undecoded message to the next request as it is, which peeks again)."""
+        if self._lazy is None:
+            return self.content
+        if self._peeked is None:
+            self._peeked = self._lazy[1]()
+        return self._peeked
 
     def restore_raw(self, raw: list[dict[str, JSON]], blocks: Callable[[], list[Block]], digest: bytes) -> None:
         """Make this message a recorded turn's content as JSON, undecoded (``raw``: the recorded blocks,
@@ -179,6 +185,7 @@ class Message:
         self._content = None
         self._lazy = (raw, blocks)
         self._raw_tool_ids = None
+        self._peeked = None
         self.replay_digest = digest
 
     @property

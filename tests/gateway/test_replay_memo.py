@@ -129,9 +129,12 @@ def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_
 def test_a_message_whose_blocks_were_only_peeked_at_is_reused_as_it_is() -> None:
     memo = ReplayMemo(1 << 20)
     msgs, _ = served(memo, body(2))
-    assert msgs[1].peek_content() and msgs[1].raw_blocks is not None  # looked at, still undecoded
+    peeked = msgs[1].peek_content()
+    assert peeked and msgs[1].raw_blocks is not None  # looked at, still undecoded
     again, ticket = served(memo, body(3))
     assert again[1] is msgs[1] and ticket.redecoded == 0
+    assert again[1].peek_content() is peeked  # built once
+    assert again[1].content is not peeked and again[1].content == peeked  # decoding in place builds its own
     msgs[1].content  # noqa: B018  # built in place this time
     memo.keep(ticket)
     _, third = served(memo, body(4))
