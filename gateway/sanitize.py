@@ -137,22 +137,12 @@ def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, act
 
 def _clean_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
     """A recorded turn replayed verbatim and not decoded: when its JSON already has the form the rules
-    want (no blank text block, thinking first), it is kept as it is, undecoded. False: decode and clean."""
-    raw = m.raw_blocks
-    if raw is None:
+    want (no blank text block, thinking first: ``Message.raw_shape``), it is kept as it is, undecoded.
+    False: decode and clean (reorder the thinking, drop a blank text block the upstream would reject)."""
+    shape = m.raw_shape()
+    if shape is None or not shape[1]:
         return False
-    seen_other = thinking = False
-    for b in raw:
-        t = b.get("type")
-        if t in THINKING_TYPES:
-            if seen_other:
-                return False  # thinking after other blocks: reorder the decoded blocks
-            thinking = True
-            continue
-        seen_other = True
-        if t == "text" and not str(b.get("text", "")).strip():
-            return False  # a blank text block the upstream would reject: drop it from the decoded blocks
-    if thinking:
+    if shape[0]:
         actions.append(Action(ActionKind.KEPT_VERIFIED, i))
     return True
 

@@ -132,8 +132,8 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_peeked", "_raw_tool_ids", "content_was_string", "encoded", "extra",
-                 "provider", "replay_digest", "role", "verbatim")
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_shape", "_raw_tool_ids", "content_was_string", "encoded",
+                 "extra", "provider", "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -144,6 +144,7 @@ class Message:
         self._lazy = lazy if content is None else None
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
+        self._raw_shape: tuple[bool, bool] | None = None  # ``raw_shape`` of the undecoded blocks, once
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
         self.content_was_string = content_was_string
@@ -185,13 +186,34 @@ class Message:
         self._content = None
         self._lazy = (raw, blocks)
         self._raw_tool_ids = None
-        self._peeked = None
+        self._peeked = self._raw_shape = None
         self.replay_digest = digest
 
     @property
     def raw_blocks(self) -> list[dict[str, JSON]] | None:
         """The client's block dicts while ``content`` was not decoded (None once it was)."""
         return self._lazy[0] if self._lazy is not None else None
+
+    def raw_shape(self) -> tuple[bool, bool] | None:
+        """Of the undecoded blocks (None once decoded), once: (any thinking block, the blocks already in the
+        form the thinking rules want: thinking blocks first, no blank text block)."""
+        raw = self.raw_blocks
+        if raw is None:
+            return None
+        if self._raw_shape is None:
+            seen_other = thinking = False
+            tidy = True
+            for b in raw:
+                t = b.get("type")
+                if t in THINKING_TYPES:
+                    thinking = True
+                    tidy = tidy and not seen_other
+                    continue
+                seen_other = True
+                if t == "text" and not str(b.get("text", "")).strip():
+                    tidy = False
+            self._raw_shape = (thinking, tidy)
+        return self._raw_shape
 
     def has_thinking(self) -> bool:
         raw = self.raw_blocks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -91,3 +92,22 @@ def test_turn_round_trip() -> None:
                         {"type": "tool_use", "id": "t", "name": "n", "input": {"a": [1]}}],
             "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1}, "container": None}
     assert anthropic.encode_turn(anthropic.decode_turn(body)) == body
+
+
+@pytest.mark.parametrize(("blocks", "shape"), [
+    ([{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "a"}], (True, True)),
+    ([{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "t", "signature": "s"}], (True, False)),
+    ([{"type": "text", "text": " \n"}, {"type": "tool_use", "id": "t1", "name": "n", "input": {}}], (False, False)),
+    ([{"type": "redacted_thinking", "data": "d"}, {"type": "tool_use", "id": "t1", "name": "n", "input": {}}],
+     (True, True)),
+    ([{"type": "text", "text": "a"}], (False, True)),
+])
+def test_the_raw_shape_of_an_undecoded_message_is_read_once(blocks: list[dict[str, Any]],
+                                                             shape: tuple[bool, bool]) -> None:
+    m = anthropic.decode_message({"role": "assistant", "content": blocks}, 0)
+    first = m.raw_shape()
+    assert first == shape and m.raw_shape() is first and m.raw_blocks is not None
+    m.restore_raw([{"type": "text", "text": "restored"}], lambda: [], b"d")
+    assert m.raw_shape() == (False, True)  # read again for the new JSON
+    m.content  # noqa: B018  # decoded: no raw shape
+    assert m.raw_shape() is None
