@@ -28,8 +28,9 @@ from gateway.protocols.canonical import Message, Request
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.lru import Lru
 
-# a recorded turn's JSON (an undecoded verbatim message's, extra empty), by the id of the list it was
-# encoded from; an entry holds that list, so no other object takes its id while the entry lives
+# a recorded turn's JSON (a message restored from its record, undecoded, extra empty), by the id of the
+# record's list it was encoded from; an entry holds that list (the record's, which the decoded-turn cache
+# holds too), so no other object takes its id while the entry lives
 _recorded: Lru[int, tuple[list[Any], str, bytes]] = Lru(DEFAULT_TURN_CACHE_ENTRIES)
 
 
@@ -46,7 +47,7 @@ def message_json(m: Message) -> bytes:
     if kept is not None and kept[0] is source and kept[1] == m.extra and kept[2] is m.content_was_string \
             and kept[3] == m.role:
         return kept[4]
-    shared = raw is not None and m.verbatim and not m.extra
+    shared = raw is not None and m.raw_recorded and not m.extra
     if shared:
         hit = _recorded.get(id(raw))
         if hit is not None and hit[0] is raw and hit[1] == m.role:

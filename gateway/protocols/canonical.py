@@ -133,7 +133,7 @@ class Message:
     """
 
     __slots__ = ("_content", "_lazy", "_peeked", "_raw_shape", "_raw_tool_ids", "content_was_string", "encoded",
-                 "extra", "provider", "replay_digest", "role", "verbatim")
+                 "extra", "provider", "raw_recorded", "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -145,6 +145,7 @@ class Message:
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
         self._raw_shape: tuple[bool, bool] | None = None  # ``raw_shape`` of the undecoded blocks, once
+        self.raw_recorded = False  # the undecoded blocks are a record's JSON (``restore_raw``), not the client's
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
         self.content_was_string = content_was_string
@@ -187,6 +188,7 @@ class Message:
         self._lazy = (raw, blocks)
         self._raw_tool_ids = None
         self._peeked = self._raw_shape = None
+        self.raw_recorded = True
         self.replay_digest = digest
 
     @property

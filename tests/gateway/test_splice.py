@@ -65,8 +65,10 @@ def test_a_recorded_turns_json_is_shared_by_the_messages_restored_from_it() -> N
     a, b = Message("assistant"), Message("assistant")
     for m in (a, b):
         m.restore_raw(wire, lambda: [], b"d")
-        m.verbatim = True
     assert splice.message_json(b) is splice.message_json(a)  # the second message: the first's bytes
+    client = [anthropic.decode_message(HISTORY[1], 1) for _ in range(2)]
+    assert client[0].raw_blocks is client[1].raw_blocks and not client[0].raw_recorded  # the client's own list
+    assert splice.message_json(client[1]) is not splice.message_json(client[0])  # only records' JSON is shared
     b.extra = {"k": 1}  # not the recorded turn alone any more: encoded for itself
     assert orjson.loads(splice.message_json(b)) == {"role": "assistant", "content": wire, "k": 1}
 
