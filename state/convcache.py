@@ -59,7 +59,7 @@ class CachedConversation:
     # replay digest -> the latest turn recorded with it; tool_use id -> the latest turn with it (filled on
     # first use, or carried over from the entry this one grew from: ``appended``)
     _digests: dict[bytes, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
-    _tools: dict[str, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
+    _tools: dict[str, tuple[TurnRecord, list[str]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -79,15 +79,24 @@ class CachedConversation:
         if len(tool_ids) != len(out):
             return None
         if not self._tools:
-            self._tools.update((tid, rec) for rec in self.turns for tid in _tool_ids(rec))
+            for rec in self.turns:
+                _index_tools(self._tools, rec)
+        tools = self._tools
         for i, rec in enumerate(out):
             if rec is None:
                 ids = tool_ids[i]
-                found = self._tools.get(ids[0]) if ids else None
-                if found is None or _tool_ids(found) != list(ids):
+                found = tools.get(ids[0]) if ids else None
+                if found is None or found[1] != list(ids):
                     return None
-                out[i] = found
+                out[i] = found[0]
         return out  # type: ignore[return-value]
+
+
+def _index_tools(tools: dict[str, tuple[TurnRecord, list[str]]], rec: TurnRecord) -> None:
+    """``rec``'s tool ids -> (rec, all its tool ids), over any earlier turn's (the latest turn wins)."""
+    ids = _tool_ids(rec)
+    for tid in ids:
+        tools[tid] = (rec, ids)
 
 
 def _tool_ids(rec: TurnRecord) -> list[str]:
@@ -129,7 +138,7 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
                 entry._digests[rec.replay_digest] = rec
         if known._tools:
             entry._tools.update(known._tools)
-            entry._tools.update((tid, rec) for tid in _tool_ids(rec))
+            _index_tools(entry._tools, rec)
     return entry
 
 
