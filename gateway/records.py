@@ -35,7 +35,7 @@ from gateway.protocols.canonical import (
 from gateway.repair import ConversationView, RecordedTurn, Records
 from state import codec
 from state.hashing import replay_digest
-from state.lru import Lru
+from state.lru import ObjectLru
 from state.records import ConversationState, Location, TurnRecord
 from state.store import LoadResult
 
@@ -198,22 +198,21 @@ def lift_turn(turn: Turn) -> Turn:
 # (repair emits them as they are; a stage that changes a block replaces it, and the lists holding them are
 # the request's own), so every request may share them. An entry holds its record, so no other object takes
 # its ``id`` while the entry lives.
-_content_cache: Lru[int, tuple[TurnRecord, tuple[Block, ...]]] = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
+_content_cache: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(codec.DEFAULT_TURN_CACHE_ENTRIES)
 
 
 def record_blocks(rec: TurnRecord) -> tuple[Block, ...]:
     """A stored record's content as canonical blocks (shared: nobody may change them)."""
-    hit = _content_cache.get(id(rec))
-    if hit is not None and hit[0] is rec:
-        return hit[1]
-    blocks = tuple(load_block(b) for b in rec.content)
-    _content_cache.put(id(rec), (rec, blocks))
+    blocks = _content_cache.get(rec)
+    if blocks is None:
+        blocks = tuple(load_block(b) for b in rec.content)
+        _content_cache.put(rec, blocks)
     return blocks
 
 
 def shared_records() -> list[tuple[TurnRecord, tuple[Block, ...]]]:
     """The records whose blocks this worker shares, with those blocks (oldest first)."""
-    return _content_cache.values()
+    return _content_cache.items()
 
 
 def set_content_cache_entries(entries: int) -> None:
@@ -256,15 +255,14 @@ class _StoredTurn(RecordedTurn):
 # Stored records as repair sees them, per worker, by record object and conversation: a long conversation's
 # replay matches hundreds of turns on every request, the same records each time. A ``_StoredTurn`` is never
 # changed after it is made (its blocks are the shared ``record_blocks``), so every request may share it.
-_turns: Lru[int, tuple[TurnRecord, str, _StoredTurn]] = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
+_turns: ObjectLru[TurnRecord, _StoredTurn] = ObjectLru(codec.DEFAULT_TURN_CACHE_ENTRIES)
 
 
 def _stored_turn(scid: str, rec: TurnRecord) -> _StoredTurn:
-    hit = _turns.get(id(rec))
-    if hit is not None and hit[0] is rec and hit[1] == scid:
-        return hit[2]
-    turn = _StoredTurn(scid, rec)
-    _turns.put(id(rec), (rec, scid, turn))
+    turn = _turns.get(rec)
+    if turn is None or turn.scid != scid:
+        turn = _StoredTurn(scid, rec)
+        _turns.put(rec, turn)
     return turn
 
 

@@ -26,12 +26,11 @@ import orjson
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
-from state.lru import Lru
+from state.lru import ObjectLru
 
-# a recorded turn's JSON (a message restored from its record, undecoded, extra empty), by the id of the
-# record's list it was encoded from; an entry holds that list (the record's, which the decoded-turn cache
-# holds too), so no other object takes its id while the entry lives
-_recorded: Lru[int, tuple[list[Any], str, bytes]] = Lru(DEFAULT_TURN_CACHE_ENTRIES)
+# a recorded turn's JSON (a message restored from its record, undecoded, extra empty) by the record's list
+# it was encoded from (which the decoded-turn cache holds too), with the role it was encoded with
+_recorded: ObjectLru[list[Any], tuple[str, bytes]] = ObjectLru(DEFAULT_TURN_CACHE_ENTRIES)
 
 
 def set_recorded_entries(entries: int) -> None:
@@ -49,14 +48,14 @@ def message_json(m: Message) -> bytes:
         return kept[4]
     shared = raw is not None and m.raw_recorded and not m.extra
     if shared:
-        hit = _recorded.get(id(raw))
-        if hit is not None and hit[0] is raw and hit[1] == m.role:
-            return hit[2]
+        hit = _recorded.get(raw)
+        if hit is not None and hit[0] == m.role:
+            return hit[1]
     data = orjson.dumps(anthropic.encode_message(m))
     m.encoded = (source, m.extra, m.content_was_string, m.role, data)
     if shared:
         assert raw is not None
-        _recorded.put(id(raw), (raw, m.role, data))
+        _recorded.put(raw, (m.role, data))
     return data
 
 

@@ -11,6 +11,7 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+O = TypeVar("O")  # noqa: E741
 
 
 class Lru(Generic[K, V]):
@@ -44,3 +45,29 @@ class Lru(Generic[K, V]):
     def _trim(self) -> None:
         while len(self._items) > self.entries:
             self._items.popitem(last=False)
+
+
+class ObjectLru(Generic[O, V]):
+    """An ``Lru`` keyed by an object's identity (objects that may not be hashable, e.g. lists): what this
+    worker derived from that very object. An entry holds its object, so no other object takes its ``id``
+    while the entry lives."""
+
+    def __init__(self, entries: int) -> None:
+        self._lru: Lru[int, tuple[O, V]] = Lru(entries)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def get(self, obj: O) -> V | None:
+        hit = self._lru.get(id(obj))
+        return hit[1] if hit is not None and hit[0] is obj else None
+
+    def put(self, obj: O, value: V) -> None:
+        self._lru.put(id(obj), (obj, value))
+
+    def resize(self, entries: int) -> None:
+        self._lru.resize(entries)
+
+    def items(self) -> list[tuple[O, V]]:
+        """(object, value), least recently used first."""
+        return self._lru.values()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.lru import Lru
+from state.lru import Lru, ObjectLru
 
 
 def test_forgets_the_least_recently_used_first() -> None:
@@ -26,3 +26,17 @@ def test_resized_down_keeps_the_most_recent_and_zero_keeps_nothing() -> None:
     lru.resize(0)
     lru.put(9, 9)
     assert len(lru) == 0 and lru.get(9) is None
+
+
+def test_an_object_lru_is_keyed_by_identity_and_holds_its_objects() -> None:
+    lru: ObjectLru[list[int], str] = ObjectLru(2)
+    a, b = [1], [1]  # equal, not the same
+    lru.put(a, "a")
+    assert lru.get(a) == "a" and lru.get(b) is None
+    lru.put(b, "b")
+    lru.put([2], "c")  # a third: the least recently used (a) goes
+    assert lru.get(a) is None and lru.get(b) == "b" and len(lru) == 2
+    assert [v for _, v in lru.items()] == ["c", "b"]
+    lru.resize(0)
+    lru.put(a, "a")
+    assert lru.get(a) is None and len(lru) == 0
