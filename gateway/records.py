@@ -64,8 +64,7 @@ class _LazyConversation(ConversationView):
 
     def find_tool(self, tool_id: str) -> RecordedTurn | None:
         if self._tools is None:
-            self._tools = {b["id"]: pos for pos, rec in self._by_pos.items() for b in rec.content
-                           if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+            self._tools = {tid: pos for pos, rec in self._by_pos.items() for tid in rec.tool_use_ids()}
         pos = self._tools.get(tool_id)
         return self[pos] if pos is not None else None
 

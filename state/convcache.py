@@ -59,7 +59,7 @@ class CachedConversation:
     # replay digest -> the latest turn recorded with it; tool_use id -> the latest turn with it (filled on
     # first use, or carried over from the entry this one grew from: ``appended``)
     _digests: dict[bytes, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
-    _tools: dict[str, tuple[TurnRecord, list[str]]] = field(default_factory=dict, compare=False, repr=False)
+    _tools: dict[str, tuple[TurnRecord, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -86,21 +86,17 @@ class CachedConversation:
             if rec is None:
                 ids = tool_ids[i]
                 found = tools.get(ids[0]) if ids else None
-                if found is None or found[1] != list(ids):
+                if found is None or found[1] != tuple(ids):
                     return None
                 out[i] = found[0]
         return out  # type: ignore[return-value]
 
 
-def _index_tools(tools: dict[str, tuple[TurnRecord, list[str]]], rec: TurnRecord) -> None:
+def _index_tools(tools: dict[str, tuple[TurnRecord, tuple[str, ...]]], rec: TurnRecord) -> None:
     """``rec``'s tool ids -> (rec, all its tool ids), over any earlier turn's (the latest turn wins)."""
-    ids = _tool_ids(rec)
+    ids = rec.tool_use_ids()
     for tid in ids:
         tools[tid] = (rec, ids)
-
-
-def _tool_ids(rec: TurnRecord) -> list[str]:
-    return [b["id"] for b in rec.content if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,

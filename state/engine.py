@@ -248,8 +248,7 @@ class EngineStore:
         for rec in reversed(recs):  # the query's tool ids are the latest turns'
             if len(tool_hits) == len(wanted):
                 break
-            for b in rec.content:
-                tid = b.get("id") if b.get("type") == "tool_use" else None
+            for tid in rec.tool_use_ids():
                 if tid in wanted and tid not in tool_hits:
                     tool_hits[tid] = Location(scid, rec.turn_id, rec.position)
         if hinted and not tool_hits:

@@ -118,18 +118,24 @@ class IndexEntries:
     norm: tuple[str, ...]  # norm hashes of thinking and text blocks
 
 
+def tool_use_ids(content: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The tool_use ids of one turn's content, in order, duplicates and empty ids left out."""
+    ids: dict[str, None] = {}
+    for block in content:
+        if block.get("type") == "tool_use":
+            tid = block.get("id")
+            if isinstance(tid, str) and tid:
+                ids[tid] = None
+    return tuple(ids)
+
+
 def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
     """Tool-use ids, exact thinking-text hashes with their signatures, normalised-text hashes of one turn."""
-    tool_ids: dict[str, None] = {}
     exact: dict[str, tuple[str, str]] = {}
     norm: dict[str, None] = {}
     for block in content:
         kind = block.get("type")
-        if kind == "tool_use":
-            tid = block.get("id")
-            if isinstance(tid, str) and tid:
-                tool_ids[tid] = None
-        elif kind in ("thinking", "text"):
+        if kind in ("thinking", "text"):
             text = block.get(kind)
             if isinstance(text, str) and normalize_text(text):
                 norm[norm_hash(text)] = None
@@ -137,4 +143,4 @@ def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
         if text:
             h = exact_hash(text)
             exact[h] = (h, sig)
-    return IndexEntries(tuple(tool_ids), tuple(exact.values()), tuple(norm))
+    return IndexEntries(tool_use_ids(content), tuple(exact.values()), tuple(norm))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from state.hashing import IndexEntries, compute_turn_id, index_entries, last_thinking_pair
+from state.hashing import IndexEntries, compute_turn_id, index_entries, last_thinking_pair, tool_use_ids
 from state.keys import is_valid_turn_id
 
 Block = dict[str, Any]
@@ -81,7 +81,7 @@ class TurnRecord:
         return index_entries(self.content)
 
     def tool_use_ids(self) -> tuple[str, ...]:
-        return self.index_entries().tool_ids
+        return tool_use_ids(self.content)
 
 
 @dataclass(frozen=True, slots=True)

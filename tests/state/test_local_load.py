@@ -105,7 +105,8 @@ async def test_a_load_of_held_turns_takes_no_round_trip(make_store: MakeStore) -
 
 
 def ids(*recs: TurnRecord) -> list[list[str]]:
-    return [[b["id"] for b in r.content if b["type"] == "tool_use"] for r in recs]
+    """Each turn's tool ids as the gateway sends them (``Message.tool_use_ids``: a list)."""
+    return [list(r.tool_use_ids()) for r in recs]
 
 
 MANGLED = replay_digest([{"type": "text", "text": "the client's own rendering"}]) or b""
