@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -137,14 +137,31 @@ def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, act
 
 def _clean_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
     """A recorded turn replayed verbatim and not decoded: when its JSON already has the form the rules
-    want (no blank text block, thinking first: ``Message.raw_shape``), it is kept as it is, undecoded.
-    False: decode and clean (reorder the thinking, drop a blank text block the upstream would reject)."""
-    shape = m.raw_shape()
+    want (no blank text block, thinking first), it is kept as it is, undecoded. False: decode and clean.
+    The JSON's shape is read once per message (a replayed history's are the same objects every request)."""
+    shape = m.raw_derived(_verbatim_shape)
     if shape is None or not shape[1]:
         return False
     if shape[0]:
         actions.append(Action(ActionKind.KEPT_VERIFIED, i))
     return True
+
+
+def _verbatim_shape(raw: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """(any thinking block, already in the form the rules want: thinking blocks first, no blank text
+    block the upstream would reject)."""
+    seen_other = thinking = False
+    tidy = True
+    for b in raw:
+        t = b.get("type")
+        if t in THINKING_TYPES:
+            thinking = True
+            tidy = tidy and not seen_other  # thinking after other blocks: reorder the decoded blocks
+            continue
+        seen_other = True
+        if t == "text" and not str(b.get("text", "")).strip():
+            tidy = False
+    return thinking, tidy
 
 
 def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy: Policy,

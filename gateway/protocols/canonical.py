@@ -25,11 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 JSON: TypeAlias = Any
 Role: TypeAlias = Literal["user", "assistant", "system"]
 CLIENT = "client"  # origin of provider data a client sent that no record vouches for
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_peeked", "_raw_shape", "_raw_tool_ids", "content_was_string", "encoded",
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_raw_tool_ids", "content_was_string", "encoded",
                  "extra", "provider", "raw_recorded", "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
@@ -144,7 +147,7 @@ class Message:
         self._lazy = lazy if content is None else None
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
-        self._raw_shape: tuple[bool, bool] | None = None  # ``raw_shape`` of the undecoded blocks, once
+        self._raw_derived: dict[Callable[[Any], Any], Any] | None = None  # ``raw_derived``, once each
         self.raw_recorded = False  # the undecoded blocks are a record's JSON (``restore_raw``), not the client's
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
@@ -187,7 +190,7 @@ class Message:
         self._content = None
         self._lazy = (raw, blocks)
         self._raw_tool_ids = None
-        self._peeked = self._raw_shape = None
+        self._peeked = self._raw_derived = None
         self.raw_recorded = True
         self.replay_digest = digest
 
@@ -196,26 +199,19 @@ class Message:
         """The client's block dicts while ``content`` was not decoded (None once it was)."""
         return self._lazy[0] if self._lazy is not None else None
 
-    def raw_shape(self) -> tuple[bool, bool] | None:
-        """Of the undecoded blocks (None once decoded), once: (any thinking block, the blocks already in the
-        form the thinking rules want: thinking blocks first, no blank text block)."""
+    def raw_derived(self, compute: Callable[[list[dict[str, JSON]]], T]) -> T | None:
+        """``compute(raw_blocks)``, computed once per undecoded JSON (``compute`` keys it); None once
+        decoded. For what a stage reads from the JSON on every request of a replayed history."""
         raw = self.raw_blocks
         if raw is None:
             return None
-        if self._raw_shape is None:
-            seen_other = thinking = False
-            tidy = True
-            for b in raw:
-                t = b.get("type")
-                if t in THINKING_TYPES:
-                    thinking = True
-                    tidy = tidy and not seen_other
-                    continue
-                seen_other = True
-                if t == "text" and not str(b.get("text", "")).strip():
-                    tidy = False
-            self._raw_shape = (thinking, tidy)
-        return self._raw_shape
+        memo = self._raw_derived
+        if memo is None:
+            memo = self._raw_derived = {}
+        if compute not in memo:
+            memo[compute] = compute(raw)
+        value: T = memo[compute]
+        return value
 
     def has_thinking(self) -> bool:
         raw = self.raw_blocks

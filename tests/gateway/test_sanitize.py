@@ -160,3 +160,20 @@ def test_budget_above_max_tokens_is_allowed_with_interleaved_thinking() -> None:
     b = body(U, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 8000})
     out, kinds = run(b, betas=frozenset({"interleaved-thinking-2025-05-14"}))
     assert out["thinking"]["budget_tokens"] == 8000 and ActionKind.PARAMS_FIXED not in kinds
+
+
+def test_a_verbatim_replay_is_kept_undecoded_only_when_its_json_already_has_the_form_the_rules_want() -> None:
+    tidy = [THINK, {"type": "text", "text": "a"}, tool_use("t1")]
+    late = [{"type": "text", "text": "a"}, THINK, tool_use("t1")]
+    blank = [THINK, {"type": "text", "text": " "}, tool_use("t1")]
+    for content, expected, undecoded in [(tidy, [ActionKind.KEPT_VERIFIED], True),
+                                         (late, [ActionKind.KEPT_VERIFIED, ActionKind.BLOCKS_REORDERED], False),
+                                         (blank, [ActionKind.EMPTY_TEXT_REMOVED, ActionKind.KEPT_VERIFIED], False)]:
+        req = anthropic.decode_request(body(U, {"role": "assistant", "content": content}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}))
+        req.messages[1].verbatim = True  # repair matched it by its replay digest
+        kinds = [a.kind for a in sanitize(req, lambda b: False, caps_for(req.model), DEFAULT)]
+        assert kinds == expected, (content, kinds)
+        assert (req.messages[1].raw_blocks is not None) == undecoded
+        out = anthropic.encode_request(req)["messages"][1]["content"]
+        assert out[0]["type"] == "thinking" and all(b.get("text", "x").strip() for b in out)

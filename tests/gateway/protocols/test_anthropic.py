@@ -94,20 +94,16 @@ def test_turn_round_trip() -> None:
     assert anthropic.encode_turn(anthropic.decode_turn(body)) == body
 
 
-@pytest.mark.parametrize(("blocks", "shape"), [
-    ([{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "a"}], (True, True)),
-    ([{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "t", "signature": "s"}], (True, False)),
-    ([{"type": "text", "text": " \n"}, {"type": "tool_use", "id": "t1", "name": "n", "input": {}}], (False, False)),
-    ([{"type": "redacted_thinking", "data": "d"}, {"type": "tool_use", "id": "t1", "name": "n", "input": {}}],
-     (True, True)),
-    ([{"type": "text", "text": "a"}], (False, True)),
-])
-def test_the_raw_shape_of_an_undecoded_message_is_read_once(blocks: list[dict[str, Any]],
-                                                             shape: tuple[bool, bool]) -> None:
-    m = anthropic.decode_message({"role": "assistant", "content": blocks}, 0)
-    first = m.raw_shape()
-    assert first == shape and m.raw_shape() is first and m.raw_blocks is not None
-    m.restore_raw([{"type": "text", "text": "restored"}], lambda: [], b"d")
-    assert m.raw_shape() == (False, True)  # read again for the new JSON
-    m.content  # noqa: B018  # decoded: no raw shape
-    assert m.raw_shape() is None
+def test_what_a_stage_derives_from_an_undecoded_message_is_computed_once_per_json() -> None:
+    calls: list[int] = []
+
+    def count(raw: list[dict[str, Any]]) -> int:
+        calls.append(len(raw))
+        return len(raw)
+
+    m = anthropic.decode_message({"role": "assistant", "content": [{"type": "text", "text": "a"}]}, 0)
+    assert m.raw_derived(count) == 1 and m.raw_derived(count) == 1 and calls == [1]
+    m.restore_raw([{"type": "text", "text": "r"}, {"type": "text", "text": "s"}], lambda: [], b"d")
+    assert m.raw_derived(count) == 2 and calls == [1, 2]  # new JSON: computed again
+    m.content  # noqa: B018  # decoded: nothing derived from JSON any more
+    assert m.raw_derived(count) is None and calls == [1, 2]
