@@ -65,7 +65,7 @@ class Call:
 class UpstreamDialect:
     path: Callable[[Call], str]
     headers: Callable[[Mapping[str, str]], dict[str, str]]  # client headers -> upstream headers
-    encode: Callable[[Call], JSON]
+    encode: Callable[[Call, pipeline.Exchange], bytes]     # the request body for this upstream
     decode_turn: Callable[[Any, Call], Turn]
     translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
     error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
@@ -95,15 +95,16 @@ def _gemini_path(call: Call) -> str:
 
 
 UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
-    "anthropic": UpstreamDialect(lambda c: "/v1/messages", anthropic_headers, lambda c: anthropic.encode_request(c.req),
-                                 lambda body, c: anthropic.decode_turn(body), None, upstream_error),
+    "anthropic": UpstreamDialect(
+        lambda c: "/v1/messages", anthropic_headers, lambda c, ex: pipeline.anthropic_body(ex, c.req),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error),
     "gemini": UpstreamDialect(
-        _gemini_path, gemini_headers, lambda c: gemini.encode_request(c.req),
+        _gemini_path, gemini_headers, lambda c, ex: orjson.dumps(gemini.encode_request(c.req)),
         lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=random_ids, model=c.req.model),
         lambda c: GeminiTranslator(origin=c.origin, mint=random_ids, model=c.req.model), upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
-        lambda c: openai_compat.encode_request(c.req, c.caps),
+        lambda c, ex: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error),
 }
@@ -130,9 +131,7 @@ def _route(ex: pipeline.Exchange, gw: Gateway,
 
     def encode(req: Request) -> bytes:
         call = routed[0]
-        if call.caps.kind == "anthropic":
-            return pipeline.anthropic_body(ex, call.req)
-        return orjson.dumps(UPSTREAM_DIALECTS[call.caps.kind].encode(call))
+        return UPSTREAM_DIALECTS[call.caps.kind].encode(call, ex)
 
     return pipeline.ReplayDecoder("openai", decode, resume), encode
 
