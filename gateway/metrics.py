@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter as Tally
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -309,7 +309,8 @@ class InstrumentedStore:
         return h
 
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
-        result = await self._call("load", self.inner.load(tenant, query))
+        # a load the worker answered itself (no round trip) is not a store call's duration
+        result = await self._call("load", self.inner.load(tenant, query), timed=lambda r: r.round_trips > 0)
         STORE_ROUND_TRIPS.labels("load").inc(result.round_trips)
         return result
 
@@ -321,7 +322,8 @@ class InstrumentedStore:
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
         return await self._call("get_conversation", self.inner.get_conversation(tenant, scid))
 
-    async def _call(self, op: str, call: Awaitable[T]) -> T:
+    async def _call(self, op: str, call: Awaitable[T], timed: Callable[[T], bool] | None = None) -> T:
+        """``timed``: whether a result's duration is observed (failures always are)."""
         started = time.perf_counter()
         result: T | None = None
         try:
@@ -331,7 +333,7 @@ class InstrumentedStore:
             STORE_ERRORS.labels(op, store_error_kind(e)).inc()
             raise
         finally:
-            if getattr(result, "round_trips", 1):  # a load the worker answered itself is not timed
+            if result is None or timed is None or timed(result):
                 STORE_OP_SECONDS.labels(op).observe(time.perf_counter() - started)
             self._circuit()
 

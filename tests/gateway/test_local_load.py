@@ -40,6 +40,10 @@ def load_trips() -> float:
     return REGISTRY.get_sample_value("gateway_store_round_trips_total", {"op": "load"}) or 0.0
 
 
+def timed_loads() -> float:
+    return REGISTRY.get_sample_value("gateway_store_operation_seconds_count", {"op": "load"}) or 0.0
+
+
 @pytest.fixture()
 async def pair(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
     async with worker_and_cold(sim.url, redis_url) as both:
@@ -57,15 +61,17 @@ async def test_a_load_answered_by_the_worker_plans_as_a_cold_load(
               "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
     headers = dict(HEADERS)
     trips: list[float] = []
+    timed: list[float] = []
     mangled: list[bool] = []
     for step in range(7):
         sent, extra = step_fn(history, step)
         mangled.append(sent != history)
         make = exchange_of({**params, **extra, "messages": sent}, endpoint="messages", dialect="anthropic",
                            headers=headers)
-        before = load_trips()
+        before, timed_before = load_trips(), timed_loads()
         ex = await prepare_both_ways(pair, make, pipeline.prepare)
         trips.append(load_trips() - before)  # both ways: the worker's trips plus the cold one's
+        timed.append(timed_loads() - timed_before)
         answer = await relay_and_record(worker, ex, forward_request_headers(ex.headers))
         if scid_header and ex.scid:
             headers["x-ag-conversation-id"] = ex.scid
@@ -82,3 +88,4 @@ async def test_a_load_answered_by_the_worker_plans_as_a_cold_load(
         # changed by the client with its tool ids kept: only the cold worker goes to the store (one round
         # trip: by header, or by the index with its hint)
         assert all(t == 1 for t in trips[1:]), (trips, mangled)
+        assert all(t == 1 for t in timed[1:]), timed  # a load with no round trip is not a store call timed
