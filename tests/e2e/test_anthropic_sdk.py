@@ -95,7 +95,8 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     from the second request on, the gateway parses and decodes only those (``gateway.replay_memo``), and
     every request still reaches the simulator in the form it accepts. Also when the client trims every
     replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
-    upstream as recorded, and the restored request is still kept for the next one."""
+    upstream as recorded, and the restored request is still kept for the next one. The worker answers every
+    load itself (it recorded every replayed turn): one store round trip per request, the record."""
     gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "sdk-memo-secret"})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0)
     rejections = sum(sim.stats()["rejections"].values())
@@ -107,4 +108,8 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     restored = metric_sum(gateway, "gateway_sanitize_actions_total", action="restored")
     # only a tool loop's first turn thinks (no interleaved thinking): it is restored on every later request
     assert restored == (0 if replay == "faithful" else result.requests - 1)
+    # every replayed turn is one this worker recorded (verbatim, or trimmed with its tool ids kept): only
+    # the records go to Redis, no load does
+    assert metric_sum(gateway, "gateway_store_round_trips_total", op="load") == 0
+    assert metric_sum(gateway, "gateway_store_round_trips_total", op="record") == result.requests
     assert sum(sim.stats()["rejections"].values()) == rejections
