@@ -87,3 +87,11 @@ async def relay_and_record(gw: Gateway, ex: pipeline.Exchange, headers: dict[str
     conv = await gw.store.get_conversation(ex.tenant, ex.scid)
     assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(ex.request.messages)
     return answer
+
+
+def answered(history: list[dict[str, Any]], answer: dict[str, Any], result: str) -> None:
+    """The next round of an Anthropic tool loop: ``answer`` as the assistant message, then each of its tool
+    calls answered with ``result``."""
+    history.append({"role": "assistant", "content": answer["content"]})
+    history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": result}
+                                                for b in answer["content"] if b["type"] == "tool_use"]})

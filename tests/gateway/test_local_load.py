@@ -22,7 +22,7 @@ from gateway import pipeline
 from gateway.app import Gateway, create_app
 from gateway.settings import Settings
 from gateway.upstream import forward_request_headers
-from tests.gateway.memo_equivalence import exchange_of, prepare_both_ways, relay_and_record
+from tests.gateway.memo_equivalence import answered, exchange_of, prepare_both_ways, relay_and_record
 from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
 
 
@@ -77,10 +77,7 @@ async def test_a_load_answered_by_the_worker_plans_as_a_cold_load(
             headers["x-ag-conversation-id"] = ex.scid
         if answer["stop_reason"] != "tool_use":
             break
-        history.append({"role": "assistant", "content": answer["content"]})
-        history.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": b["id"], "content": f"sunny {step}"}
-            for b in answer["content"] if b["type"] == "tool_use"]})
+        answered(history, answer, f"sunny {step}")
     assert len(trips) == 7
     if scenario in ("faithful", "params fixed every request", "thinking disabled at step 3") or \
             scenario.startswith("assistant:"):

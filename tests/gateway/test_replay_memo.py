@@ -25,6 +25,7 @@ from gateway.protocols.canonical import Message
 from gateway.replay_memo import ReplayMemo, one_to_one
 from gateway.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import (
+    answered,
     exchange_of,
     gateway_pair,
     prepare_both_ways,
@@ -300,10 +301,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
-        history_.append({"role": "assistant", "content": answer["content"]})
-        history_.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": b["id"], "content": f"sunny {step}"}
-            for b in answer["content"] if b["type"] == "tool_use"]})
+        answered(history_, answer, f"sunny {step}")
     checked = shared_blocks_unchanged()
     if scenario.startswith("assistant:"):
         # an IDE's mangled replay: repair restores its turns (each a new content list) and the memo still

@@ -16,7 +16,7 @@ from gateway.endpoints import chat
 from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message, TextBlock
 from gateway.upstream import forward_request_headers
-from tests.gateway.memo_equivalence import exchange_of, gateway_pair, prepare_both_ways, relay_and_record
+from tests.gateway.memo_equivalence import answered, exchange_of, gateway_pair, prepare_both_ways, relay_and_record
 from tests.manglings import MESSAGE_MANGLINGS, mangle_assistants
 
 HEADERS = {"x-api-key": "sk-splice", "anthropic-version": "2023-06-01", "content-type": "application/json"}
@@ -114,10 +114,7 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
             assert counted[-1] == 2, counted  # the last answer (restored) and its tool results
         answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         assert answer["stop_reason"] == "tool_use"
-        history.append({"role": "assistant", "content": answer["content"]})
-        history.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": b["id"], "content": f"result {step} " * 200}
-            for b in answer["content"] if b["type"] == "tool_use"]})
+        answered(history, answer, f"result {step} " * 200)
 
 
 async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
