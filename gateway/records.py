@@ -45,13 +45,13 @@ class _LazyConversation(ConversationView):
     repair asks: most requests match their turns through the load query's index hits."""
 
     def __init__(self, conv: ConversationState, decode: Callable[[str, TurnRecord], RecordedTurn]) -> None:
-        self._by_pos = {r.position: r for r in conv.turns if r.position is not None}
+        self._conv = conv
+        self._by_pos = conv.by_position
         self._scid = conv.scid
         self._decode = decode
         self._tools: dict[str, int] | None = None
         self._texts: dict[str, int] | None = None
         self._prefixes: dict[str, int] | None = None
-        self._digests: dict[bytes, int] | None = None
 
     def __getitem__(self, pos: int) -> RecordedTurn:
         return self._decode(self._scid, self._by_pos[pos])
@@ -75,10 +75,8 @@ class _LazyConversation(ConversationView):
         return self[pos] if pos is not None else None
 
     def find_digest(self, digest: bytes) -> RecordedTurn | None:
-        if self._digests is None:
-            self._digests = {rec.replay_digest: pos for pos, rec in self._by_pos.items() if rec.replay_digest}
-        pos = self._digests.get(digest)
-        return self[pos] if pos is not None else None
+        rec = self._conv.turn_by_digest(digest)
+        return self._decode(self._scid, rec) if rec is not None else None
 
     def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
         if self._prefixes is None:  # the latest turn wins for a path answered twice (a retry)
@@ -299,7 +297,7 @@ def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, d
                 path: identity.PathHash | None = None) -> TurnRecord:
     """``path``: the running path hash over ``request_messages`` when the caller has it."""
     fp = path.hexdigest() if path is not None else identity.path_fingerprint(request_messages)
-    last = max((i for i, m in enumerate(request_messages) if m.role == "assistant"), default=-1)
+    last = next((i for i in range(len(request_messages) - 1, -1, -1) if request_messages[i].role == "assistant"), -1)
     content = [store_block(b) for b in turn.content]
     provider = store_fields(turn.provider)
     # The client receives exactly the stored blocks unless provider data rides along (then its form differs)

@@ -335,11 +335,15 @@ def _learn_id_map(m: Message, restored: Iterable[Block], id_map: dict[str, str])
 def _map_tool_results(m: Message, i: int, id_map: dict[str, str], res: RepairResult) -> None:
     if not id_map:
         return
+    mapped = False
     for b in m.content:
         if isinstance(b, ToolResultBlock) and b.tool_use_id in id_map:
             b.tool_use_id = id_map[b.tool_use_id]
+            mapped = True
             res.changed = True
             res.actions.append(Action(ActionKind.TOOL_ID_MAPPED, i))
+    if mapped:
+        m.content = list(m.content)  # blocks changed in place: a new list, as ``Message.result_shape`` asks
 
 
 def _tool_ids(content: Iterable[Block]) -> list[str]:

@@ -60,7 +60,8 @@ from gateway.protocols.canonical import Message
 
 DecodeOne = Callable[[Any, int], Message]
 # (the kept request's parsed body, its messages: None where one is no longer as decoded, the new raw
-# messages) -> all the messages as decoding the whole body gives them, or None: decode it the full way
+# messages) -> all the messages as decoding the whole body gives them, the kept ones first and as they are
+# (``take`` reuses what it knows of them), or None: decode it the full way
 Resume = Callable[[dict[str, Any], list[Message | None], list[Any]], list[Message] | None]
 _WS = b" \t\r\n"
 _CANDIDATES = 8          # occurrences of the next field's name tried when finding the end of the messages
@@ -113,15 +114,6 @@ def _as_decoded(messages: list[Message]) -> list[list[Any]]:
     return [m.raw_blocks if m.raw_blocks is not None else m.content for m in messages]
 
 
-def _pristine(m: Message, content: list[Any]) -> bool:
-    """As a fresh decode leaves it: a lazy message still undecoded, on the client's JSON (an Anthropic
-    assistant message's blocks are built on first use, after which it is decoded again rather than reused;
-    a restored turn is undecoded on the record's JSON), an eager one still holding the content list
-    decoding made."""
-    raw = m.raw_blocks
-    return raw is content if raw is not None else m.content is content
-
-
 def one_to_one(decode_one: DecodeOne) -> Resume:
     """The resume of a dialect whose raw messages decode one each (Anthropic): a message no longer as
     decoded, and each new one, decoded on its own (``decode_one(raw, index)``)."""
@@ -166,18 +158,27 @@ class ReplayMemo:
         if tail is None:
             self.misses += 1
             return None
-        kept = [m if _pristine(m, c) else None for m, c in zip(entry.messages, entry.as_decoded, strict=True)]
-        for m in kept:
-            if m is not None:
+        kept: list[Message | None] = []
+        redecoded = 0
+        for m, c in zip(entry.messages, entry.as_decoded, strict=True):
+            if m.holds(c):
                 m.verbatim = False
+                kept.append(m)
+            else:
+                kept.append(None)
+                redecoded += 1
         messages = resume(entry.parsed, kept, tail)
         if messages is None:
             self.misses += 1
             return None
         parsed = {**entry.parsed, "messages": entry.parsed["messages"] + tail}
         self.hits += 1
-        return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), _as_decoded(messages),
-                                        len(body) - rest, len(kept), entry.path, redecoded=kept.count(None))
+        # a kept message holds the list it was decoded with: only the others' are read again
+        as_decoded = entry.as_decoded + _as_decoded(messages[len(kept):])
+        if redecoded:
+            as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
+        return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
+                                        len(body) - rest, len(kept), entry.path, redecoded=redecoded)
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:

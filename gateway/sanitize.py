@@ -78,10 +78,13 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
     msgs = req.messages
     target = origin_of(caps, req.model)
     for i, m in enumerate(msgs):
-        if m.role == "assistant":
+        role = m.role
+        if role == "assistant":
+            if m.verbatim and m.provider is None and _kept_verbatim(m, i, actions):
+                continue  # undecoded, no provider data to judge (``_foreign_reasoning``), already tidy
             _foreign_reasoning(m, i, caps, target, policy, actions)
             _clean_assistant(m, i, verified, policy, actions)
-        elif m.role == "user":
+        elif role == "user" and not m.content_was_string and m.result_shape().blank_text:
             _drop_empty_text(m, i, actions)
     _drop_empty_assistants(msgs)
     actions += repair_tool_chain(msgs)
@@ -110,7 +113,7 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
 # ------------------------------------------------------------------ per message
 
 def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, actions: list[Action]) -> None:
-    if m.verbatim and _clean_verbatim(m, i, actions):
+    if m.verbatim and _kept_verbatim(m, i, actions):
         return
     _drop_empty_text(m, i, actions)
     thinking = [b for b in m.content if b.type in THINKING_TYPES]
@@ -135,7 +138,7 @@ def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, act
     m.content_was_string = False
 
 
-def _clean_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
+def _kept_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
     """A recorded turn replayed verbatim and not decoded: when its JSON already has the form the rules
     want (no blank text block, thinking first), it is kept as it is, undecoded. False: decode and clean.
     The JSON's shape is read once per message (a replayed history's are the same objects every request)."""
@@ -267,7 +270,7 @@ def trailing_loop_start(msgs: list[Message]) -> int | None:
         if m.role == "assistant":
             first = i
         elif m.role == "user":
-            has_results = any(isinstance(b, ToolResultBlock) for b in m.content)
+            has_results = bool(m.result_shape().result_ids)
             if last_user and not has_results:
                 return None
             last_user = False

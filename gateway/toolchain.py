@@ -88,26 +88,20 @@ def chain_intact(msgs: list[Message]) -> bool:
     A rule changed in ``repair_tool_chain`` must be changed here too (the property test
     tests/gateway/test_repair_sanitize_property.py and the mangling matrices hold the two together)."""
     calls: set[str] = set()
-    due: list[str] = []  # tool_use ids of the previous message, to be answered by this one
+    due: tuple[str, ...] = ()  # tool_use ids of the previous message, to be answered by this one
     for m in msgs:
         if m.role == "user":
-            k = 0
-            for b in m.content:
-                if isinstance(b, ToolResultBlock):
-                    if k == len(due) or b.tool_use_id != due[k]:
-                        return False
-                    k += 1
-                elif k < len(due):
-                    return False
-            if k < len(due):
+            shape = m.result_shape()  # its tool_results are exactly ``due``, in order, before any other block
+            if shape.result_ids != due or not shape.results_lead:
                 return False
-            due = []
+            due = ()
             continue
         if due:
             return False
         if m.role == "assistant":
-            due = m.tool_use_ids()
-            if due:
+            ids = m.tool_use_ids()
+            if ids:
+                due = tuple(ids)
                 n = len(calls)
                 calls.update(due)
                 if len(calls) != n + len(due):

@@ -56,9 +56,8 @@ class CachedConversation:
     sizes: tuple[int, ...]  # stored bytes of each of ``turns``
     undecodable: tuple[int, ...]  # positions whose blob could not be decoded
     state: ConversationState | None = field(default=None, compare=False)  # the conversation as known
-    # replay digest -> the latest turn recorded with it; tool_use id -> the latest turn with it (filled on
-    # first use, or carried over from the entry this one grew from: ``appended``)
-    _digests: dict[bytes, TurnRecord] = field(default_factory=dict, compare=False, repr=False)
+    # tool_use id -> the latest turn with it (filled on first use, or carried over from the entry this one
+    # grew from: ``appended``); replay digests are the state's (``ConversationState.turn_by_digest``)
     _tools: dict[str, tuple[TurnRecord, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -70,9 +69,9 @@ class CachedConversation:
         """The turns whose recorded replay digests these are, in order; None unless every one is here. With
         ``tool_ids`` (each turn's, in the same order) a turn whose digest is none of these is the held turn
         with exactly those tool ids, when there is one."""
-        if not self._digests:
-            self._digests.update((rec.replay_digest, rec) for rec in self.turns if rec.replay_digest)
-        get = self._digests.get
+        if self.state is None:
+            return None
+        get = self.state.turn_by_digest
         out = [get(d) for d in digests]
         if None not in out:
             return out  # type: ignore[return-value]
@@ -128,10 +127,8 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
     entry = CachedConversation(created=created, start=start, next=position + 1, last_turn_id=rec.turn_id,
                                turns=turns, sizes=(*sizes, size), undecodable=bad, state=state)
     if known is not None and not is_new and len(turns) == len(known.turns) + 1:  # nothing trimmed: carry over
-        if known._digests:
-            entry._digests.update(known._digests)
-            if rec.replay_digest:
-                entry._digests[rec.replay_digest] = rec
+        if known.state is not None and known.state.turns is known.turns:
+            state.grown_from(known.state)
         if known._tools:
             entry._tools.update(known._tools)
             _index_tools(entry._tools, rec)

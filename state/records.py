@@ -104,19 +104,58 @@ class ConversationState:
     first_position: int
     next_position: int
     forked_from: str | None = None
-    _by_turn_id: dict[str, TurnRecord] = field(init=False, repr=False, compare=False)
-    _by_position: dict[int, TurnRecord] = field(init=False, repr=False, compare=False)
+    # lookups built on first use (``_maps``), or taken over from the state this one grew from (``grown_from``)
+    _by_turn_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_digest: dict[bytes, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        by_id: dict[str, TurnRecord] = {}
-        for rec in self.turns:
-            by_id.setdefault(rec.turn_id, rec)
-        object.__setattr__(self, "_by_turn_id", by_id)
-        object.__setattr__(self, "_by_position", {r.position: r for r in self.turns if r.position is not None})
+    def _maps(self) -> tuple[dict[str, TurnRecord], dict[int, TurnRecord]]:
+        if self._by_turn_id is None or self._by_position is None:
+            by_id: dict[str, TurnRecord] = {}
+            for rec in self.turns:
+                by_id.setdefault(rec.turn_id, rec)
+            object.__setattr__(self, "_by_turn_id", by_id)
+            object.__setattr__(self, "_by_position", {r.position: r for r in self.turns if r.position is not None})
+        assert self._by_turn_id is not None and self._by_position is not None
+        return self._by_turn_id, self._by_position
 
     def turn_at(self, position: int) -> TurnRecord | None:
-        return self._by_position.get(position)
+        return self._maps()[1].get(position)
 
     def turn_by_id(self, turn_id: str) -> TurnRecord | None:
         """The first retained record with this turn id."""
-        return self._by_turn_id.get(turn_id)
+        return self._maps()[0].get(turn_id)
+
+    @property
+    def by_position(self) -> Mapping[int, TurnRecord]:
+        """The retained turns by position (callers must not change it)."""
+        return self._maps()[1]
+
+    def turn_by_digest(self, digest: bytes) -> TurnRecord | None:
+        """The latest retained turn recorded with this replay digest (``TurnRecord.replay_digest``)."""
+        if self._by_digest is None:
+            object.__setattr__(self, "_by_digest", {r.replay_digest: r for r in self.turns
+                                                    if r.replay_digest and r.position is not None})
+        assert self._by_digest is not None
+        return self._by_digest.get(digest)
+
+    def grown_from(self, prev: ConversationState) -> None:
+        """Take over ``prev``'s lookups, built already, when this state is ``prev`` with one turn appended
+        (``turns == prev.turns + (turn,)``): a worker's own appends (``state.convcache.appended``) would
+        otherwise rebuild them, over the whole conversation, on the next request."""
+        if len(self.turns) != len(prev.turns) + 1:
+            raise ValueError("grown_from: not one turn more")
+        rec = self.turns[-1]
+        if prev._by_turn_id is not None and prev._by_position is not None:
+            by_id = dict(prev._by_turn_id)
+            by_id.setdefault(rec.turn_id, rec)
+            by_pos = dict(prev._by_position)
+            if rec.position is not None:
+                by_pos[rec.position] = rec
+            object.__setattr__(self, "_by_turn_id", by_id)
+            object.__setattr__(self, "_by_position", by_pos)
+        if prev._by_digest is not None:
+            by_digest = dict(prev._by_digest)
+            if rec.replay_digest and rec.position is not None:
+                by_digest[rec.replay_digest] = rec
+            object.__setattr__(self, "_by_digest", by_digest)

@@ -125,6 +125,30 @@ Block: TypeAlias = (
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
+@dataclass(frozen=True, slots=True)
+class ResultShape:
+    """What the tool-chain and loop rules read of a message's blocks (``Message.result_shape``)."""
+
+    result_ids: tuple[str, ...]  # the tool_use_id of each tool_result block, in order
+    results_lead: bool           # no tool_result block after a block of another type
+    blank_text: bool             # an unsigned text block that is empty or whitespace only
+
+    @staticmethod
+    def of(blocks: list[Block]) -> ResultShape:
+        ids: list[str] = []
+        lead = True
+        other = blank = False
+        for b in blocks:
+            if isinstance(b, ToolResultBlock):
+                ids.append(b.tool_use_id)
+                lead = lead and not other
+            else:
+                other = True
+                if isinstance(b, TextBlock) and b.sig is None and not b.text.strip():
+                    blank = True
+        return ResultShape(tuple(ids), lead, blank)
+
+
 class Message:
     """One message. ``content`` is a list of canonical blocks.
 
@@ -135,8 +159,8 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_raw_tool_ids", "content_was_string", "encoded",
-                 "extra", "provider", "raw_recorded", "replay_digest", "role", "verbatim")
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_raw_tool_ids", "_shape", "content_was_string",
+                 "encoded", "extra", "provider", "raw_recorded", "replay_digest", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -148,6 +172,7 @@ class Message:
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
         self._raw_derived: dict[Callable[[Any], Any], Any] | None = None  # ``raw_derived``, once each
+        self._shape: tuple[list[Block], int, ResultShape] | None = None  # ``result_shape``, per content list
         self.raw_recorded = False  # the undecoded blocks are a record's JSON (``restore_raw``), not the client's
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
@@ -199,6 +224,12 @@ class Message:
         """The client's block dicts while ``content`` was not decoded (None once it was)."""
         return self._lazy[0] if self._lazy is not None else None
 
+    def holds(self, content: list[Any]) -> bool:
+        """As a fresh decode left it with ``content`` (its ``raw_blocks`` or content list then): a lazy message
+        still undecoded on that JSON, an eager one still holding that content list (``replay_memo``)."""
+        lazy = self._lazy
+        return lazy[0] is content if lazy is not None else self._content is content
+
     def raw_derived(self, compute: Callable[[list[dict[str, JSON]]], T]) -> T | None:
         """``compute(raw_blocks)``, computed once per undecoded JSON (``compute`` keys it); None once
         decoded. For what a stage reads from the JSON on every request of a replayed history."""
@@ -243,6 +274,19 @@ class Message:
                     b["id"] for b in raw if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
             return ids
         return [b.id for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def result_shape(self) -> ResultShape:
+        """The decoded blocks' ``ResultShape``, computed once per content list: a replayed history's
+        messages are the same objects on every request (``replay_memo``), and the tool-chain and loop rules
+        read every message of it. A stage that changes a block in place (not the list) must give the message
+        a new list (``content = [...]``), as every stage that edits blocks does."""
+        content = self.content
+        shape = self._shape
+        if shape is not None and shape[0] is content and shape[1] == len(content):
+            return shape[2]
+        value = ResultShape.of(content)
+        self._shape = (content, len(content), value)
+        return value
 
     def tool_result_ids(self) -> list[str]:
         return [b.tool_use_id for b in self.content if isinstance(b, ToolResultBlock)]
