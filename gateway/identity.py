@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock
-from gateway.repair import block_hashes
-from state.hashing import exact_hash, normalize_text
+from gateway.protocols.canonical import Message, TextBlock, ToolResultBlock
+from gateway.repair import lookup_hashes
+from state.hashing import normalize_text
 from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
 
@@ -123,9 +123,9 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     recent = assistants[-RECENT_TURNS:]
     for m in recent:
         tool_ids += m.tool_use_ids()
-        blocks = m.peek_content()  # an undecoded message stays so (``replay_memo`` reuses it as it is)
-        norm += block_hashes(blocks)
-        exact += [exact_hash(b.thinking) for b in blocks if isinstance(b, ThinkingBlock) and b.thinking]
+        norms, exacts = lookup_hashes(m)  # an undecoded message stays so (``replay_memo`` reuses it as it is)
+        norm += norms
+        exact += exacts
     fps = []
     prefix = prefix_before_last_assistant(msgs)
     fp = path_fingerprint(prefix, known) if prefix else None

@@ -200,11 +200,24 @@ class ObserveMiddleware:
             _finish(obs)
 
 
+# Labelled children by (metric, label values): ``labels()`` validates and converts its values and takes a
+# lock on every call, a dozen times per request; every label value here comes from a bounded set.
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *values: str) -> Any:
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
+
 def _finish(obs: Observation) -> None:
-    REQUESTS.labels(obs.endpoint, obs.upstream, status_class(obs.status)).inc()
-    REQUEST_DURATION.labels(obs.endpoint, obs.upstream).observe(obs.duration)
+    _child(REQUESTS, obs.endpoint, obs.upstream, status_class(obs.status)).inc()
+    _child(REQUEST_DURATION, obs.endpoint, obs.upstream).observe(obs.duration)
     if obs.ttfb is not None:
-        TTFB.labels(obs.endpoint, obs.upstream).observe(obs.ttfb)
+        _child(TTFB, obs.endpoint, obs.upstream).observe(obs.ttfb)
     WORKER_REQUESTS.inc()
     logs.log_request(obs)
 
@@ -245,13 +258,13 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     """Pipeline, load stage: how the conversation was found. First turns (nothing to find) are not
     counted, so the hit ratio is over requests that replay history."""
     if via != "none":
-        SCID_LOOKUPS.labels(label(via, VIAS), "hit").inc()
+        _child(SCID_LOOKUPS, label(via, VIAS), "hit").inc()
         return
     tried = identity.first_method(query)
     if tried is None:
         return
     outcome = "foreign" if result.foreign else "expired" if result.unresolved else "miss"
-    SCID_LOOKUPS.labels(tried, outcome).inc()
+    _child(SCID_LOOKUPS, tried, outcome).inc()
 
 
 def observe_actions(actions: Iterable[Action], dialect: str) -> None:
@@ -259,7 +272,7 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     kinds = Tally(a.kind for a in actions)
     d = label(dialect, DIALECTS)
     for kind, n in kinds.items():
-        SANITIZE_ACTIONS.labels(label(kind.value, ACTIONS), d).inc(n)
+        _child(SANITIZE_ACTIONS, label(kind.value, ACTIONS), d).inc(n)
         if kind in TOOL_REPAIRS:
             TOOL_CHAIN_REPAIRS.labels(TOOL_REPAIRS[kind]).inc(n)
     restored = any(k in _RESTORING for k in kinds)
@@ -271,7 +284,7 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
 
 def observe_replay(hit: bool) -> None:
     """Pipeline, decode stage (Anthropic and OpenAI chat requests, with the replay memo on)."""
-    REPLAY_MEMO.labels("hit" if hit else "miss").inc()
+    _child(REPLAY_MEMO, "hit" if hit else "miss").inc()
 
 
 def observe_record(result: RecordResult) -> None:
@@ -311,12 +324,12 @@ class InstrumentedStore:
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
         # a load the worker answered itself (no round trip) is not a store call's duration
         result = await self._call("load", self.inner.load(tenant, query), timed=lambda r: r.round_trips > 0)
-        STORE_ROUND_TRIPS.labels("load").inc(result.round_trips)
+        _child(STORE_ROUND_TRIPS, "load").inc(result.round_trips)
         return result
 
     async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
         result = await self._call("record", self.inner.record(tenant, write))
-        STORE_ROUND_TRIPS.labels("record").inc(result.round_trips)
+        _child(STORE_ROUND_TRIPS, "record").inc(result.round_trips)
         return result
 
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
@@ -334,7 +347,7 @@ class InstrumentedStore:
             raise
         finally:
             if result is None or timed is None or timed(result):
-                STORE_OP_SECONDS.labels(op).observe(time.perf_counter() - started)
+                _child(STORE_OP_SECONDS, op).observe(time.perf_counter() - started)
             self._circuit()
 
     def _circuit(self) -> None:

@@ -178,7 +178,21 @@ class RepairResult:
 
 def message_hashes(m: Message) -> list[str]:
     """Normalized hashes a replayed assistant message can be found by (an undecoded message stays so)."""
-    return block_hashes(m.peek_content())
+    return list(lookup_hashes(m)[0])
+
+
+def lookup_hashes(m: Message) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(``block_hashes``, exact hashes of its thinking texts) of a replayed assistant message: what the load
+    query and repair look it up by. Read once per undecoded JSON (a replayed history's latest turns are
+    looked up again on every request)."""
+    known = m.raw_derived(_lookup_hashes)
+    return known if known is not None else _lookup_hashes(m)
+
+
+def _lookup_hashes(m: Message) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    blocks = m.peek_content()
+    return tuple(block_hashes(blocks)), tuple(exact_hash(b.thinking) for b in blocks
+                                              if isinstance(b, ThinkingBlock) and b.thinking)
 
 
 def block_hashes(blocks: Iterable[Block]) -> list[str]:

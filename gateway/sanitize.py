@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
@@ -150,12 +150,12 @@ def _kept_verbatim(m: Message, i: int, actions: list[Action]) -> bool:
     return True
 
 
-def _verbatim_shape(raw: list[dict[str, Any]]) -> tuple[bool, bool]:
-    """(any thinking block, already in the form the rules want: thinking blocks first, no blank text
-    block the upstream would reject)."""
+def _verbatim_shape(m: Message) -> tuple[bool, bool]:
+    """Of an undecoded message's JSON: (any thinking block, already in the form the rules want: thinking
+    blocks first, no blank text block the upstream would reject)."""
     seen_other = thinking = False
     tidy = True
-    for b in raw:
+    for b in m.raw_blocks or ():
         t = b.get("type")
         if t in THINKING_TYPES:
             thinking = True

@@ -94,8 +94,17 @@ class EngineStore:
             return None
         return await self._guarded(self._get_conversation, tenant, scid)
 
+    def _backend_up(self) -> bool:
+        """Whether calls reach the backend now (no open circuit): only then may this worker answer a load
+        from what it holds (``_local_load``), as the backend would."""
+        return True
+
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
         keys.check_tenant(tenant)
+        if query.replayed and self._backend_up():
+            local = self._local_answer(tenant, query)
+            if local is not None:
+                return local
         return await self._guarded(self._load, tenant, query)
 
     async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
@@ -144,10 +153,6 @@ class EngineStore:
             buckets.setdefault(keys.hash_tag(key), []).append(i)
         hint = query.hint_scid if not scid and lookups and keys.is_valid_scid(query.hint_scid) else None
         first = scid or hint
-        if first and query.replayed:
-            local = self._local_load(tenant, first, query, hinted=not scid)
-            if local is not None:
-                return local
         ops: list[Op] = []
         known: CachedConversation | None = None
         if first:
@@ -226,6 +231,19 @@ class EngineStore:
                          is_new=bool(int(reply[3])))
         if entry is not None:
             cache.put(tenant, scid, entry)
+
+    def _local_answer(self, tenant: str, query: LoadQuery) -> LoadResult | None:
+        """``_local_load`` of the conversation ``_load`` would read first (the query's SCID, else its hint when
+        it has lookups), before any key of a round trip is built."""
+        scid = query.scid if keys.is_valid_scid(query.scid) else None
+        if scid is not None:
+            return self._local_load(tenant, scid, query, hinted=False)
+        lookups = any(isinstance(v, str) and v for values in (query.tool_ids, query.exact_hashes,
+                                                              query.norm_hashes, query.fingerprints) for v in values)
+        if lookups and keys.is_valid_scid(query.hint_scid):
+            assert query.hint_scid is not None
+            return self._local_load(tenant, query.hint_scid, query, hinted=True)
+        return None
 
     def _local_load(self, tenant: str, scid: str, query: LoadQuery, hinted: bool) -> LoadResult | None:
         """A load this worker answers without a round trip: every assistant turn the request replays

@@ -131,6 +131,9 @@ class RedisStore(EngineStore):
         self.breaker.on_success()
         return StoreHealth(True, self.backend, self.breaker.state)
 
+    def _backend_up(self) -> bool:
+        return self.breaker.state == "closed"
+
     async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         if not self.breaker.acquire():
             raise StoreUnavailable(f"{self.backend}: circuit open")

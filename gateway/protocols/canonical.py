@@ -171,7 +171,7 @@ class Message:
         self._lazy = lazy if content is None else None
         self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
-        self._raw_derived: dict[Callable[[Any], Any], Any] | None = None  # ``raw_derived``, once each
+        self._raw_derived: dict[Callable[[Message], Any], Any] | None = None  # ``raw_derived``, once each
         self._shape: tuple[list[Block], int, ResultShape] | None = None  # ``result_shape``, per content list
         self.raw_recorded = False  # the undecoded blocks are a record's JSON (``restore_raw``), not the client's
         # True when the client sent ``content`` as a plain string; re-encoded the same way
@@ -230,17 +230,17 @@ class Message:
         lazy = self._lazy
         return lazy[0] is content if lazy is not None else self._content is content
 
-    def raw_derived(self, compute: Callable[[list[dict[str, JSON]]], T]) -> T | None:
-        """``compute(raw_blocks)``, computed once per undecoded JSON (``compute`` keys it); None once
-        decoded. For what a stage reads from the JSON on every request of a replayed history."""
-        raw = self.raw_blocks
-        if raw is None:
+    def raw_derived(self, compute: Callable[[Message], T]) -> T | None:
+        """``compute(self)``, computed once per undecoded JSON (``compute`` keys it; it reads ``raw_blocks``
+        or ``peek_content``); None once decoded. For what a stage reads from the JSON on every request of a
+        replayed history."""
+        if self._lazy is None:
             return None
         memo = self._raw_derived
         if memo is None:
             memo = self._raw_derived = {}
         if compute not in memo:
-            memo[compute] = compute(raw)
+            memo[compute] = compute(self)
         value: T = memo[compute]
         return value
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,7 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import ClientError
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import OpaqueBlock, ThinkingBlock
+from gateway.protocols.canonical import Message, OpaqueBlock, ThinkingBlock
 
 AWKWARD = ["", " ", "a\r\nb", "trailing   ", "\n\n\nblank lines\n", "café — 思考 🤔", "\t tab\r", "\u2028\u00a0"]
 
@@ -97,7 +96,9 @@ def test_turn_round_trip() -> None:
 def test_what_a_stage_derives_from_an_undecoded_message_is_computed_once_per_json() -> None:
     calls: list[int] = []
 
-    def count(raw: list[dict[str, Any]]) -> int:
+    def count(m: Message) -> int:
+        raw = m.raw_blocks
+        assert raw is not None
         calls.append(len(raw))
         return len(raw)
 
