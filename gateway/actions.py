@@ -6,8 +6,8 @@ closed enum so it can be a metrics label.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class ActionKind(StrEnum):
@@ -29,8 +29,9 @@ class ActionKind(StrEnum):
     SIGNATURE_BYPASS = "signature_bypass"        # Gemini: no record vouches for a required signature
 
 
-@dataclass(slots=True, frozen=True)
-class Action:
+class Action(NamedTuple):
+    """Immutable; a tuple because a long replay makes one per verified turn on every request."""
+
     kind: ActionKind
     message_index: int | None = None   # index in the *outgoing* messages list
     detail: str = ""                   # closed vocabulary: never model text, keys or ids

@@ -205,7 +205,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     actions = fixed.actions + sanitize(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas)
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
-    ex.changed = fixed.changed or any(a.kind.value != "kept_verified" for a in actions)
+    ex.changed = fixed.changed or any(a.kind is not ActionKind.KEPT_VERIFIED for a in actions)
     ex.in_place = any(a.kind not in _MESSAGES_KEPT for a in actions)  # every change repair makes is an action
     if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
