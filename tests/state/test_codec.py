@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import zlib
 from typing import Any
 
 import msgpack
@@ -203,3 +204,17 @@ def test_decompression_bomb_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     data = codec.pack("x" * 5000)
     with pytest.raises(CodecError):
         codec.unpack(data)
+
+
+@pytest.mark.parametrize("size", [1500, 4000, 20_000, 200_000])
+def test_compressed_payloads_use_a_window_no_larger_than_they_need(size: int) -> None:
+    """A small record is deflated with a small window (setting up zlib's 32 KiB default cost more than the
+    compressing), which loses nothing: no match can reach further back than the payload's start. Any zlib
+    reader reads it; the window is in the stream's header (CINFO, the high nibble of its first byte)."""
+    words = "the parser reads the tool result and finds the off by one error in line".split()
+    text = " ".join(words[k % len(words)] + str(k % 7) for k in range(size // 5))[:size]
+    data = codec.pack(text)
+    assert data[0] == codec.VERSION_ZLIB and codec.unpack(data) == text
+    window = 1 << ((data[1] >> 4) + 8)
+    assert min(size, 32768) <= window <= max(512, 2 * size)
+    assert len(data) <= len(zlib.compress(text.encode(), 1)) + 16  # the ratio of the default window, or near it

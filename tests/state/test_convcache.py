@@ -9,6 +9,7 @@ cache keeps to its byte bound and never answers for another tenant.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -19,11 +20,13 @@ import pytest
 import redis
 
 from state import codec
-from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache
+from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache, appended
 from state.engine import EngineStore, Eval, Op, _parse_conversation
 from state.errors import CodecError
+from state.hashing import replay_digest
 from state.keys import conversation_keys, new_scid
 from state.memory_store import MemoryStore
+from state.records import ConversationState
 from state.scripts import LOAD
 from state.store import LoadQuery, LoadResult, Store, TurnWrite
 from tests.state.conftest import MakeStore
@@ -330,3 +333,35 @@ def test_load_bench_short_form_runs() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 10 |") or line.startswith("| 20 |")]
     assert len(rows) == 2
+
+
+def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one() -> None:
+    """``ConversationState.grown_from``: a worker's own append gives a state whose lookups (by position, turn
+    id, replay digest) are the previous state's plus the new turn, not rebuilt over the whole conversation,
+    and answer exactly as a state built from the same turns."""
+    def plain(i: int) -> Any:
+        t = turn(i)
+        return dataclasses.replace(t, replay_digest=replay_digest(t.content) or b"")
+
+    scid = new_scid()
+    entry = appended(None, scid, plain(0), 10, position=0, start=0, created="1", version=1, updated=1.0, is_new=True)
+    for i in range(1, 6):
+        assert entry is not None and entry.state is not None
+        if i >= 3:  # lookups used (so built) before the append: carried over, not left to be rebuilt
+            entry.state.turn_by_digest(b"")
+            entry.state.turn_at(0)
+        entry = appended(entry, scid, plain(i), 10, position=i, start=0, created="1", version=i + 1,
+                         updated=1.0, is_new=False)
+    assert entry is not None and entry.state is not None
+    grown = entry.state
+    assert grown._by_digest is not None and grown._by_position is not None  # taken over
+    fresh = ConversationState(scid=scid, created_at=0, updated_at=0, version=0, turns=grown.turns,
+                              last_verified=None, first_position=0, next_position=6)
+    for rec in grown.turns:
+        assert rec.position is not None
+        assert grown.turn_by_digest(rec.replay_digest) is fresh.turn_by_digest(rec.replay_digest) is rec
+        assert grown.turn_at(rec.position) is fresh.turn_at(rec.position) is rec
+        assert grown.turn_by_id(rec.turn_id) is fresh.turn_by_id(rec.turn_id) is rec
+    assert dict(grown.by_position) == dict(fresh.by_position)
+    with pytest.raises(ValueError):
+        fresh.grown_from(fresh)

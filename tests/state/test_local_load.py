@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from state.engine import EngineStore
+from state.errors import StoreError
 from state.hashing import replay_digest
 from state.keys import new_scid
 from state.memory_store import MemoryStore
@@ -212,3 +213,28 @@ async def test_a_held_conversation_is_answered_as_the_worker_knows_it_not_refres
     assert local.conversation.next_position == 2  # as this worker knows it
     res = await store.record(T, TurnWrite(plain(2), scid=scid, expected_position=2))
     assert res.forked and res.forked_from == scid  # the store still decides: position 2 is taken
+
+
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+async def test_a_held_load_leaves_the_circuit_alone_and_an_open_circuit_is_not_answered_locally(
+        make_store: MakeStore) -> None:
+    """A load answered from what the worker holds never reaches the backend, so it tells the circuit breaker
+    nothing (it used to count as a success and wipe the failures seen); while the circuit is open the
+    worker does not answer from what it holds either: the load fails as every store call then does."""
+    store = await make_store()
+    assert isinstance(store, EngineStore)
+    breaker = store.breaker  # type: ignore[attr-defined]
+    scid = new_scid()
+    recs = [plain(i) for i in range(3)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
+    query = LoadQuery(scid=scid, replayed=digests(*recs))
+    breaker.on_failure()
+    assert breaker.consecutive_failures == 1
+    assert (await store.load(T, query)).round_trips == 0
+    assert breaker.consecutive_failures == 1
+    for _ in range(breaker.failure_threshold):
+        breaker.on_failure()
+    assert breaker.state == "open"
+    with pytest.raises(StoreError, match="circuit open"):
+        await store.load(T, query)
