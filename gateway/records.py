@@ -49,7 +49,6 @@ class _LazyConversation(ConversationView):
         self._by_pos = conv.by_position
         self._scid = conv.scid
         self._decode = decode
-        self._tools: dict[str, int] | None = None
         self._texts: dict[str, int] | None = None
         self._prefixes: dict[str, int] | None = None
 
@@ -63,10 +62,8 @@ class _LazyConversation(ConversationView):
         return len(self._by_pos)
 
     def find_tool(self, tool_id: str) -> RecordedTurn | None:
-        if self._tools is None:
-            self._tools = {tid: pos for pos, rec in self._by_pos.items() for tid in rec.tool_use_ids()}
-        pos = self._tools.get(tool_id)
-        return self[pos] if pos is not None else None
+        rec = self._conv.turn_by_tool_id(tool_id)
+        return self._decode(self._scid, rec) if rec is not None else None
 
     def find_text(self, norm: str) -> RecordedTurn | None:
         if self._texts is None:

@@ -262,10 +262,21 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             continue
         prev = turn
         res.matched[i] = turn
+        again = m.restored_by
+        if again is not None and again[0] is turn and m.holds(again[1]):
+            # the same client JSON restored from the same record on this conversation's previous request
+            _learn_id_map(m, turn.content, id_map)
+            msgs[i] = again[2]
+            res.changed = True
+            res.actions.append(Action(ActionKind.RESTORED, i))
+            continue
         restored = list(turn.content)
         _learn_id_map(m, restored, id_map)
         if not _same(m.peek_content(), restored) or m.provider != turn.provider:
-            m = msgs[i] = _restored(m, turn, restored)
+            client, m = m, _restored(m, turn, restored)
+            msgs[i] = m
+            if m.verbatim and client.raw_blocks is not None:
+                client.restored_by = (turn, client.raw_blocks, m)
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
         if m.verbatim:
@@ -294,6 +305,11 @@ def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
 
 def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn | None:
     """Strongest evidence first: tool ids, then text hashes, then the next position."""
+    tool_ids = m.tool_use_ids()
+    hits = [t for t in (recs.by_tool_id.get(tid) or recs.conversation.find_tool(tid) for tid in tool_ids)
+            if t is not None]
+    if hits and all(t.scid == hits[0].scid and t.position == hits[0].position for t in hits):
+        return hits[-1]  # every tool id names one turn (the common case): the vote below, without counting
     votes: Counter[tuple[str, int]] = Counter()
     found: dict[tuple[str, int], RecordedTurn] = {}
 
@@ -303,9 +319,8 @@ def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn
             votes[key] += weight
             found[key] = t
 
-    tool_ids = m.tool_use_ids()
-    for tid in tool_ids:
-        vote(recs.by_tool_id.get(tid) or recs.conversation.find_tool(tid), 2)
+    for t in hits:
+        vote(t, 2)
     if not votes:
         hashes = message_hashes(m)
         for h in hashes:

@@ -56,9 +56,6 @@ class CachedConversation:
     sizes: tuple[int, ...]  # stored bytes of each of ``turns``
     undecodable: tuple[int, ...]  # positions whose blob could not be decoded
     state: ConversationState | None = field(default=None, compare=False)  # the conversation as known
-    # tool_use id -> the latest turn with it (filled on first use, or carried over from the entry this one
-    # grew from: ``appended``); replay digests are the state's (``ConversationState.turn_by_digest``)
-    _tools: dict[str, tuple[TurnRecord, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -77,25 +74,14 @@ class CachedConversation:
             return out  # type: ignore[return-value]
         if len(tool_ids) != len(out):
             return None
-        if not self._tools:
-            for rec in self.turns:
-                _index_tools(self._tools, rec)
-        tools = self._tools
         for i, rec in enumerate(out):
             if rec is None:
                 ids = tool_ids[i]
-                found = tools.get(ids[0]) if ids else None
-                if found is None or found[1] != tuple(ids):
+                found = self.state.turn_by_tool_id(ids[0]) if ids else None
+                if found is None or found.tool_use_ids() != tuple(ids):
                     return None
-                out[i] = found[0]
+                out[i] = found
         return out  # type: ignore[return-value]
-
-
-def _index_tools(tools: dict[str, tuple[TurnRecord, tuple[str, ...]]], rec: TurnRecord) -> None:
-    """``rec``'s tool ids -> (rec, all its tool ids), over any earlier turn's (the latest turn wins)."""
-    ids = rec.tool_use_ids()
-    for tid in ids:
-        tools[tid] = (rec, ids)
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,
@@ -129,9 +115,6 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
     if known is not None and not is_new and len(turns) == len(known.turns) + 1:  # nothing trimmed: carry over
         if known.state is not None and known.state.turns is known.turns:
             state.grown_from(known.state)
-        if known._tools:
-            entry._tools.update(known._tools)
-            _index_tools(entry._tools, rec)
     return entry
 
 

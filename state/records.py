@@ -108,6 +108,7 @@ class ConversationState:
     _by_turn_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_digest: dict[bytes, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_tool_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
 
     def _maps(self) -> tuple[dict[str, TurnRecord], dict[int, TurnRecord]]:
         if self._by_turn_id is None or self._by_position is None:
@@ -139,10 +140,19 @@ class ConversationState:
         assert self._by_digest is not None
         return self._by_digest.get(digest)
 
+    def turn_by_tool_id(self, tool_id: str) -> TurnRecord | None:
+        """The latest retained turn with a tool_use of this id."""
+        if self._by_tool_id is None:
+            object.__setattr__(self, "_by_tool_id", {tid: r for r in self.turns if r.position is not None
+                                                     for tid in r.tool_use_ids()})
+        assert self._by_tool_id is not None
+        return self._by_tool_id.get(tool_id)
+
     def grown_from(self, prev: ConversationState) -> None:
-        """Take over ``prev``'s lookups, built already, when this state is ``prev`` with one turn appended
-        (``turns == prev.turns + (turn,)``): a worker's own appends (``state.convcache.appended``) would
-        otherwise rebuild them, over the whole conversation, on the next request."""
+        """Take over ``prev``'s lookups (by position, turn id, replay digest, tool id), those built already,
+        when this state is ``prev`` with one turn appended (``turns == prev.turns + (turn,)``): a worker's own
+        appends (``state.convcache.appended``) would otherwise rebuild them, over the whole conversation, on
+        the next request."""
         if len(self.turns) != len(prev.turns) + 1:
             raise ValueError("grown_from: not one turn more")
         rec = self.turns[-1]
@@ -159,3 +169,8 @@ class ConversationState:
             if rec.replay_digest and rec.position is not None:
                 by_digest[rec.replay_digest] = rec
             object.__setattr__(self, "_by_digest", by_digest)
+        if prev._by_tool_id is not None:
+            by_tool = dict(prev._by_tool_id)
+            if rec.position is not None:
+                by_tool.update((tid, rec) for tid in rec.tool_use_ids())
+            object.__setattr__(self, "_by_tool_id", by_tool)

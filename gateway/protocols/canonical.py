@@ -160,7 +160,7 @@ class Message:
     """
 
     __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_raw_tool_ids", "_shape", "content_was_string",
-                 "encoded", "extra", "provider", "raw_recorded", "replay_digest", "role", "verbatim")
+                 "encoded", "extra", "provider", "raw_recorded", "replay_digest", "restored_by", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -185,6 +185,9 @@ class Message:
         self.verbatim = False
         # the message's upstream JSON as last encoded, with what it was encoded from (``gateway.splice``)
         self.encoded: tuple[Any, ...] | None = None
+        # (the recorded turn, this message's undecoded JSON, the message that took its place) when repair
+        # restored it: a replay's next request restores the same JSON from the same turn with that message
+        self.restored_by: tuple[Any, list[dict[str, JSON]], Message] | None = None
 
     @property
     def content(self) -> list[Block]:

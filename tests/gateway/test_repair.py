@@ -9,14 +9,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gateway import repair as repair_module
 from gateway.actions import ActionKind
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from gateway.repair import RecordedTurn, Records, TurnsConversation, rebuild_history, repair
+from gateway.records import records_from
+from gateway.repair import (
+    RecordedTurn,
+    Records,
+    TurnsConversation,
+    lookup_hashes,
+    message_hashes,
+    rebuild_history,
+    repair,
+)
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.toolchain import NO_RESULT
-from state.hashing import exact_hash
+from state.hashing import exact_hash, replay_digest
+from state.records import ConversationState, TurnRecord
+from state.store import LoadResult
 
 TEXT = "  Plan:\r\n  check the weather.  \n"
 SIG = "sig-issued-for-TEXT"
@@ -96,9 +110,11 @@ def test_regenerated_tool_ids_are_mapped_back_in_the_results() -> None:
             {"type": "tool_use", "id": "call_2", "name": "f", "input": {"city": "Rome"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"},
                                      {"type": "tool_result", "tool_use_id": "call_2", "content": "rain"}]}]}).messages
+    assert msgs[2].result_shape().result_ids == ("call_1", "call_2")  # read before repair (a kept message)
     res = repair(msgs, Records(conversation=TurnsConversation({0: turn}), scid="scid-A"))
     assert res.matched == {1: turn}
     assert msgs[1].tool_use_ids() == ["toolu_rec_1", "toolu_rec_2"]
+    assert msgs[2].result_shape().result_ids == ("toolu_rec_1", "toolu_rec_2")  # not the shape read before
     results = [b for b in msgs[2].content if isinstance(b, ToolResultBlock)]
     assert [(b.tool_use_id, b.content) for b in results] == [("toolu_rec_1", "sunny"), ("toolu_rec_2", "rain")]
     kinds = [a.kind for a in res.actions]
@@ -137,3 +153,61 @@ def test_history_is_rebuilt_for_a_new_message_but_not_for_a_replay_from_the_star
     assert [m.role for m in msgs] == ["user", "assistant", "user"] and pinned == {1: turn}
     retry = [Message("user", [TextBlock("weather?")], content_was_string=True)]
     assert rebuild_history(recs, retry) is None
+
+
+def test_a_mangled_turn_replayed_again_is_restored_by_the_message_that_took_its_place_before() -> None:
+    """The replay memo hands a mangled message to the conversation's next request as it is; restored from the
+    same record again, it is given the message that took its place on the previous request (no second
+    comparison with the record, and the next stages find that message's JSON and shape read already).
+    Another record, or the client's message no longer as decoded, is restored afresh."""
+    scid = "scid-restore-again-0001"
+    thinking = {"type": "thinking", "thinking": TEXT, "signature": SIG}
+    text = {"type": "text", "text": "Checking."}
+    call = {"type": "tool_use", "id": "toolu_again_1", "name": "f", "input": {"city": "Oslo"}}
+    rec = TurnRecord(content=[thinking, text, call], replay_digest=replay_digest([thinking, text, call]) or b"",
+                     position=0)
+
+    def records(r: TurnRecord) -> Records:
+        conv = ConversationState(scid=scid, created_at=0, updated_at=0, version=1, turns=(r,), last_verified=None,
+                                 first_position=0, next_position=1)
+        return records_from(LoadResult(conversation=conv, conversations={scid: conv}), scid)
+
+    msgs = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096, "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [text, call]},  # thinking dropped by the client
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_again_1", "content": "sun"}]},
+    ]}).messages
+    client = msgs[1]
+    first = repair(msgs, records(rec))
+    restored = msgs[1]
+    assert restored is not client and restored.verbatim and [a.kind for a in first.actions] == [ActionKind.RESTORED]
+    assert anthropic.encode_message(restored)["content"] == [thinking, text, call]
+
+    again = [msgs[0], client, msgs[2]]  # the next request: the same client message (the memo's)
+    second = repair(again, records(rec))
+    assert again[1] is restored and second.actions == first.actions and second.matched == first.matched
+
+    other = TurnRecord(content=list(rec.content), replay_digest=rec.replay_digest, position=0)  # recorded anew
+    fresh = [msgs[0], client, msgs[2]]
+    repair(fresh, records(other))
+    assert fresh[1] is not restored and anthropic.encode_message(fresh[1]) == anthropic.encode_message(restored)
+
+    client.content  # noqa: B018  # decoded in place: no longer the JSON it was restored from
+    fresh = [msgs[0], client, msgs[2]]
+    repair(fresh, records(rec))
+    assert fresh[1] is not restored and anthropic.encode_message(fresh[1]) == anthropic.encode_message(restored)
+
+
+def test_a_replayed_turns_lookup_hashes_are_read_once_per_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load query looks up a replay's latest turns by their hashes on every request; an undecoded
+    message's are computed once (``lookup_hashes``), a decoded one's from its blocks each time."""
+    calls: list[int] = []
+    real = repair_module.block_hashes
+    monkeypatch.setattr(repair_module, "block_hashes", lambda blocks: calls.append(1) or real(blocks))
+    m = anthropic.decode_message({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": TEXT, "signature": SIG}, {"type": "text", "text": "<think>x</think> y"}]}, 1)
+    hashes = lookup_hashes(m)
+    assert hashes[1] == (exact_hash(TEXT),) and len(hashes[0]) == 4  # thinking, text, tagged inner, outer
+    assert lookup_hashes(m) == hashes and message_hashes(m) == list(hashes[0]) and calls == [1]
+    m.content  # noqa: B018  # decoded: its blocks may change, so they are read each time
+    assert lookup_hashes(m) == hashes and lookup_hashes(m) == hashes and calls == [1, 1, 1]

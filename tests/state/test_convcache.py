@@ -337,7 +337,7 @@ def test_load_bench_short_form_runs() -> None:
 
 def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one() -> None:
     """``ConversationState.grown_from``: a worker's own append gives a state whose lookups (by position, turn
-    id, replay digest) are the previous state's plus the new turn, not rebuilt over the whole conversation,
+    id, replay digest, tool id) are the previous state's plus the new turn, not rebuilt over the whole conversation,
     and answer exactly as a state built from the same turns."""
     def plain(i: int) -> Any:
         t = turn(i)
@@ -350,11 +350,12 @@ def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one()
         if i >= 3:  # lookups used (so built) before the append: carried over, not left to be rebuilt
             entry.state.turn_by_digest(b"")
             entry.state.turn_at(0)
+            entry.state.turn_by_tool_id("")
         entry = appended(entry, scid, plain(i), 10, position=i, start=0, created="1", version=i + 1,
                          updated=1.0, is_new=False)
     assert entry is not None and entry.state is not None
     grown = entry.state
-    assert grown._by_digest is not None and grown._by_position is not None  # taken over
+    assert None not in (grown._by_digest, grown._by_position, grown._by_tool_id)  # taken over
     fresh = ConversationState(scid=scid, created_at=0, updated_at=0, version=0, turns=grown.turns,
                               last_verified=None, first_position=0, next_position=6)
     for rec in grown.turns:
@@ -362,6 +363,8 @@ def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one()
         assert grown.turn_by_digest(rec.replay_digest) is fresh.turn_by_digest(rec.replay_digest) is rec
         assert grown.turn_at(rec.position) is fresh.turn_at(rec.position) is rec
         assert grown.turn_by_id(rec.turn_id) is fresh.turn_by_id(rec.turn_id) is rec
+        for tid in rec.tool_use_ids():
+            assert grown.turn_by_tool_id(tid) is fresh.turn_by_tool_id(tid) is rec
     assert dict(grown.by_position) == dict(fresh.by_position)
     with pytest.raises(ValueError):
         fresh.grown_from(fresh)

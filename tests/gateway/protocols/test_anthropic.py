@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import ClientError
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, OpaqueBlock, ThinkingBlock
+from gateway.protocols.canonical import Message, OpaqueBlock, ResultShape, ThinkingBlock
 
 AWKWARD = ["", " ", "a\r\nb", "trailing   ", "\n\n\nblank lines\n", "café — 思考 🤔", "\t tab\r", "\u2028\u00a0"]
 
@@ -108,3 +108,18 @@ def test_what_a_stage_derives_from_an_undecoded_message_is_computed_once_per_jso
     assert m.raw_derived(count) == 2 and calls == [1, 2]  # new JSON: computed again
     m.content  # noqa: B018  # decoded: nothing derived from JSON any more
     assert m.raw_derived(count) is None and calls == [1, 2]
+
+
+def test_a_message_result_shape_is_read_once_per_content_list() -> None:
+    """``Message.result_shape`` (what the tool-chain and loop rules read of every message of a replay) is
+    computed once per content list: again for a new list, or the same list grown or shrunk."""
+    m = anthropic.decode_message({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "x"}, {"type": "text", "text": "  "},
+        {"type": "tool_result", "tool_use_id": "b"}]}, 0)
+    shape = m.result_shape()
+    assert (shape.result_ids, shape.results_lead, shape.blank_text) == (("a", "b"), False, True)
+    assert m.result_shape() is shape
+    m.content.pop()
+    assert m.result_shape().result_ids == ("a",) and m.result_shape().results_lead
+    m.content = [m.content[0]]
+    assert m.result_shape() == ResultShape(("a",), True, False)
