@@ -31,9 +31,10 @@ sanitize run over the whole request as always, on messages identical to a fresh 
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
 ``pipeline.repair_and_sanitize``). A restored turn takes the client's message's place as a new message
-(``repair``), and stages before repair look at an undecoded message's blocks without decoding it
-(``Message.peek_content``), so an IDE's mangled message stays as decoded and the next request, which
-replays the same bytes, gets it as it is, to be restored again. A message no longer as decoded is decoded
+(``repair``; the same one again on the next request, while the client's JSON and the record are the ones it
+was restored from: ``Message.restored_by``), and stages before repair look at an undecoded message's blocks
+without decoding it (``Message.peek_content``), so an IDE's mangled message stays as decoded and the next
+request, which replays the same bytes, gets it as it is, to be restored again. A message no longer as decoded is decoded
 again (or, for a surface that cannot decode one message alone, the request goes the full way): an
 assistant message whose blocks a stage built in place, or any message whose content list a stage replaced
 (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged); the list
