@@ -200,8 +200,9 @@ class ObserveMiddleware:
             _finish(obs)
 
 
-# Labelled children by (metric, label values): ``labels()`` validates and converts its values and takes a
-# lock on every call, a dozen times per request; every label value here comes from a bounded set.
+# Labelled children by (metric, label values), for every labelled metric here: ``labels()`` validates and
+# converts its values and takes a lock on every call, a dozen times per request; every label value here comes
+# from a bounded set (``label``, ``status_class``, closed vocabularies).
 _children: dict[tuple[Any, tuple[str, ...]], Any] = {}
 
 
@@ -249,7 +250,7 @@ def observe_stream_error(error: dict[str, Any] | None) -> None:
 
 
 def _count_upstream_error(upstream: str, kind: str) -> None:
-    UPSTREAM_ERRORS.labels(upstream, label(kind, ERROR_KINDS)).inc()
+    _child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS)).inc()
     if (obs := logs.current.get()) is not None:
         obs.upstream_error = kind
 
@@ -274,12 +275,12 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     for kind, n in kinds.items():
         _child(SANITIZE_ACTIONS, label(kind.value, ACTIONS), d).inc(n)
         if kind in TOOL_REPAIRS:
-            TOOL_CHAIN_REPAIRS.labels(TOOL_REPAIRS[kind]).inc(n)
+            _child(TOOL_CHAIN_REPAIRS, TOOL_REPAIRS[kind]).inc(n)
     restored = any(k in _RESTORING for k in kinds)
     degraded = any(a.kind in _DEGRADING and a.detail != "thinking_disabled" for a in actions)
     if restored or degraded:
-        HISTORY_REBUILDS.labels("partial" if restored and degraded else "restored" if restored
-                                else "degraded").inc()
+        _child(HISTORY_REBUILDS, "partial" if restored and degraded else "restored" if restored
+               else "degraded").inc()
 
 
 def observe_replay(hit: bool) -> None:
@@ -317,7 +318,7 @@ class InstrumentedStore:
     async def health(self) -> StoreHealth:
         h = await self._call("health", self.inner.health())
         if not h.ok:
-            STORE_ERRORS.labels("health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
+            _child(STORE_ERRORS, "health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
         STORE_CIRCUIT_OPEN.set(0 if h.circuit == "closed" else 1)
         return h
 
@@ -343,7 +344,7 @@ class InstrumentedStore:
             result = await call
             return result
         except (StoreError, ValueError) as e:
-            STORE_ERRORS.labels(op, store_error_kind(e)).inc()
+            _child(STORE_ERRORS, op, store_error_kind(e)).inc()
             raise
         finally:
             if result is None or timed is None or timed(result):
@@ -393,11 +394,11 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
     """Lifespan start: zero the alerting series (a counter born at 1 hides its first increase)
     and drop live gauges left by workers that died without cleaning up."""
     for up, kind in itertools.product(upstreams, classify.KINDS):
-        UPSTREAM_ERRORS.labels(label(up, UPSTREAMS), kind)
+        _child(UPSTREAM_ERRORS, label(up, UPSTREAMS), kind)
     for via, result in itertools.product(("header", "tool_id", "text", "fingerprint"), ("hit", "miss")):
-        SCID_LOOKUPS.labels(via, result)
+        _child(SCID_LOOKUPS, via, result)
     for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
-        STORE_ERRORS.labels(op, kind)
+        _child(STORE_ERRORS, op, kind)
     STORE_CIRCUIT_OPEN.set(0)
     if MULTIPROCESS:
         _reap_dead_workers(os.environ[MULTIPROC_ENV])

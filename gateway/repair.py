@@ -308,7 +308,7 @@ def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn
     tool_ids = m.tool_use_ids()
     hits = [t for t in (recs.by_tool_id.get(tid) or recs.conversation.find_tool(tid) for tid in tool_ids)
             if t is not None]
-    if hits and all(t.scid == hits[0].scid and t.position == hits[0].position for t in hits):
+    if len({(t.scid, t.position) for t in hits}) == 1:
         return hits[-1]  # every tool id names one turn (the common case): the vote below, without counting
     votes: Counter[tuple[str, int]] = Counter()
     found: dict[tuple[str, int], RecordedTurn] = {}

@@ -54,6 +54,7 @@ from gateway.protocols.canonical import (
     ThoughtBlock,
     ToolResultBlock,
     ToolUseBlock,
+    is_blank_text,
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
 from gateway.routing import ModelCaps, origin_of
@@ -78,13 +79,10 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
     msgs = req.messages
     target = origin_of(caps, req.model)
     for i, m in enumerate(msgs):
-        role = m.role
-        if role == "assistant":
-            if m.verbatim and m.provider is None and _kept_verbatim(m, i, actions):
-                continue  # undecoded, no provider data to judge (``_foreign_reasoning``), already tidy
+        if m.role == "assistant":
             _foreign_reasoning(m, i, caps, target, policy, actions)
             _clean_assistant(m, i, verified, policy, actions)
-        elif role == "user" and not m.content_was_string and m.result_shape().blank_text:
+        elif m.role == "user":
             _drop_empty_text(m, i, actions)
     _drop_empty_assistants(msgs)
     actions += repair_tool_chain(msgs)
@@ -236,12 +234,10 @@ def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, act
 
 
 def _drop_empty_text(m: Message, i: int, actions: list[Action]) -> None:
-    if m.content_was_string:
-        return
-    content = m.content
-    if not any(isinstance(b, TextBlock) and not b.text.strip() and b.sig is None for b in content):
+    if m.content_was_string or not m.result_shape().blank_text:
         return  # the common case: nothing to drop, no list built
-    keep = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip() and b.sig is None)]
+    content = m.content
+    keep = [b for b in content if not is_blank_text(b)]
     if len(keep) != len(content) and (keep or m.role == "assistant"):
         actions.append(Action(ActionKind.EMPTY_TEXT_REMOVED, i))
         m.content = keep

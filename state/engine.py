@@ -53,8 +53,23 @@ class Exists:
 Op = SetEx | Eval | Exists
 
 
+def _lookup_value(v: object) -> bool:
+    """A value a load query may look up (a non-empty string; anything else in a query is ignored)."""
+    return isinstance(v, str) and bool(v)
+
+
 def _dedupe(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(v for v in values if isinstance(v, str) and v))
+    return list(dict.fromkeys(v for v in values if _lookup_value(v)))
+
+
+def _first_read(query: LoadQuery) -> tuple[str | None, bool]:
+    """The conversation a load reads first, and whether it is only a hint: the query's SCID, else its hinted
+    SCID when the query has index lookups (a hint is taken only where an index hit names it)."""
+    if keys.is_valid_scid(query.scid):
+        return query.scid, False
+    lookups = any(_lookup_value(v) for values in (query.tool_ids, query.exact_hashes, query.norm_hashes,
+                                                  query.fingerprints) for v in values)
+    return (query.hint_scid, True) if lookups and keys.is_valid_scid(query.hint_scid) else (None, False)
 
 
 def _text(value: Any) -> str:
@@ -102,7 +117,8 @@ class EngineStore:
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
         keys.check_tenant(tenant)
         if query.replayed and self._backend_up():
-            local = self._local_answer(tenant, query)
+            first, hinted = _first_read(query)
+            local = self._local_load(tenant, first, query, hinted) if first else None
             if local is not None:
                 return local
         return await self._guarded(self._load, tenant, query)
@@ -141,7 +157,8 @@ class EngineStore:
         return self._parse_load(tenant, scid, known, reply)[0]
 
     async def _load(self, tenant: str, query: LoadQuery) -> LoadResult:
-        scid = query.scid if keys.is_valid_scid(query.scid) else None
+        first, hinted = _first_read(query)
+        scid, hint = (None, first) if hinted else (first, None)
         tool_ids, exact = _dedupe(query.tool_ids), _dedupe(query.exact_hashes)
         norms, fps = _dedupe(query.norm_hashes), _dedupe(query.fingerprints)
         lookups = [keys.tool_key(tenant, t) for t in tool_ids]
@@ -151,8 +168,6 @@ class EngineStore:
         buckets: dict[str, list[int]] = {}
         for i, key in enumerate(lookups):
             buckets.setdefault(keys.hash_tag(key), []).append(i)
-        hint = query.hint_scid if not scid and lookups and keys.is_valid_scid(query.hint_scid) else None
-        first = scid or hint
         ops: list[Op] = []
         known: CachedConversation | None = None
         if first:
@@ -231,19 +246,6 @@ class EngineStore:
                          is_new=bool(int(reply[3])))
         if entry is not None:
             cache.put(tenant, scid, entry)
-
-    def _local_answer(self, tenant: str, query: LoadQuery) -> LoadResult | None:
-        """``_local_load`` of the conversation ``_load`` would read first (the query's SCID, else its hint when
-        it has lookups), before any key of a round trip is built."""
-        scid = query.scid if keys.is_valid_scid(query.scid) else None
-        if scid is not None:
-            return self._local_load(tenant, scid, query, hinted=False)
-        lookups = any(isinstance(v, str) and v for values in (query.tool_ids, query.exact_hashes,
-                                                              query.norm_hashes, query.fingerprints) for v in values)
-        if lookups and keys.is_valid_scid(query.hint_scid):
-            assert query.hint_scid is not None
-            return self._local_load(tenant, query.hint_scid, query, hinted=True)
-        return None
 
     def _local_load(self, tenant: str, scid: str, query: LoadQuery, hinted: bool) -> LoadResult | None:
         """A load this worker answers without a round trip: every assistant turn the request replays

@@ -104,73 +104,78 @@ class ConversationState:
     first_position: int
     next_position: int
     forked_from: str | None = None
-    # lookups built on first use (``_maps``), or taken over from the state this one grew from (``grown_from``)
+    # lookups built on first use (``_lookup``), or taken over from the state this one grew from (``grown_from``)
     _by_turn_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_digest: dict[bytes, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_tool_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def _maps(self) -> tuple[dict[str, TurnRecord], dict[int, TurnRecord]]:
-        if self._by_turn_id is None or self._by_position is None:
-            by_id: dict[str, TurnRecord] = {}
+    def _lookup(self, name: str) -> dict[Any, TurnRecord]:
+        found = getattr(self, name)
+        if found is None:
+            found = {}
+            add = _LOOKUPS[name]
             for rec in self.turns:
-                by_id.setdefault(rec.turn_id, rec)
-            object.__setattr__(self, "_by_turn_id", by_id)
-            object.__setattr__(self, "_by_position", {r.position: r for r in self.turns if r.position is not None})
-        assert self._by_turn_id is not None and self._by_position is not None
-        return self._by_turn_id, self._by_position
+                add(found, rec)
+            object.__setattr__(self, name, found)
+        return found  # type: ignore[no-any-return]
 
     def turn_at(self, position: int) -> TurnRecord | None:
-        return self._maps()[1].get(position)
+        return (self._by_position or self._lookup("_by_position")).get(position)
 
     def turn_by_id(self, turn_id: str) -> TurnRecord | None:
         """The first retained record with this turn id."""
-        return self._maps()[0].get(turn_id)
+        return (self._by_turn_id or self._lookup("_by_turn_id")).get(turn_id)
 
     @property
     def by_position(self) -> Mapping[int, TurnRecord]:
         """The retained turns by position (callers must not change it)."""
-        return self._maps()[1]
+        return self._by_position or self._lookup("_by_position")
 
     def turn_by_digest(self, digest: bytes) -> TurnRecord | None:
         """The latest retained turn recorded with this replay digest (``TurnRecord.replay_digest``)."""
-        if self._by_digest is None:
-            object.__setattr__(self, "_by_digest", {r.replay_digest: r for r in self.turns
-                                                    if r.replay_digest and r.position is not None})
-        assert self._by_digest is not None
-        return self._by_digest.get(digest)
+        return (self._by_digest or self._lookup("_by_digest")).get(digest)
 
     def turn_by_tool_id(self, tool_id: str) -> TurnRecord | None:
         """The latest retained turn with a tool_use of this id."""
-        if self._by_tool_id is None:
-            object.__setattr__(self, "_by_tool_id", {tid: r for r in self.turns if r.position is not None
-                                                     for tid in r.tool_use_ids()})
-        assert self._by_tool_id is not None
-        return self._by_tool_id.get(tool_id)
+        return (self._by_tool_id or self._lookup("_by_tool_id")).get(tool_id)
 
     def grown_from(self, prev: ConversationState) -> None:
-        """Take over ``prev``'s lookups (by position, turn id, replay digest, tool id), those built already,
-        when this state is ``prev`` with one turn appended (``turns == prev.turns + (turn,)``): a worker's own
-        appends (``state.convcache.appended``) would otherwise rebuild them, over the whole conversation, on
-        the next request."""
+        """Take over ``prev``'s lookups, those built already, when this state is ``prev`` with one turn appended
+        (``turns == prev.turns + (turn,)``): a worker's own appends (``state.convcache.appended``) would
+        otherwise rebuild them, over the whole conversation, on the next request."""
         if len(self.turns) != len(prev.turns) + 1:
             raise ValueError("grown_from: not one turn more")
         rec = self.turns[-1]
-        if prev._by_turn_id is not None and prev._by_position is not None:
-            by_id = dict(prev._by_turn_id)
-            by_id.setdefault(rec.turn_id, rec)
-            by_pos = dict(prev._by_position)
-            if rec.position is not None:
-                by_pos[rec.position] = rec
-            object.__setattr__(self, "_by_turn_id", by_id)
-            object.__setattr__(self, "_by_position", by_pos)
-        if prev._by_digest is not None:
-            by_digest = dict(prev._by_digest)
-            if rec.replay_digest and rec.position is not None:
-                by_digest[rec.replay_digest] = rec
-            object.__setattr__(self, "_by_digest", by_digest)
-        if prev._by_tool_id is not None:
-            by_tool = dict(prev._by_tool_id)
-            if rec.position is not None:
-                by_tool.update((tid, rec) for tid in rec.tool_use_ids())
-            object.__setattr__(self, "_by_tool_id", by_tool)
+        for name, add in _LOOKUPS.items():
+            known = getattr(prev, name)
+            if known is not None:
+                grown = dict(known)
+                add(grown, rec)
+                object.__setattr__(self, name, grown)
+
+
+# How each of ``ConversationState``'s lookups takes a turn (its turns in position order): one rule each,
+# for building a lookup and for growing it by an appended turn.
+def _add_turn_id(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+    found.setdefault(rec.turn_id, rec)  # the first retained record with the id
+
+
+def _add_position(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+    if rec.position is not None:
+        found[rec.position] = rec
+
+
+def _add_digest(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+    if rec.replay_digest and rec.position is not None:
+        found[rec.replay_digest] = rec  # the latest turn wins
+
+
+def _add_tool_ids(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+    if rec.position is not None:
+        for tid in rec.tool_use_ids():
+            found[tid] = rec  # the latest turn wins
+
+
+_LOOKUPS = {"_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
+            "_by_tool_id": _add_tool_ids}

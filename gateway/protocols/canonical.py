@@ -144,9 +144,13 @@ class ResultShape:
                 lead = lead and not other
             else:
                 other = True
-                if isinstance(b, TextBlock) and b.sig is None and not b.text.strip():
-                    blank = True
+                blank = blank or is_blank_text(b)
         return ResultShape(tuple(ids), lead, blank)
+
+
+def is_blank_text(b: Block) -> bool:
+    """An unsigned text block that is empty or whitespace only (the upstream rejects those)."""
+    return isinstance(b, TextBlock) and b.sig is None and not b.text.strip()
 
 
 class Message:
@@ -159,7 +163,7 @@ class Message:
     message is never decoded unless a later stage needs its blocks.
     """
 
-    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_raw_tool_ids", "_shape", "content_was_string",
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_shape", "content_was_string",
                  "encoded", "extra", "provider", "raw_recorded", "replay_digest", "restored_by", "role", "verbatim")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
@@ -169,7 +173,6 @@ class Message:
         self.role = role
         self._content = content if content is not None or lazy is not None else []
         self._lazy = lazy if content is None else None
-        self._raw_tool_ids: list[str] | None = None  # ``tool_use_ids`` of the undecoded blocks, once
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
         self._raw_derived: dict[Callable[[Message], Any], Any] | None = None  # ``raw_derived``, once each
         self._shape: tuple[list[Block], int, ResultShape] | None = None  # ``result_shape``, per content list
@@ -217,7 +220,6 @@ class Message:
         which nobody may change; ``blocks``: builds them; ``digest``: their replay digest)."""
         self._content = None
         self._lazy = (raw, blocks)
-        self._raw_tool_ids = None
         self._peeked = self._raw_derived = None
         self.raw_recorded = True
         self.replay_digest = digest
@@ -266,23 +268,18 @@ class Message:
         return not raw if raw is not None else not self.content
 
     def tool_use_ids(self) -> list[str]:
-        """The ids of the tool_use blocks, in order (a list callers must not modify). Computed once while
-        the blocks are undecoded (the client's JSON does not change); from the canonical blocks, which
-        stages edit, on every call."""
-        raw = self.raw_blocks
-        if raw is not None:
-            ids = self._raw_tool_ids
-            if ids is None:
-                ids = self._raw_tool_ids = [
-                    b["id"] for b in raw if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
-            return ids
-        return [b.id for b in self.content if isinstance(b, ToolUseBlock)]
+        """The ids of the tool_use blocks, in order (a list callers must not modify). Read once while the
+        blocks are undecoded (the client's JSON does not change); from the canonical blocks, which stages
+        edit, on every call."""
+        ids = self.raw_derived(_raw_tool_use_ids)
+        return ids if ids is not None else [b.id for b in self.content if isinstance(b, ToolUseBlock)]
 
     def result_shape(self) -> ResultShape:
         """The decoded blocks' ``ResultShape``, computed once per content list: a replayed history's
         messages are the same objects on every request (``replay_memo``), and the tool-chain and loop rules
-        read every message of it. A stage that changes a block in place (not the list) must give the message
-        a new list (``content = [...]``), as every stage that edits blocks does."""
+        read every message of it. A stage that changes what it reads in place (a tool_result's id, a text
+        block's text or signature) must give the message a new list (``content = [...]``), as repair's tool-id
+        mapping does."""
         content = self.content
         shape = self._shape
         if shape is not None and shape[0] is content and shape[1] == len(content):
@@ -292,7 +289,7 @@ class Message:
         return value
 
     def tool_result_ids(self) -> list[str]:
-        return [b.tool_use_id for b in self.content if isinstance(b, ToolResultBlock)]
+        return list(self.result_shape().result_ids)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
@@ -306,6 +303,10 @@ class Message:
     def __repr__(self) -> str:
         content = f"<{len(self._lazy[0])} undecoded>" if self._lazy is not None else repr(self._content)
         return f"Message(role={self.role!r}, content={content}, verbatim={self.verbatim})"
+
+
+def _raw_tool_use_ids(m: Message) -> list[str]:
+    return [b["id"] for b in m.raw_blocks or () if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 
 
 @dataclass(slots=True)
