@@ -10,8 +10,10 @@ request is then served statelessly (sanitize only) and nothing is recorded.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway import identity, metrics, splice
-from gateway.actions import Action, ActionKind
+from gateway.actions import Action, ActionKind, action_kind
 from gateway.errors import bad_request
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, rebuild_history, repair
+from gateway.repair import RecordedTurn, Records, RepairResult, rebuild_history, repair
 from gateway.replay_memo import Resume, Ticket, one_to_one
-from gateway.sanitize import Policy, sanitize
+from gateway.sanitize import Policy, Sanitized, sanitize_from
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
 
@@ -202,14 +204,39 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    actions = fixed.actions + sanitize(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas)
+    ticket = ex.memo
+    cleaned = sanitize_from(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas,
+                            _sanitize_seed(ticket, req.messages, fixed))
+    actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
-    ex.changed = fixed.changed or any(a.kind is not ActionKind.KEPT_VERIFIED for a in actions)
-    ex.in_place = any(a.kind not in _MESSAGES_KEPT for a in actions)  # every change repair makes is an action
+    kinds = set(map(action_kind, actions))
+    ex.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
+    ex.in_place = not kinds <= _MESSAGES_KEPT  # every change repair makes is an action
     if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
+    elif ticket is not None:  # what the next request may continue from: sanitize's look at these very messages
+        ticket.continued = cleaned.continued
+        ticket.sanitized = cleaned.sanitized if _same_objects(req.messages, ticket.messages) else None
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
+
+
+def _sanitize_seed(ticket: Ticket | None, msgs: list[Message], fixed: RepairResult) -> Sanitized | None:
+    """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them: the replay memo gave
+    back all of that request's messages unchanged (``take``), they are still the first of ``msgs`` as the same
+    objects (repair replaced none: no restoration, no rebuild), and repair matched each assistant message among
+    them verbatim again, as it did then."""
+    seed = ticket.sanitized if ticket is not None else None
+    if seed is None or ticket is None or ticket.reused != seed.count or len(msgs) < seed.count:
+        return None
+    k = seed.count
+    if not _same_objects(msgs[:k], ticket.messages[:k]) or bisect.bisect_left(fixed.verbatim, k) != seed.assistants:
+        return None
+    return seed
+
+
+def _same_objects(a: list[Message], b: list[Message]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None, *, rebuilt: bool = False) -> None:

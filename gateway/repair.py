@@ -167,6 +167,7 @@ class RepairResult:
     actions: list[Action] = field(default_factory=list)
     matched: dict[int, RecordedTurn] = field(default_factory=dict)  # message index -> turn
     changed: bool = False
+    verbatim: list[int] = field(default_factory=list)  # indexes of the messages matched by replay digest, in order
 
     def is_verified(self, block: Block) -> bool:
         return id(block) in self.verified
@@ -251,6 +252,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             # its thinking is verified (sanitize asks ``m.verbatim``, whether or not it decodes it)
             prev = turn
             res.matched[i] = turn
+            res.verbatim.append(i)
             m.verbatim = True
             continue
         if turn is None:

@@ -52,12 +52,15 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.identity import Known, PathHash
 from gateway.protocols.canonical import Message
+
+if TYPE_CHECKING:
+    from gateway.sanitize import Sanitized
 
 DecodeOne = Callable[[Any, int], Message]
 # (the kept request's parsed body, its messages: None where one is no longer as decoded, the new raw
@@ -85,6 +88,10 @@ class Ticket:
     base: PathHash | None = None  # the path hash after the reused messages
     path: PathHash | None = None  # ... after all of them, once ``path_hash`` computed it
     redecoded: int = 0         # of the messages taken, those decoded again (no longer as decoded)
+    # what sanitize found of the messages: for this request, of the kept ones (set by ``take`` when it reused
+    # all of them as they were); for the next, of all of them (the pipeline sets it)
+    sanitized: Sanitized | None = None
+    continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
 
     @property
     def known(self) -> Known | None:
@@ -107,6 +114,7 @@ class _Entry:
     as_decoded: list[list[Any]]
     split: int
     path: PathHash | None
+    sanitized: Sanitized | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -179,7 +187,8 @@ class ReplayMemo:
         if redecoded:
             as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
-                                        len(body) - rest, len(kept), entry.path, redecoded=redecoded)
+                                        len(body) - rest, len(kept), entry.path, redecoded=redecoded,
+                                        sanitized=None if redecoded else entry.sanitized)
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:
@@ -194,7 +203,8 @@ class ReplayMemo:
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
             return
-        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path)
+        entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
+                       ticket.sanitized)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry

@@ -34,13 +34,14 @@ the reference's Anthropic rules):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 
-from gateway.actions import Action, ActionKind
+from gateway.actions import Action, ActionKind, action_kind
 from gateway.protocols.canonical import (
     CLIENT,
     THINKING_TYPES,
@@ -58,7 +59,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
 from gateway.routing import ModelCaps, origin_of
-from gateway.toolchain import content_text, repair_tool_chain
+from gateway.toolchain import ChainFold, chain_fold, content_text, fold_intact, repair_tool_chain
 
 INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 MIN_BUDGET = 1024
@@ -73,26 +74,84 @@ class Policy:
     gemini_bypass: str | None = BYPASS_SIGNATURE  # None: textualize unsigned steps instead
 
 
+# The trailing-loop rule's state after some messages: (the first assistant message after the last user
+# message that opens a turn, or after the start when none did; whether a user message with tool_results
+# came after that opener)
+LoopFold = tuple[int | None, bool]
+# what a request whose outcome the next one may continue from did: kept its verified thinking, fixed parameters
+_CONTINUABLE = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED})
+NO_LOOP: LoopFold = (None, False)
+
+
+@dataclass(frozen=True, slots=True)
+class Sanitized:
+    """What ``sanitize`` found of a request's messages, for the conversation's next request, which starts with
+    the same messages (``replay_memo``). It is a seed only when they are the same objects, unchanged, and
+    repair left them as it did this time (every assistant message matched verbatim, none replaced): the
+    pipeline checks that. The per-message rules then run over the new messages only; the tool-chain check
+    and the trailing-loop rule continue from where they ended here. Continued once (``chain_fold``)."""
+
+    count: int                       # the messages it covers, ``messages[:count]``
+    assistants: int                  # of them assistant messages, each replayed verbatim
+    key: tuple[ModelCaps, str, Policy]  # what the per-message rules read besides the messages
+    actions: tuple[Action, ...]      # the per-message rules' actions (``kept_verified`` only)
+    chain: ChainFold
+    loop: LoopFold
+    thinking: bool                   # thinking was on after sanitize (off: no thinking left in them)
+
+
+class Sanitizing(NamedTuple):
+    """``sanitize_from``'s outcome."""
+
+    actions: list[Action]
+    sanitized: Sanitized | None  # what the next request may continue from (None: not this outcome)
+    continued: int               # the messages it continued from the seed's look at them (0: it looked at all)
+
+
 def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
              betas: frozenset[str] = frozenset()) -> list[Action]:
+    return sanitize_from(req, verified, caps, policy, betas).actions
+
+
+def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
+                  betas: frozenset[str] = frozenset(),
+                  seed: Sanitized | None = None) -> Sanitizing:
+    """``sanitize``, continuing from the previous request's ``seed`` where the caller vouches for it (and it
+    was made with what this request's rules read), and what the next request may continue from."""
     actions: list[Action] = []
     msgs = req.messages
     target = origin_of(caps, req.model)
-    for i, m in enumerate(msgs):
+    key = (caps, target, policy)
+    if seed is not None and (seed.key != key or seed.count > len(msgs)):
+        seed = None
+    start = seed.count if seed is not None else 0
+    count = len(msgs)
+    assistants = verbatim = seed.assistants if seed is not None else 0
+    if seed is not None:
+        actions += seed.actions
+    for i in range(start, len(msgs)):
+        m = msgs[i]
         if m.role == "assistant":
+            assistants += 1
+            verbatim += m.verbatim
             _foreign_reasoning(m, i, caps, target, policy, actions)
             _clean_assistant(m, i, verified, policy, actions)
         elif m.role == "user":
             _drop_empty_text(m, i, actions)
-    _drop_empty_assistants(msgs)
-    actions += repair_tool_chain(msgs)
+    per_message = len(actions)
+    _drop_empty_assistants(msgs, start)
+    chain = chain_fold(msgs, start, seed.chain if seed is not None else None)
+    if not fold_intact(chain):
+        actions += repair_tool_chain(msgs)
     if caps.kind == "gemini":
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
     if caps.kind != "anthropic":
         _no_trailing_thinking(msgs, actions)
-        return actions
+        return Sanitizing(actions, None, start)
+    loop: LoopFold | None = None
     if req.thinking_enabled():
-        loop_first = trailing_loop_start(msgs)
+        loop = loop_fold(msgs, start, seed.loop if seed is not None else NO_LOOP)
+        loop_first = loop_start(loop)
         if loop_first is not None and not _starts_with_thinking(msgs[loop_first]):
             if caps.can_disable_thinking:
                 req.thinking = None
@@ -100,12 +159,20 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
             else:
                 _textualize_loop(msgs, loop_first, actions)
     if not req.thinking_enabled():
-        _strip_all_thinking(msgs, actions)
+        _strip_all_thinking(msgs, actions, start if seed is not None and not seed.thinking else 0)
         _drop_empty_assistants(msgs)
     _no_trailing_thinking(msgs, actions)
     if req.thinking_enabled() and policy.fix_params:
         _fix_params(req, betas, actions)
-    return actions
+    fresh = actions[len(seed.actions) if seed is not None else 0:]  # the seed's are all ``kept_verified``
+    if not fold_intact(chain) or assistants != verbatim or len(msgs) != count or \
+            not set(map(action_kind, fresh)) <= _CONTINUABLE:
+        return Sanitizing(actions, None, start)
+    if loop is None:
+        loop = loop_fold(msgs, start, seed.loop if seed is not None else NO_LOOP)
+    assert chain is not None
+    return Sanitizing(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
+                                         req.thinking_enabled()), start)
 
 
 # ------------------------------------------------------------------ per message
@@ -243,8 +310,9 @@ def _drop_empty_text(m: Message, i: int, actions: list[Action]) -> None:
         m.content = keep
 
 
-def _drop_empty_assistants(msgs: list[Message]) -> None:
-    if any(m.role == "assistant" and m.is_empty() for m in msgs):
+def _drop_empty_assistants(msgs: list[Message], start: int = 0) -> None:
+    """Empty assistant messages go (``start``: none before it)."""
+    if any(m.role == "assistant" and m.is_empty() for m in itertools.islice(msgs, start, None)):
         msgs[:] = [m for m in msgs if not (m.role == "assistant" and m.is_empty())]
 
 
@@ -259,24 +327,36 @@ def trailing_loop_start(msgs: list[Message]) -> int | None:
     loop when its last user message carries tool_results. The loop's first assistant
     message is the first one after the last turn-opening user message.
     """
-    last_user = True
-    first: int | None = None
-    for i in range(len(msgs) - 1, -1, -1):  # from the end: only the trailing turn is looked at
+    return loop_start(loop_fold(msgs))
+
+
+def loop_fold(msgs: list[Message], start: int = 0, fold: LoopFold = NO_LOOP) -> LoopFold:
+    """The trailing-loop rule's look at ``msgs[start:]``, continuing ``fold`` (its state after ``msgs[:start]``)."""
+    first, results = fold
+    for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role == "assistant":
-            first = i
+            if first is None:
+                first = i
         elif m.role == "user":
-            has_results = bool(m.result_shape().result_ids)
-            if last_user and not has_results:
-                return None
-            last_user = False
-            if not has_results:
-                return first
-    return None if last_user else first
+            if m.result_shape().result_ids:
+                results = True
+            else:  # opens a turn
+                first, results = None, False
+    return first, results
 
 
-def _strip_all_thinking(msgs: list[Message], actions: list[Action]) -> None:
-    for i, m in enumerate(msgs):
+def loop_start(fold: LoopFold) -> int | None:
+    """``trailing_loop_start`` from the fold over all the messages: the last user message carries
+    tool_results (one came after the last opener), and the loop starts at the first assistant after it."""
+    first, results = fold
+    return first if results else None
+
+
+def _strip_all_thinking(msgs: list[Message], actions: list[Action], start: int = 0) -> None:
+    """Rule 10 (``start``: the messages before it hold no thinking)."""
+    for i in range(start, len(msgs)):
+        m = msgs[i]
         if m.role == "assistant" and m.has_thinking():
             m.content = [b for b in m.content if b.type not in THINKING_TYPES]
             m.content_was_string = False

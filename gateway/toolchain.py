@@ -79,6 +79,11 @@ def repair_tool_chain(msgs: list[Message]) -> list[Action]:
     return actions
 
 
+# The tool-chain check's state after some messages: (the tool ids called so far, the ids the next message
+# must answer). ``chain_fold`` extends it in place: a fold is continued once.
+ChainFold = tuple[set[str], tuple[str, ...]]
+
+
 def chain_intact(msgs: list[Message]) -> bool:
     """True when every rule above already holds, so the repair walk would change nothing: each assistant
     message's tool calls (ids unique across the history) are answered, in order and first, by the next
@@ -87,17 +92,28 @@ def chain_intact(msgs: list[Message]) -> bool:
     the assistant side answered from the client's undecoded JSON. Anything else takes the walk.
     A rule changed in ``repair_tool_chain`` must be changed here too (the property test
     tests/gateway/test_repair_sanitize_property.py and the mangling matrices hold the two together)."""
-    calls: set[str] = set()
-    due: tuple[str, ...] = ()  # tool_use ids of the previous message, to be answered by this one
-    for m in msgs:
+    return fold_intact(chain_fold(msgs))
+
+
+def fold_intact(fold: ChainFold | None) -> bool:
+    """Whether the messages a ``chain_fold`` covered are an intact chain on their own (nothing is due)."""
+    return fold is not None and not fold[1]
+
+
+def chain_fold(msgs: list[Message], start: int = 0, fold: ChainFold | None = None) -> ChainFold | None:
+    """``chain_intact``'s look at ``msgs[start:]``, continuing ``fold`` (its state after ``msgs[:start]``,
+    which it extends in place); None as soon as a rule does not hold."""
+    calls, due = fold if fold is not None else (set(), ())
+    for i in range(start, len(msgs)):
+        m = msgs[i]
         if m.role == "user":
             shape = m.result_shape()  # its tool_results are exactly ``due``, in order, before any other block
             if shape.result_ids != due or not shape.results_lead:
-                return False
+                return None
             due = ()
             continue
         if due:
-            return False
+            return None
         if m.role == "assistant":
             ids = m.tool_use_ids()
             if ids:
@@ -105,8 +121,8 @@ def chain_intact(msgs: list[Message]) -> bool:
                 n = len(calls)
                 calls.update(due)
                 if len(calls) != n + len(due):
-                    return False
-    return not due
+                    return None
+    return calls, due
 
 
 def result_as_text(b: ToolResultBlock) -> str:

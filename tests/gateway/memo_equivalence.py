@@ -22,9 +22,11 @@ Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
-async def gateway_pair(sim_url: str, redis_url: str, secret: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+async def gateway_pair(sim_url: str, redis_url: str, secret: str,
+                       **settings: Any) -> AsyncIterator[tuple[Gateway, Gateway]]:
     """(the app's gateway with its replay memo, the same gateway without one)."""
-    app = create_app(Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret=secret, store_timeout_ms=2000))
+    app = create_app(Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret=secret, store_timeout_ms=2000,
+                              **settings))
     async with app.router.lifespan_context(app):
         with_memo: Gateway = app.state.gateway
         assert with_memo.replay_memo is not None

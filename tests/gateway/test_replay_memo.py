@@ -257,14 +257,24 @@ def _params_fixed(h: list[dict[str, Any]], step: int) -> tuple[list[dict[str, An
     return h, {"temperature": 0.5, "top_k": 5}
 
 
+def _thinking_never_on(h: list[dict[str, Any]], step: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    return h, {"thinking": None}  # (None: the field is left out)
+
+
 SCENARIOS: dict[str, Step] = {
     "faithful": _faithful,
+    "thinking never on": _thinking_never_on,
     "params fixed every request": _params_fixed,
     **{f"assistant:{n}": _message_mangling(n) for n in MESSAGE_MANGLINGS if n != "faithful"},
     **{f"history:{n}": _history_mangling(n) for n in HISTORY_MANGLINGS},
     "earlier tool result edited": _edit_at_step_3,
     "thinking disabled at step 3": _thinking_off_at_step_3,
 }
+
+
+# scenarios whose every request after the first continues sanitize's look at the history from the one before
+# (the others' restored turns, edits and thinking switches are each a reason not to: the plan is still the same)
+CONTINUED = {"faithful", "thinking never on", "params fixed every request"}
 
 
 @pytest.fixture()
@@ -290,10 +300,13 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
     counted = REGISTRY.get_sample_value("gateway_replay_memo_total", {"result": "hit"}) or 0.0
     for step in range(7):
         sent, extra = step_fn(history_, step)
-        body = {**params, **extra, "messages": sent}
+        body = {k: v for k, v in {**params, **extra, "messages": sent}.items() if v is not None}
         ex = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)
         if step >= 2 and (scenario.startswith("assistant:") or scenario == "faithful"):
             assert ex.memo is not None and ex.memo.reused, ex.memo
+        if step >= 1 and scenario in CONTINUED:
+            # sanitize looked only at the new messages: the previous request's look at the others held
+            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
         if step >= 2 and ex.memo is not None:
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
@@ -319,6 +332,28 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         retry = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)  # the client retries
         assert with_memo.replay_memo.hits == hits + 1
         assert retry.memo is not None and retry.memo.reused == len(body["messages"])
+
+
+async def test_sanitize_looks_again_at_turns_repair_no_longer_matches_verbatim(sim: Any, redis_url: str) -> None:
+    """The conversation keeps its last 2 turns: from the fourth request on, the oldest replayed turn's record
+    is gone, repair cannot match it verbatim any more, and sanitize must judge it again (its thinking is now
+    unverifiable) instead of continuing from the previous request's look at it. Same plan as without the memo
+    at every step (``prepare_both_ways``)."""
+    async with gateway_pair(sim.url, redis_url, "memo-trimmed-secret", state_max_turns=2) as pair:
+        with_memo, _ = pair
+        history_: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=6]] weather (trimmed)"}]
+        params = {"model": "claude-opus-4-5", "max_tokens": 4096,
+                  "thinking": {"type": "enabled", "budget_tokens": 2048},
+                  "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
+        continued: list[int] = []
+        for step in range(6):
+            ex = await prepare_both_ways(pair, _exchange({**params, "messages": history_}), pipeline.prepare)
+            continued.append(ex.memo.continued if ex.memo is not None else -1)
+            answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+            answered(history_, answer, f"sunny {step}")
+        # while every turn is still recorded, it continues; then it judges the whole history again (later requests
+        # change a turn in place, so the memo does not keep them: -1)
+        assert continued[:4] == [0, 1, 3, 0], continued
 
 
 def test_a_field_nested_deeper_than_python_compares_is_not_kept_and_never_raises() -> None:

@@ -1,0 +1,144 @@
+"""Sanitize continued from the previous request's look at a replayed history (``sanitize.Sanitized``): the
+tool-chain check and the trailing-loop rule folded over a history in two parts give what folding it at once
+gives, at every split; a seed is only used for the messages it was made from, as repair left them then.
+
+(The pipeline-level equivalence, with and without the seed, over faithful and mangled tool loops on the real
+simulator and Redis, is ``tests/gateway/test_replay_memo.py``.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.pipeline import _sanitize_seed
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Message
+from gateway.repair import RepairResult
+from gateway.replay_memo import Ticket
+from gateway.routing import caps_for
+from gateway.sanitize import Policy, loop_fold, loop_start, sanitize, sanitize_from, trailing_loop_start
+from gateway.toolchain import chain_fold, chain_intact
+
+MODEL = "claude-sonnet-4-5"
+
+
+def backward_loop_start(msgs: list[Message]) -> int | None:
+    """The trailing-loop rule as its docstring words it, walked from the end (the oracle)."""
+    last_user, first = True, None
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if m.role == "assistant":
+            first = i
+        elif m.role == "user":
+            has_results = bool(m.tool_result_ids())
+            if last_user and not has_results:
+                return None
+            last_user = False
+            if not has_results:
+                return first
+    return None if last_user else first
+
+
+IDS = ["t1", "t2", "t3", "t4"]
+
+
+@st.composite
+def message_lists(draw: st.DrawFn) -> list[Message]:
+    """Histories with every shape the two rules tell apart: openers, tool results answering the previous
+    calls or not (missing, extra, reordered, after text), repeated tool ids, consecutive roles."""
+    raw: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(0, 9))):
+        if draw(st.booleans()):
+            ids = draw(st.lists(st.sampled_from(IDS), max_size=2))
+            content: list[dict[str, Any]] = [{"type": "text", "text": "ok"}] if draw(st.booleans()) or not ids else []
+            content += [{"type": "tool_use", "id": t, "name": "f", "input": {}} for t in ids]
+            raw.append({"role": "assistant", "content": content})
+        else:
+            ids = draw(st.lists(st.sampled_from(IDS), max_size=2))
+            results = [{"type": "tool_result", "tool_use_id": t, "content": "r"} for t in ids]
+            text = [{"type": "text", "text": "go on"}] if draw(st.booleans()) or not ids else []
+            raw.append({"role": "user", "content": text + results if draw(st.booleans()) else results + text})
+    return [anthropic.decode_message(m, i) for i, m in enumerate(raw)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_lists())
+def test_the_folds_over_a_history_in_two_parts_are_the_fold_over_all_of_it(msgs: list[Message]) -> None:
+    whole = chain_fold(msgs)
+    assert trailing_loop_start(msgs) == backward_loop_start(msgs)
+    for k in range(len(msgs) + 1):
+        assert loop_start(loop_fold(msgs, k, loop_fold(msgs[:k]))) == trailing_loop_start(msgs)
+        before = chain_fold(msgs[:k])
+        if before is None:
+            assert whole is None  # a rule broken in the first part is broken in the whole
+            continue
+        went_on = chain_fold(msgs, k, (set(before[0]), before[1]))
+        assert went_on == whole, k
+    assert chain_intact(msgs) == (whole is not None and not whole[1])
+
+
+def _loop(turns: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "weather"}]
+    for i in range(turns):
+        msgs.append({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": f"step {i}", "signature": "s" * 40},
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "f", "input": {}}]})
+        msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                  "content": "sunny"}]})
+    return msgs
+
+
+def _request(turns: int) -> tuple[Any, list[Message]]:
+    body = {"model": MODEL, "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": _loop(turns)}
+    req = anthropic.decode_request(body)
+    for m in req.messages:
+        m.verbatim = m.role == "assistant"  # as repair leaves a faithful replay
+    return req, list(req.messages)
+
+
+def test_a_continued_request_gets_what_a_fresh_look_gets_and_a_seed_for_the_next() -> None:
+    req, _ = _request(3)
+    first = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy())
+    assert first.continued == 0 and first.sanitized is not None and first.sanitized.count == 7
+    longer, _ = _request(4)
+    longer.messages[:7] = req.messages  # the same objects, as the replay memo hands them over
+    fresh, _ = _request(4)
+    went_on = sanitize_from(longer, lambda b: False, caps_for(MODEL), Policy(), seed=first.sanitized)
+    assert went_on.continued == 7
+    assert went_on.actions == sanitize(fresh, lambda b: False, caps_for(MODEL), Policy())
+    assert went_on.sanitized is not None and went_on.sanitized.count == 9
+    # another model family's rules read other things: the seed is not theirs
+    other = sanitize_from(fresh, lambda b: False, caps_for("gemini-3-pro-preview"), Policy(), seed=went_on.sanitized)
+    assert other.continued == 0
+
+
+def test_a_request_whose_outcome_changed_its_messages_seeds_nothing() -> None:
+    req, _ = _request(2)
+    req.messages[1].verbatim = False  # not replayed verbatim: its thinking is unverifiable and dropped
+    out = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy())
+    assert out.sanitized is None and any(a.kind.value == "dropped" for a in out.actions)
+
+
+def _ticket(msgs: list[Message], reused: int) -> Ticket:
+    return Ticket("t", "anthropic", b"", {}, list(msgs), [], reused=reused)
+
+
+def test_a_seed_is_used_only_for_the_messages_it_was_made_from_as_repair_left_them() -> None:
+    req, msgs = _request(3)
+    seed = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy()).sanitized
+    assert seed is not None
+    verbatim = RepairResult(verbatim=[1, 3, 5])
+    t = _ticket(msgs, 7)
+    t.sanitized = seed
+    assert _sanitize_seed(t, [*msgs, msgs[0]], verbatim) is seed
+    assert _sanitize_seed(t, msgs, RepairResult(verbatim=[1, 5])) is None  # one no longer matched verbatim
+    replaced = [*msgs[:3], anthropic.decode_message(_loop(3)[3], 3), *msgs[4:]]
+    assert _sanitize_seed(t, replaced, verbatim) is None  # repair put a restored message in one's place
+    partly = _ticket(msgs, 5)  # the memo gave back only some of the messages as they were
+    partly.sanitized = seed
+    assert _sanitize_seed(partly, msgs, verbatim) is None
+    assert _sanitize_seed(None, msgs, verbatim) is None
+    assert _sanitize_seed(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
