@@ -255,6 +255,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             res.verbatim.append(i)
             m.verbatim = True
             continue
+        m.verbatim = False  # (a message the replay memo kept carries the mark of its previous request)
         if turn is None:
             turn = _match(m, recs, prev)
         if turn is None and recs.conversation:

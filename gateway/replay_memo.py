@@ -26,8 +26,9 @@ never taken for a replay (it goes the full way and gets its 400). Where N's last
 from the replay that produced N, or, for a body the worker has not seen continued, found once from the
 end of the body and checked by parsing what follows it (``_find_split``).
 
-Nothing here is an authority, and nothing is skipped but parsing and decoding: the store load, repair and
-sanitize run over the whole request as always, on messages identical to a fresh decode. Messages are only
+Nothing here is an authority: the store load and repair run over the whole request as always, on messages
+identical to a fresh decode, and so does sanitize, except that it continues from its look at request N's
+messages when repair left them exactly as it did then (``sanitize.Sanitized``, carried by the ticket). Messages are only
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
 ``pipeline.repair_and_sanitize``). A restored turn takes the client's message's place as a new message
@@ -38,7 +39,8 @@ request, which replays the same bytes, gets it as it is, to be restored again. A
 again (or, for a surface that cannot decode one message alone, the request goes the full way): an
 assistant message whose blocks a stage built in place, or any message whose content list a stage replaced
 (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged); the list
-decoding made is remembered with the ticket. The ``verbatim`` mark repair sets is cleared. An entry is
+decoding made is remembered with the ticket (a message no stage of the kept request looked at is not checked
+again: ``keep``). Repair sets every assistant message's ``verbatim`` mark afresh. An entry is
 taken by the one request that uses it, so no two requests in flight share a message object.
 
 Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
@@ -49,6 +51,7 @@ times that in memory.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,6 +95,7 @@ class Ticket:
     # all of them as they were); for the next, of all of them (the pipeline sets it)
     sanitized: Sanitized | None = None
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
+    unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
 
     @property
     def known(self) -> Known | None:
@@ -115,6 +119,7 @@ class _Entry:
     split: int
     path: PathHash | None
     sanitized: Sanitized | None
+    untouched: int             # its first messages, which no stage changed (see ``keep``)
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -129,8 +134,10 @@ def one_to_one(decode_one: DecodeOne) -> Resume:
     def resume(parsed: dict[str, Any], kept: list[Message | None], tail: list[Any]) -> list[Message]:
         raw: list[Any] = parsed["messages"]
         n = len(raw)
-        return [m if m is not None else decode_one(raw[i], i) for i, m in enumerate(kept)] + \
-            [decode_one(v, n + j) for j, v in enumerate(tail)]
+        new = [decode_one(v, n + j) for j, v in enumerate(tail)]
+        if all(map(operator.is_not, kept, itertools.repeat(None))):  # all as they were (the common case)
+            return kept + new  # type: ignore[operator]
+        return [m if m is not None else decode_one(raw[i], i) for i, m in enumerate(kept)] + new
     return resume
 
 
@@ -167,11 +174,12 @@ class ReplayMemo:
         if tail is None:
             self.misses += 1
             return None
-        kept: list[Message | None] = []
+        # the messages no stage of the kept request looked at are as it took them; the others may have changed
+        trusted = entry.untouched
+        kept: list[Message | None] = list(entry.messages[:trusted])
         redecoded = 0
-        for m, c in zip(entry.messages, entry.as_decoded, strict=True):
+        for m, c in zip(entry.messages[trusted:], entry.as_decoded[trusted:], strict=True):
             if m.holds(c):
-                m.verbatim = False
                 kept.append(m)
             else:
                 kept.append(None)
@@ -188,7 +196,7 @@ class ReplayMemo:
             as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
                                         len(body) - rest, len(kept), entry.path, redecoded=redecoded,
-                                        sanitized=None if redecoded else entry.sanitized)
+                                        sanitized=None if redecoded else entry.sanitized, unchecked=trusted)
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:
@@ -203,8 +211,13 @@ class ReplayMemo:
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
             return
+        # When sanitize continued from its seed and its outcome may be continued (``sanitized``), its per-message
+        # rules, the only stage that may change a message without an action, left the seed's messages alone,
+        # and the other stages only read them (repair matched each verbatim, which it only marks): as ``take``
+        # checked them, or took them unchecked the same way.
+        untouched = ticket.continued if ticket.sanitized is not None else 0
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
-                       ticket.sanitized)
+                       ticket.sanitized, untouched)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry

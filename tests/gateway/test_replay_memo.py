@@ -22,7 +22,10 @@ from gateway.app import Gateway
 from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
+from gateway.repair import Records, repair
 from gateway.replay_memo import ReplayMemo, one_to_one
+from gateway.routing import caps_for
+from gateway.sanitize import NO_LOOP, Policy, Sanitized
 from gateway.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import (
     answered,
@@ -85,7 +88,7 @@ def served(memo: ReplayMemo, raw: bytes, tenant: str = "t1", *, keep: bool = Tru
 
 
 def _state(msgs: list[Message]) -> list[tuple[Any, ...]]:
-    return [(anthropic.encode_message(m), m.replay_digest, m.raw_blocks is None, m.verbatim) for m in msgs]
+    return [(anthropic.encode_message(m), m.replay_digest, m.raw_blocks is None) for m in msgs]
 
 
 @pytest.mark.parametrize("messages_last", [False, True])
@@ -112,7 +115,7 @@ def test_a_retry_of_the_same_body_reuses_every_message_and_an_entry_serves_one_r
     assert third.reused == 0  # taken by the request before: decoded in full
 
 
-def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_cleared() -> None:
+def test_a_message_decoded_on_the_way_is_decoded_again_and_repair_sets_the_verbatim_mark_afresh() -> None:
     memo = ReplayMemo(1 << 20)
     msgs, ticket = served(memo, body(2), keep=False)  # the ticket is made as decoded, before any stage
     assistant = msgs[1]
@@ -123,8 +126,25 @@ def test_a_message_decoded_on_the_way_is_decoded_again_and_the_verbatim_mark_is_
     again, _ = served(memo, body(3))
     assert again[1] is not assistant and again[1].raw_blocks is not None  # decoded again, lazily as fresh
     assert again[2] is not msgs[2]  # no longer the content decoding made: decoded again
-    assert again[3] is msgs[3] and not again[3].verbatim
+    assert again[3] is msgs[3]
+    repair(again, Records())  # no record matches it this time
+    assert not again[3].verbatim
     assert again[0] is msgs[0]
+
+
+def test_only_messages_sanitize_continued_over_with_an_outcome_to_continue_are_taken_unchecked() -> None:
+    memo = ReplayMemo(1 << 20)
+    _, ticket = served(memo, body(2), keep=False)
+    ticket.continued = 3  # sanitize continued over 3 messages, but its outcome is not one to continue
+    memo.keep(ticket)
+    _, again = served(memo, body(3), keep=False)
+    assert again.reused == 5 and again.unchecked == 0
+    again.continued = 5
+    again.sanitized = Sanitized(5, 2, (caps_for("claude-opus-4-5"), "anthropic", Policy()), (), (set(), ()),
+                                NO_LOOP, True)
+    memo.keep(again)
+    _, third = served(memo, body(4))
+    assert third.reused == 7 and third.unchecked == 5
 
 
 def test_a_message_whose_blocks_were_only_peeked_at_is_reused_as_it_is() -> None:
@@ -307,6 +327,8 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         if step >= 1 and scenario in CONTINUED:
             # sanitize looked only at the new messages: the previous request's look at the others held
             assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
+            # and the memo took the messages the request before continued over without checking them again
+            assert ex.memo.unchecked == max(0, len(sent) - 4), (step, ex.memo.unchecked)
         if step >= 2 and ex.memo is not None:
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
