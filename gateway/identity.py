@@ -110,18 +110,52 @@ def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
 RECENT_TURNS = 3  # replayed assistant turns looked up through the indexes
 
 
-def build_query(msgs: list[Message], scid: str | None, known: Known | None = None) -> LoadQuery:
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What the load query reads of every assistant message of a request, in order: replay digests and tool
+    ids (``LoadQuery.replayed``, ``replayed_tool_ids``). A function of the messages' bytes alone, so the next
+    request of the conversation, which starts with the same bytes (``replay_memo``), starts from it."""
+
+    count: int                   # the messages it covers, ``messages[:count]``
+    digests: list[bytes]         # of every assistant message, while each has one (``every``)
+    tool_ids: list[list[str]]    # of every assistant message, while ``every``
+    every: bool                  # every assistant message has a replay digest
+
+
+def replayed_of(msgs: list[Message], prior: Replayed | None = None) -> Replayed:
+    """``msgs``' ``Replayed``, continuing ``prior`` (that of ``msgs[:prior.count]``, left as it is)."""
+    if prior is None or prior.count > len(msgs):
+        prior = Replayed(0, [], [], True)
+    if not prior.every:
+        return Replayed(len(msgs), [], [], False)
+    digests, tool_ids = list(prior.digests), list(prior.tool_ids)
+    for i in range(prior.count, len(msgs)):
+        m = msgs[i]
+        if m.role == "assistant":
+            if not m.replay_digest:
+                return Replayed(len(msgs), [], [], False)
+            digests.append(m.replay_digest)
+            tool_ids.append(m.tool_use_ids())
+    return Replayed(len(msgs), digests, tool_ids, True)
+
+
+def build_query(msgs: list[Message], scid: str | None, known: Known | None = None,
+                replayed: Replayed | None = None) -> LoadQuery:
     """Index lookups for the most recent replayed assistant turns only: they identify the
     conversation, which is loaded whole in the same (or the next) round trip; older turns are
     matched against it in memory. The query stays small however long the history is. With it go the
     replay digests of all replayed assistant turns (``LoadQuery.replayed``: a worker that holds all of
-    them answers without a round trip)."""
+    them answers without a round trip); ``replayed``: ``msgs``' own, when the caller has it."""
     tool_ids: list[str] = []
     norm: list[str] = []
     exact: list[str] = []
-    assistants = [m for m in msgs if m.role == "assistant"]
-    recent = assistants[-RECENT_TURNS:]
-    for m in recent:
+    recent: list[Message] = []
+    for i in range(len(msgs) - 1, -1, -1):  # from the end: the history's length does not count
+        if msgs[i].role == "assistant":
+            recent.append(msgs[i])
+            if len(recent) == RECENT_TURNS:
+                break
+    for m in reversed(recent):
         tool_ids += m.tool_use_ids()
         norms, exacts = lookup_hashes(m)  # an undecoded message stays so (``replay_memo`` reuses it as it is)
         norm += norms
@@ -131,11 +165,12 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     fp = path_fingerprint(prefix, known) if prefix else None
     if fp:
         fps.append(fp)
-    replayed = [m.replay_digest for m in assistants if m.replay_digest]
-    every = len(replayed) == len(assistants)
+    if replayed is None or replayed.count != len(msgs):
+        replayed = replayed_of(msgs)
+    every = replayed.every
     return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
-                     norm_hashes=_dedup(norm), fingerprints=fps, replayed=replayed if every else (),
-                     replayed_tool_ids=[m.tool_use_ids() for m in assistants] if every else ())
+                     norm_hashes=_dedup(norm), fingerprints=fps, replayed=replayed.digests if every else (),
+                     replayed_tool_ids=replayed.tool_ids if every else ())
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,7 +146,11 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
     if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
         return None
     assert ex.request is not None
-    query = identity.build_query(ex.request.messages, ex.header_scid, ex.memo.known if ex.memo else None)
+    ticket = ex.memo
+    replayed = identity.replayed_of(ex.request.messages, ticket.replayed if ticket is not None else None)
+    if ticket is not None:
+        ticket.replayed = replayed  # for the next request, which starts with these messages' bytes
+    query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None, replayed)
     ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.identity import Known, PathHash
+from gateway.identity import Known, PathHash, Replayed
 from gateway.protocols.canonical import Message
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ class Ticket:
     sanitized: Sanitized | None = None
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
+    # the load query's reading of the messages' bytes: for this request, of the kept ones; for the next, of all
+    replayed: Replayed | None = None
 
     @property
     def known(self) -> Known | None:
@@ -120,6 +122,7 @@ class _Entry:
     path: PathHash | None
     sanitized: Sanitized | None
     untouched: int             # its first messages, which no stage changed (see ``keep``)
+    replayed: Replayed | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -196,7 +199,8 @@ class ReplayMemo:
             as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
                                         len(body) - rest, len(kept), entry.path, redecoded=redecoded,
-                                        sanitized=None if redecoded else entry.sanitized, unchecked=trusted)
+                                        sanitized=None if redecoded else entry.sanitized, unchecked=trusted,
+                                        replayed=entry.replayed)
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:
@@ -217,7 +221,7 @@ class ReplayMemo:
         # checked them, or took them unchecked the same way.
         untouched = ticket.continued if ticket.sanitized is not None else 0
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
-                       ticket.sanitized, untouched)
+                       ticket.sanitized, untouched, ticket.replayed)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
+import operator
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,9 +70,8 @@ class CachedConversation:
         with exactly those tool ids, when there is one."""
         if self.state is None:
             return None
-        get = self.state.turn_by_digest
-        out = [get(d) for d in digests]
-        if None not in out:
+        out = self.state.turns_by_digest(digests)
+        if all(map(operator.is_not, out, itertools.repeat(None))):
             return out  # type: ignore[return-value]
         if len(tool_ids) != len(out):
             return None

@@ -6,7 +6,7 @@ Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.hashing`
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +135,10 @@ class ConversationState:
     def turn_by_digest(self, digest: bytes) -> TurnRecord | None:
         """The latest retained turn recorded with this replay digest (``TurnRecord.replay_digest``)."""
         return (self._by_digest or self._lookup("_by_digest")).get(digest)
+
+    def turns_by_digest(self, digests: Iterable[bytes]) -> list[TurnRecord | None]:
+        """``turn_by_digest`` of each (a long replay's, every request: one C-level pass)."""
+        return list(map((self._by_digest or self._lookup("_by_digest")).get, digests))
 
     def turn_by_tool_id(self, tool_id: str) -> TurnRecord | None:
         """The latest retained turn with a tool_use of this id."""
