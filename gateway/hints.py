@@ -49,6 +49,22 @@ class ConversationHints:
 def edge_tool_ids(msgs: list[Message]) -> list[str]:
     """Tool ids of the first and the last ``EDGE_TURNS`` replayed assistant turns: the first ones stay
     the same for a whole conversation (until the client trims its history), the last ones are new."""
-    assistants = [m for m in msgs if m.role == "assistant"]
-    picked = assistants if len(assistants) <= 2 * EDGE_TURNS else assistants[:EDGE_TURNS] + assistants[-EDGE_TURNS:]
-    return [tid for m in picked for tid in m.tool_use_ids()]
+    first = _assistants(msgs, range(len(msgs)))
+    last = _assistants(msgs, range(len(msgs) - 1, -1, -1))[::-1]
+    if not first or last[0] <= first[-1]:  # the two ends overlap: a short history, all of its assistant turns
+        picked = sorted(set(first) | set(last))
+    else:
+        picked = first + last
+    return [tid for i in picked for tid in msgs[i].tool_use_ids()]
+
+
+def _assistants(msgs: list[Message], order: range) -> list[int]:
+    """The indexes of the first ``EDGE_TURNS`` assistant messages in ``order`` (the history's length does not
+    count)."""
+    out: list[int] = []
+    for i in order:
+        if msgs[i].role == "assistant":
+            out.append(i)
+            if len(out) == EDGE_TURNS:
+                break
+    return out

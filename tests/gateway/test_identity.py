@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.hints import EDGE_TURNS, edge_tool_ids
 from gateway.identity import (
     RECENT_TURNS,
     PathHash,
@@ -168,3 +169,12 @@ def test_a_fingerprint_continued_from_a_known_prefix_is_the_whole_fingerprint() 
         assert known[1].hexdigest() == path_fingerprint(msgs[:n])  # continuing did not change the known state
     assert path_fingerprint(msgs[:2], (3, PathHash().update(msgs[:3]))) == path_fingerprint(msgs[:2])  # too long
     assert PathHash().hexdigest() is None
+
+
+def test_edge_tool_ids_are_those_of_the_first_and_last_assistant_turns() -> None:
+    for turns in range(0, 2 * EDGE_TURNS + 4):
+        msgs = _loop([f"toolu_{n}" for n in range(turns)], "think", "")
+        msgs.insert(1, _msgs({"role": "user", "content": "and then?"})[0])  # roles need not alternate
+        picked = list(range(turns)) if turns <= 2 * EDGE_TURNS else \
+            [*range(EDGE_TURNS), *range(turns - EDGE_TURNS, turns)]
+        assert edge_tool_ids(msgs) == [f"toolu_{n}" for n in picked], turns
