@@ -27,8 +27,8 @@ from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, RepairResult, rebuild_history, repair
-from gateway.replay_memo import Resume, Ticket, one_to_one
+from gateway.repair import RecordedTurn, Records, Repaired, RepairResult, rebuild_history, repair
+from gateway.replay_memo import Carried, Resume, Ticket, one_to_one
 from gateway.sanitize import Policy, Sanitized, sanitize_from
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
@@ -147,9 +147,9 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
         return None
     assert ex.request is not None
     ticket = ex.memo
-    replayed = identity.replayed_of(ex.request.messages, ticket.replayed if ticket is not None else None)
-    if ticket is not None:
-        ticket.replayed = replayed  # for the next request, which starts with these messages' bytes
+    replayed = identity.replayed_of(ex.request.messages, ticket.carried.replayed if ticket is not None else None)
+    if ticket is not None:  # for the next request, which starts with these messages' bytes
+        ticket.carried = dataclasses.replace(ticket.carried, replayed=replayed)
     query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None, replayed)
     ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     edge_ids = edge_tool_ids(ex.request.messages)
@@ -203,12 +203,14 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
     if rebuilt is not None:
         req.messages = rebuilt[0]
-    fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None)
+    ticket = ex.memo
+    carried = ticket.carried if ticket is not None and rebuilt is None else Carried()
+    fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
+                   carried.repaired if ticket is not None and _all_taken(ticket, carried.repaired) else None)
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    ticket = ex.memo
     cleaned = sanitize_from(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas,
                             _sanitize_seed(ticket, req.messages, fixed))
     actions = fixed.actions + cleaned.actions
@@ -220,8 +222,10 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
     elif ticket is not None:  # what the next request may continue from: sanitize's look at these very messages
-        ticket.continued = cleaned.continued
-        ticket.sanitized = cleaned.sanitized if _same_objects(req.messages, ticket.messages) else None
+        ticket.resumed, ticket.continued = fixed.resumed, cleaned.continued
+        same = _same_objects(req.messages, ticket.messages)  # repair and sanitize looked at the ticket's messages
+        ticket.carried = Carried(ticket.carried.replayed, fixed.repaired if same else None,
+                                 cleaned.sanitized if same else None)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
@@ -230,13 +234,18 @@ def _sanitize_seed(ticket: Ticket | None, msgs: list[Message], fixed: RepairResu
     back all of that request's messages unchanged (``take``), they are still the first of ``msgs`` as the same
     objects (repair replaced none: no restoration, no rebuild), and repair matched each assistant message among
     them verbatim again, as it did then."""
-    seed = ticket.sanitized if ticket is not None else None
-    if seed is None or ticket is None or ticket.reused != seed.count or len(msgs) < seed.count:
+    seed = ticket.carried.sanitized if ticket is not None else None
+    if seed is None or ticket is None or not _all_taken(ticket, seed) or len(msgs) < seed.count:
         return None
     k = seed.count
     if not _same_objects(msgs[:k], ticket.messages[:k]) or bisect.bisect_left(fixed.verbatim, k) != seed.assistants:
         return None
     return seed
+
+
+def _all_taken(ticket: Ticket, carried: Repaired | Sanitized | None) -> bool:
+    """Whether this request took back every message ``carried`` covers from the replay memo, as it was."""
+    return carried is not None and ticket.reused == carried.count and not ticket.redecoded
 
 
 def _same_objects(a: list[Message], b: list[Message]) -> bool:

@@ -75,6 +75,9 @@ class _LazyConversation(ConversationView):
         rec = self._conv.turn_by_digest(digest)
         return self._decode(self._scid, rec) if rec is not None else None
 
+    def held(self, digests: list[bytes]) -> list[object]:
+        return self._conv.turns_by_digest(digests)  # type: ignore[return-value]
+
     def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
         if self._prefixes is None:  # the latest turn wins for a path answered twice (a retry)
             self._prefixes = {rec.prefix_fingerprint: pos for pos, rec in sorted(self._by_pos.items())

@@ -24,6 +24,7 @@ The client's user messages define the path: repair never adds or removes turns.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -118,6 +119,11 @@ class ConversationView(Mapping[int, RecordedTurn]):
         tool calls: the evidence left when a client rewrote the ids and dropped all text."""
         return None
 
+    def held(self, digests: list[bytes]) -> list[object]:
+        """What the conversation holds for each replay digest, as objects compared by identity: the same
+        objects mean the same turns (``Repaired``); None where it holds none."""
+        return [self.find_digest(d) for d in digests]
+
 
 class TurnsConversation(ConversationView):
     """A conversation held as canonical turns in memory (tests, rebuilt histories)."""
@@ -161,6 +167,20 @@ class Records:
     scid: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Repaired:
+    """What repair found of a request's messages when it matched every assistant message among them verbatim
+    by its replay digest: the next request of the conversation, which starts with the same messages as the
+    same objects (``replay_memo``; the caller vouches for that), starts from it while the conversation still
+    holds exactly those turns (``ConversationView.held``). Its messages keep the verbatim mark repair set."""
+
+    count: int                          # the messages it covers, ``messages[:count]``
+    scid: str | None                    # the conversation they were matched in
+    matched: dict[int, RecordedTurn]    # every assistant message's turn, by index
+    digests: list[bytes]                # their replay digests, in order
+    held: list[object]                  # what the conversation held for each (``ConversationView.held``)
+
+
 @dataclass(slots=True)
 class RepairResult:
     verified: set[int] = field(default_factory=set)  # id() of thinking blocks proven authentic
@@ -168,6 +188,8 @@ class RepairResult:
     matched: dict[int, RecordedTurn] = field(default_factory=dict)  # message index -> turn
     changed: bool = False
     verbatim: list[int] = field(default_factory=list)  # indexes of the messages matched by replay digest, in order
+    repaired: Repaired | None = None  # for the next request, when every assistant message was matched verbatim
+    resumed: int = 0  # the messages it continued from the previous request's ``Repaired`` (0: it looked at all)
 
     def is_verified(self, block: Block) -> bool:
         return id(block) in self.verified
@@ -235,12 +257,24 @@ def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], 
     return out + msgs, pinned
 
 
-def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None = None) -> RepairResult:
-    """``pinned`` fixes the turn of some message indexes (a history rebuilt from the records)."""
+def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None = None,
+           resumed: Repaired | None = None) -> RepairResult:
+    """``pinned`` fixes the turn of some message indexes (a history rebuilt from the records); ``resumed``:
+    the previous request's ``Repaired``, when the caller vouches that ``msgs`` start with its messages."""
     res = RepairResult()
     id_map: dict[str, str] = {}
     prev: RecordedTurn | None = None
-    for i, m in enumerate(msgs):
+    start = assistants = 0
+    if resumed is not None and _still_held(resumed, msgs, recs, pinned):
+        res.matched.update(resumed.matched)
+        res.verbatim += resumed.matched
+        prev = next(reversed(resumed.matched.values()), None)
+        start = res.resumed = resumed.count
+        assistants = len(resumed.matched)
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        if m.role == "assistant":
+            assistants += 1
         if m.role == "user":
             _map_tool_results(m, i, id_map, res)
             continue
@@ -287,7 +321,22 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
+    if assistants == len(res.verbatim):
+        digests = resumed.digests if res.resumed and resumed is not None else []
+        held = resumed.held if res.resumed and resumed is not None else []
+        new = [msgs[i].replay_digest for i in res.verbatim[len(digests):]]
+        res.repaired = Repaired(len(msgs), recs.scid, dict(res.matched), digests + new,
+                                held + recs.conversation.held(new))
     return res
+
+
+def _still_held(resumed: Repaired, msgs: list[Message], recs: Records,
+                pinned: Mapping[int, RecordedTurn] | None) -> bool:
+    """Whether the turns ``resumed`` matched are still what the identified conversation holds (one C-level pass)."""
+    if pinned or resumed.scid != recs.scid or resumed.count > len(msgs):
+        return False
+    now = recs.conversation.held(resumed.digests)
+    return len(now) == len(resumed.held) and all(map(operator.is_, now, resumed.held))
 
 
 def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:

@@ -63,6 +63,7 @@ from gateway.identity import Known, PathHash, Replayed
 from gateway.protocols.canonical import Message
 
 if TYPE_CHECKING:
+    from gateway.repair import Repaired
     from gateway.sanitize import Sanitized
 
 DecodeOne = Callable[[Any, int], Message]
@@ -74,6 +75,23 @@ _WS = b" \t\r\n"
 _CANDIDATES = 8          # occurrences of the next field's name tried when finding the end of the messages
 _MAX_NESTING = 200       # inserted bytes with more brackets than this go the full way (parser depth limits)
 Scope = tuple[str, str]  # (tenant, kind): a request is only ever compared with its own tenant's and surface's
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """What the stages found of a request's messages, for the conversation's next request, which starts with
+    them; each covers the messages it counts. The load query's reading is of the messages' bytes (the next
+    request repeats them); repair's and sanitize's are of the message objects as those stages left them, so
+    only a request that takes every one of them back as it was (none decoded again) may start from them, and
+    only where each stage checks the rest holds (``repair.Repaired``, ``sanitize.Sanitized``)."""
+
+    replayed: Replayed | None = None
+    repaired: Repaired | None = None
+    sanitized: Sanitized | None = None
+
+    def taken(self, redecoded: int) -> Carried:
+        """What a replay that decoded ``redecoded`` of the messages again may start from."""
+        return self if not redecoded else Carried(self.replayed)
 
 
 @dataclass(slots=True)
@@ -91,13 +109,12 @@ class Ticket:
     base: PathHash | None = None  # the path hash after the reused messages
     path: PathHash | None = None  # ... after all of them, once ``path_hash`` computed it
     redecoded: int = 0         # of the messages taken, those decoded again (no longer as decoded)
-    # what sanitize found of the messages: for this request, of the kept ones (set by ``take`` when it reused
-    # all of them as they were); for the next, of all of them (the pipeline sets it)
-    sanitized: Sanitized | None = None
+    # what the stages found of the messages: for this request, of the kept ones (``take``); for the next, of
+    # all of them (the pipeline sets it)
+    carried: Carried = field(default_factory=lambda: Carried())
+    resumed: int = 0           # messages repair did not look at again (``repair.Repaired``)
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
-    # the load query's reading of the messages' bytes: for this request, of the kept ones; for the next, of all
-    replayed: Replayed | None = None
 
     @property
     def known(self) -> Known | None:
@@ -120,9 +137,8 @@ class _Entry:
     as_decoded: list[list[Any]]
     split: int
     path: PathHash | None
-    sanitized: Sanitized | None
+    carried: Carried
     untouched: int             # its first messages, which no stage changed (see ``keep``)
-    replayed: Replayed | None
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -199,8 +215,7 @@ class ReplayMemo:
             as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
                                         len(body) - rest, len(kept), entry.path, redecoded=redecoded,
-                                        sanitized=None if redecoded else entry.sanitized, unchecked=trusted,
-                                        replayed=entry.replayed)
+                                        carried=entry.carried.taken(redecoded), unchecked=trusted)
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:
@@ -215,13 +230,13 @@ class ReplayMemo:
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
             return
-        # When sanitize continued from its seed and its outcome may be continued (``sanitized``), its per-message
+        # When sanitize continued from its seed and its outcome may be continued (``carried``), its per-message
         # rules, the only stage that may change a message without an action, left the seed's messages alone,
         # and the other stages only read them (repair matched each verbatim, which it only marks): as ``take``
         # checked them, or took them unchecked the same way.
-        untouched = ticket.continued if ticket.sanitized is not None else 0
+        untouched = ticket.continued if ticket.carried.sanitized is not None else 0
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
-                       ticket.sanitized, untouched, ticket.replayed)
+                       ticket.carried, untouched)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry

@@ -23,7 +23,7 @@ from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.repair import Records, repair
-from gateway.replay_memo import ReplayMemo, one_to_one
+from gateway.replay_memo import Carried, ReplayMemo, one_to_one
 from gateway.routing import caps_for
 from gateway.sanitize import NO_LOOP, Policy, Sanitized
 from gateway.upstream import forward_request_headers
@@ -140,8 +140,8 @@ def test_only_messages_sanitize_continued_over_with_an_outcome_to_continue_are_t
     _, again = served(memo, body(3), keep=False)
     assert again.reused == 5 and again.unchecked == 0
     again.continued = 5
-    again.sanitized = Sanitized(5, 2, (caps_for("claude-opus-4-5"), "anthropic", Policy()), (), (set(), ()),
-                                NO_LOOP, True)
+    again.carried = Carried(sanitized=Sanitized(5, 2, (caps_for("claude-opus-4-5"), "anthropic", Policy()), (),
+                                                (set(), ()), NO_LOOP, True))
     memo.keep(again)
     _, third = served(memo, body(4))
     assert third.reused == 7 and third.unchecked == 5
@@ -329,6 +329,8 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
             assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
             # and the memo took the messages the request before continued over without checking them again
             assert ex.memo.unchecked == max(0, len(sent) - 4), (step, ex.memo.unchecked)
+            # repair, too, from the second replay on (the first request had no conversation to match in)
+            assert ex.memo.resumed == (len(sent) - 2 if step >= 2 else 0), (step, ex.memo.resumed)
         if step >= 2 and ex.memo is not None:
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
@@ -356,7 +358,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         assert retry.memo is not None and retry.memo.reused == len(body["messages"])
 
 
-async def test_sanitize_looks_again_at_turns_repair_no_longer_matches_verbatim(sim: Any, redis_url: str) -> None:
+async def test_repair_and_sanitize_look_again_at_turns_no_longer_recorded(sim: Any, redis_url: str) -> None:
     """The conversation keeps its last 2 turns: from the fourth request on, the oldest replayed turn's record
     is gone, repair cannot match it verbatim any more, and sanitize must judge it again (its thinking is now
     unverifiable) instead of continuing from the previous request's look at it. Same plan as without the memo
@@ -368,14 +370,17 @@ async def test_sanitize_looks_again_at_turns_repair_no_longer_matches_verbatim(s
                   "thinking": {"type": "enabled", "budget_tokens": 2048},
                   "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
         continued: list[int] = []
+        resumed: list[int] = []
         for step in range(6):
             ex = await prepare_both_ways(pair, _exchange({**params, "messages": history_}), pipeline.prepare)
             continued.append(ex.memo.continued if ex.memo is not None else -1)
+            resumed.append(ex.memo.resumed if ex.memo is not None else -1)
             answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
             answered(history_, answer, f"sunny {step}")
         # while every turn is still recorded, it continues; then it judges the whole history again (later requests
         # change a turn in place, so the memo does not keep them: -1)
         assert continued[:4] == [0, 1, 3, 0], continued
+        assert resumed[:4] == [0, 0, 3, 0], resumed  # repair: the trimmed turn is no longer held
 
 
 def test_a_field_nested_deeper_than_python_compares_is_not_kept_and_never_raises() -> None:

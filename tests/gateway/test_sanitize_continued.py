@@ -16,7 +16,7 @@ from gateway.pipeline import _sanitize_seed
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.repair import RepairResult
-from gateway.replay_memo import Ticket
+from gateway.replay_memo import Carried, Ticket
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, loop_fold, loop_start, sanitize, sanitize_from, trailing_loop_start
 from gateway.toolchain import chain_fold, chain_intact
@@ -132,13 +132,13 @@ def test_a_seed_is_used_only_for_the_messages_it_was_made_from_as_repair_left_th
     assert seed is not None
     verbatim = RepairResult(verbatim=[1, 3, 5])
     t = _ticket(msgs, 7)
-    t.sanitized = seed
+    t.carried = Carried(sanitized=seed)
     assert _sanitize_seed(t, [*msgs, msgs[0]], verbatim) is seed
     assert _sanitize_seed(t, msgs, RepairResult(verbatim=[1, 5])) is None  # one no longer matched verbatim
     replaced = [*msgs[:3], anthropic.decode_message(_loop(3)[3], 3), *msgs[4:]]
     assert _sanitize_seed(t, replaced, verbatim) is None  # repair put a restored message in one's place
     partly = _ticket(msgs, 5)  # the memo gave back only some of the messages as they were
-    partly.sanitized = seed
+    partly.carried = Carried(sanitized=seed)
     assert _sanitize_seed(partly, msgs, verbatim) is None
     assert _sanitize_seed(None, msgs, verbatim) is None
     assert _sanitize_seed(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
