@@ -141,8 +141,12 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
     per_message = len(actions)
     _drop_empty_assistants(msgs, start)
     chain = chain_fold(msgs, start, seed.chain if seed is not None else None)
+    # the trailing-loop rule continues from the seed while the messages are as they were (a chain repair may
+    # move blocks anywhere)
+    loop_from = (start, seed.loop) if seed is not None else (0, NO_LOOP)
     if not fold_intact(chain):
         actions += repair_tool_chain(msgs)
+        loop_from = (0, NO_LOOP)
     if caps.kind == "gemini":
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
     if caps.kind != "anthropic":
@@ -150,7 +154,7 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
         return Sanitizing(actions, None, start)
     loop: LoopFold | None = None
     if req.thinking_enabled():
-        loop = loop_fold(msgs, start, seed.loop if seed is not None else NO_LOOP)
+        loop = loop_fold(msgs, *loop_from)
         loop_first = loop_start(loop)
         if loop_first is not None and not _starts_with_thinking(msgs[loop_first]):
             if caps.can_disable_thinking:
@@ -169,7 +173,7 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
             not set(map(action_kind, fresh)) <= _CONTINUABLE:
         return Sanitizing(actions, None, start)
     if loop is None:
-        loop = loop_fold(msgs, start, seed.loop if seed is not None else NO_LOOP)
+        loop = loop_fold(msgs, *loop_from)
     assert chain is not None
     return Sanitizing(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
                                          req.thinking_enabled()), start)

@@ -115,6 +115,29 @@ def test_a_continued_request_gets_what_a_fresh_look_gets_and_a_seed_for_the_next
     assert other.continued == 0
 
 
+def test_a_continued_request_whose_new_messages_break_the_tool_chain_gets_what_a_fresh_look_gets() -> None:
+    def broken(req: Any) -> None:  # the new tool call goes unanswered, its result answers another id
+        req.messages[-1] = anthropic.decode_message(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_other", "content": "?"}]},
+            len(req.messages) - 1)
+        req.messages[-1].verbatim = False
+
+    req, _ = _request(3)
+    seed = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy()).sanitized
+    longer, _ = _request(4)
+    longer.messages[:7] = req.messages
+    broken(longer)
+    fresh, _ = _request(4)
+    broken(fresh)
+    went_on = sanitize_from(longer, lambda b: False, caps_for(MODEL), Policy(), seed=seed)
+    want = sanitize(fresh, lambda b: False, caps_for(MODEL), Policy())
+    assert went_on.continued == 7 and went_on.sanitized is None
+    assert went_on.actions == want and {a.kind.value for a in want} >= {"tool_result_synthesized"}
+    encoded = [[anthropic.encode_message(m) for m in r.messages] for r in (longer, fresh)]
+    assert encoded[0] == encoded[1]
+    assert longer.thinking == fresh.thinking
+
+
 def test_a_request_whose_outcome_changed_its_messages_seeds_nothing() -> None:
     req, _ = _request(2)
     req.messages[1].verbatim = False  # not replayed verbatim: its thinking is unverifiable and dropped
