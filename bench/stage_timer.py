@@ -1,0 +1,120 @@
+"""Wall time per request of each pipeline stage, in process, on a long tool loop.
+
+    python bench/stage_timer.py [--turns 100] [--requests 60] [--mangled]
+
+Starts the simulator and a local redis-server as child processes, runs the gateway app in this process over
+an ASGI transport (httpx), plays ``--turns`` rounds of a tool loop so every turn is recorded, then times
+``--requests`` further rounds (faithful or mangled replay) with a timer around each stage function the
+pipeline calls (nested stages are counted in their callers too). Run it from a tree's root to time that
+tree's code (a ``git worktree`` of another commit, with this checkout's virtualenv): the stages that a
+commit does not have are left out. Good for what a change did to one stage; ``bench/cpu_ab.py`` is the
+figure for a served worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, os.getcwd())  # the tree this runs from, not necessarily this file's
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from bench.latency import KEY, body, extend, mangle, start, start_redis
+
+PIPELINE_STAGES = ("decode", "load", "repair_and_sanitize", "encode", "record", "_plan_record", "records_from",
+                   "repair", "sanitize", "sanitize_from", "edge_tool_ids", "turn_record", "rebuild_history")
+
+spent: defaultdict[str, float] = defaultdict(float)
+
+
+def timed(owner: Any, name: str) -> None:
+    f = getattr(owner, name, None)
+    if f is None:
+        return
+
+    if asyncio.iscoroutinefunction(f):
+        async def wrapper(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await f(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+    else:
+        def wrapper(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+    setattr(owner, name, wrapper)
+
+
+async def run(args: argparse.Namespace) -> float:
+    from gateway import identity, pipeline
+    from gateway.app import create_app
+    from gateway.replay_memo import ReplayMemo
+    from gateway.settings import Settings
+
+    for name in PIPELINE_STAGES:
+        timed(pipeline, name)
+    timed(identity, "build_query")
+    timed(identity, "identify_conversation")
+    timed(ReplayMemo, "take")
+    timed(ReplayMemo, "keep")
+    sim = start(["sim"], {}, "/_sim/stats")
+    redis = start_redis()
+    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
+           "GATEWAY_STORE_TIMEOUT_MS": "5000", "GATEWAY_REDIS_URL": redis.url}
+    app = create_app(Settings.from_env(env))
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=120) as client:
+                history: list[dict[str, Any]] = [
+                    {"role": "user", "content": f"[[sim:tools={args.turns + args.requests + 5}]] stages"}]
+
+                async def step(payload: list[dict[str, Any]]) -> None:
+                    r = await client.post("/v1/messages", content=json.dumps(body(payload)).encode(),
+                                          headers={**KEY, "content-type": "application/json"})
+                    assert r.status_code == 200, r.text[:300]
+                    extend(history, r.json())
+
+                send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
+                for _ in range(args.turns):
+                    await step(send(history))
+                spent.clear()
+                t0 = time.perf_counter()
+                for _ in range(args.requests):
+                    await step(send(history))
+                return time.perf_counter() - t0
+    finally:
+        sim.stop()
+        redis.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--mangled", action="store_true")
+    args = ap.parse_args()
+    total = asyncio.run(run(args))
+    print(f"{args.requests} requests after {args.turns} turns ({'mangled' if args.mangled else 'faithful'} replay), "
+          f"wall {total / args.requests * 1e3:.2f} ms per request\n")
+    print("| stage | us per request |\n|---|---:|")
+    for name, secs in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {secs / args.requests * 1e6:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
