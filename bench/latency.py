@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +200,48 @@ async def series(session: aiohttp.ClientSession, sim: str, gw: str, size: int, s
         via.append(g * 1000)
         extend(history, answer)
     return summarize(direct, via)
+
+
+Step = Callable[[list[dict[str, Any]]], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def in_process_loop(rounds: int, title: str, *, redis: bool = True,
+                          **settings: str) -> AsyncIterator[tuple[list[dict[str, Any]], Step]]:
+    """The gateway app run in this process over an ASGI transport (httpx), against a simulator (and a local
+    redis-server) started as child processes; yields a tool loop of ``rounds`` rounds: its history, and
+    ``step(sent)``, which posts ``sent`` (the history as the client replays it) and appends the answer to the
+    history. For profilers and timers that need the pipeline in process."""
+    import httpx
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    sim = start(["sim"], {}, "/_sim/stats")
+    store = start_redis() if redis else None
+    # a slowed process (profiler, timer) must not see store timeouts: a request served statelessly leaves its
+    # turn unrecorded, and every later request would take the unmatched-history path instead
+    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
+           "GATEWAY_STORE_TIMEOUT_MS": "5000", **settings}
+    if store is not None:
+        env["GATEWAY_REDIS_URL"] = store.url
+    app = create_app(Settings.from_env(env))
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools={rounds}]] {title}"}]
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=120) as client:
+                async def step(sent: list[dict[str, Any]]) -> None:
+                    r = await client.post("/v1/messages", content=json.dumps(body(sent)).encode(),
+                                          headers={**KEY, "content-type": "application/json"})
+                    assert r.status_code == 200, r.text[:300]
+                    extend(history, r.json())
+
+                yield history, step
+    finally:
+        sim.stop()
+        if store is not None:
+            store.stop()
 
 
 def pct(xs: list[float], p: float) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -24,12 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, os.getcwd())  # the tree this runs from, not necessarily this file's
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from bench.latency import KEY, body, extend, mangle, start, start_redis
+from bench.latency import in_process_loop, mangle
 
 PIPELINE_STAGES = ("decode", "load", "repair_and_sanitize", "encode", "record", "_plan_record", "records_from",
                    "repair", "sanitize", "sanitize_from", "edge_tool_ids", "turn_record", "rebuild_history")
@@ -61,9 +58,7 @@ def timed(owner: Any, name: str) -> None:
 
 async def run(args: argparse.Namespace) -> float:
     from gateway import identity, pipeline
-    from gateway.app import create_app
     from gateway.replay_memo import ReplayMemo
-    from gateway.settings import Settings
 
     for name in PIPELINE_STAGES:
         timed(pipeline, name)
@@ -71,35 +66,15 @@ async def run(args: argparse.Namespace) -> float:
     timed(identity, "identify_conversation")
     timed(ReplayMemo, "take")
     timed(ReplayMemo, "keep")
-    sim = start(["sim"], {}, "/_sim/stats")
-    redis = start_redis()
-    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
-           "GATEWAY_STORE_TIMEOUT_MS": "5000", "GATEWAY_REDIS_URL": redis.url}
-    app = create_app(Settings.from_env(env))
-    try:
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=120) as client:
-                history: list[dict[str, Any]] = [
-                    {"role": "user", "content": f"[[sim:tools={args.turns + args.requests + 5}]] stages"}]
-
-                async def step(payload: list[dict[str, Any]]) -> None:
-                    r = await client.post("/v1/messages", content=json.dumps(body(payload)).encode(),
-                                          headers={**KEY, "content-type": "application/json"})
-                    assert r.status_code == 200, r.text[:300]
-                    extend(history, r.json())
-
-                send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
-                for _ in range(args.turns):
-                    await step(send(history))
-                spent.clear()
-                t0 = time.perf_counter()
-                for _ in range(args.requests):
-                    await step(send(history))
-                return time.perf_counter() - t0
-    finally:
-        sim.stop()
-        redis.stop()
+    send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
+    async with in_process_loop(args.turns + args.requests + 5, "stages") as (history, step):
+        for _ in range(args.turns):
+            await step(send(history))
+        spent.clear()
+        t0 = time.perf_counter()
+        for _ in range(args.requests):
+            await step(send(history))
+        return time.perf_counter() - t0
 
 
 def main() -> None:
