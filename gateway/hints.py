@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from gateway.protocols.canonical import Message
+from gateway.protocols.canonical import Message, assistant_indexes
 
 MAX_ENTRIES = 16_384  # about 3 MB at most
 EDGE_TURNS = 3  # assistant turns at each end of a replayed history whose tool ids are remembered
@@ -49,22 +49,10 @@ class ConversationHints:
 def edge_tool_ids(msgs: list[Message]) -> list[str]:
     """Tool ids of the first and the last ``EDGE_TURNS`` replayed assistant turns: the first ones stay
     the same for a whole conversation (until the client trims its history), the last ones are new."""
-    first = _assistants(msgs, range(len(msgs)))
-    last = _assistants(msgs, range(len(msgs) - 1, -1, -1))[::-1]
+    first = assistant_indexes(msgs, EDGE_TURNS)
+    last = assistant_indexes(msgs, EDGE_TURNS, from_end=True)
     if not first or last[0] <= first[-1]:  # the two ends overlap: a short history, all of its assistant turns
         picked = sorted(set(first) | set(last))
     else:
         picked = first + last
     return [tid for i in picked for tid in msgs[i].tool_use_ids()]
-
-
-def _assistants(msgs: list[Message], order: range) -> list[int]:
-    """The indexes of the first ``EDGE_TURNS`` assistant messages in ``order`` (the history's length does not
-    count)."""
-    out: list[int] = []
-    for i in order:
-        if msgs[i].role == "assistant":
-            out.append(i)
-            if len(out) == EDGE_TURNS:
-                break
-    return out

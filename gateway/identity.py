@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.protocols.canonical import Message, TextBlock, ToolResultBlock
+from gateway.protocols.canonical import Message, TextBlock, ToolResultBlock, assistant_indexes
 from gateway.repair import lookup_hashes
 from state.hashing import normalize_text
 from state.keys import is_valid_scid, tenant_prefix
@@ -149,13 +149,8 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     tool_ids: list[str] = []
     norm: list[str] = []
     exact: list[str] = []
-    recent: list[Message] = []
-    for i in range(len(msgs) - 1, -1, -1):  # from the end: the history's length does not count
-        if msgs[i].role == "assistant":
-            recent.append(msgs[i])
-            if len(recent) == RECENT_TURNS:
-                break
-    for m in reversed(recent):
+    for i in assistant_indexes(msgs, RECENT_TURNS, from_end=True):
+        m = msgs[i]
         tool_ids += m.tool_use_ids()
         norms, exacts = lookup_hashes(m)  # an undecoded message stays so (``replay_memo`` reuses it as it is)
         norm += norms

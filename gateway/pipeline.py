@@ -204,9 +204,9 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     if rebuilt is not None:
         req.messages = rebuilt[0]
     ticket = ex.memo
-    carried = ticket.carried if ticket is not None and rebuilt is None else Carried()
+    resumed = ticket.carried.repaired if ticket is not None else None
     fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
-                   carried.repaired if ticket is not None and _all_taken(ticket, carried.repaired) else None)
+                   resumed if _carried_holds(ticket, req.messages, resumed) else None)
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
@@ -230,22 +230,24 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
 
 
 def _sanitize_seed(ticket: Ticket | None, msgs: list[Message], fixed: RepairResult) -> Sanitized | None:
-    """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them: the replay memo gave
-    back all of that request's messages unchanged (``take``), they are still the first of ``msgs`` as the same
-    objects (repair replaced none: no restoration, no rebuild), and repair matched each assistant message among
-    them verbatim again, as it did then."""
+    """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them (``_carried_holds``:
+    repair replaced none of its messages, no restoration, no rebuild) and repair matched each assistant message
+    among them verbatim again, as it did then."""
     seed = ticket.carried.sanitized if ticket is not None else None
-    if seed is None or ticket is None or not _all_taken(ticket, seed) or len(msgs) < seed.count:
-        return None
-    k = seed.count
-    if not _same_objects(msgs[:k], ticket.messages[:k]) or bisect.bisect_left(fixed.verbatim, k) != seed.assistants:
+    if seed is None or not _carried_holds(ticket, msgs, seed) or \
+            bisect.bisect_left(fixed.verbatim, seed.count) != seed.assistants:
         return None
     return seed
 
 
-def _all_taken(ticket: Ticket, carried: Repaired | Sanitized | None) -> bool:
-    """Whether this request took back every message ``carried`` covers from the replay memo, as it was."""
-    return carried is not None and ticket.reused == carried.count and not ticket.redecoded
+def _carried_holds(ticket: Ticket | None, msgs: list[Message], carried: Repaired | Sanitized | None) -> bool:
+    """Whether ``msgs`` start with the very messages a stage's carried look (``replay_memo.Carried``) covers: the
+    replay memo gave back every one of them as it was, and they are still the first of ``msgs``, the same
+    objects (a history rebuilt from the records, or a message restored in one's place, is not)."""
+    if ticket is None or carried is None or ticket.reused != carried.count or ticket.redecoded:
+        return False
+    k = carried.count
+    return len(msgs) >= k and _same_objects(msgs[:k], ticket.messages[:k])
 
 
 def _same_objects(a: list[Message], b: list[Message]) -> bool:

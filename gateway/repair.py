@@ -273,13 +273,12 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         assistants = len(resumed.matched)
     for i in range(start, len(msgs)):
         m = msgs[i]
-        if m.role == "assistant":
-            assistants += 1
         if m.role == "user":
             _map_tool_results(m, i, id_map, res)
             continue
         if m.role != "assistant":
             continue
+        assistants += 1
         turn = pinned.get(i) if pinned else None
         if turn is None and m.replay_digest and (turn := recs.conversation.find_digest(m.replay_digest)):
             # replayed verbatim: its blocks are the recorded ones, nothing to decode or restore; all of

@@ -26,9 +26,11 @@ never taken for a replay (it goes the full way and gets its 400). Where N's last
 from the replay that produced N, or, for a body the worker has not seen continued, found once from the
 end of the body and checked by parsing what follows it (``_find_split``).
 
-Nothing here is an authority: the store load and repair run over the whole request as always, on messages
-identical to a fresh decode, and so does sanitize, except that it continues from its look at request N's
-messages when repair left them exactly as it did then (``sanitize.Sanitized``, carried by the ticket). Messages are only
+Nothing here is an authority: the store load, repair and sanitize judge the whole request as always, on
+messages identical to a fresh decode. Each may continue from what it found of request N's messages (``Carried``,
+on the ticket): the load query from its reading of their bytes, repair while the conversation still holds the
+turns it matched verbatim (``repair.Repaired``), sanitize while repair left them exactly as it did then
+(``sanitize.Sanitized``). Messages are only
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
 ``pipeline.repair_and_sanitize``). A restored turn takes the client's message's place as a new message

@@ -78,9 +78,9 @@ class Policy:
 # message that opens a turn, or after the start when none did; whether a user message with tool_results
 # came after that opener)
 LoopFold = tuple[int | None, bool]
+NO_LOOP: LoopFold = (None, False)
 # what a request whose outcome the next one may continue from did: kept its verified thinking, fixed parameters
 _CONTINUABLE = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED})
-NO_LOOP: LoopFold = (None, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,7 @@ class Sanitized:
     thinking: bool                   # thinking was on after sanitize (off: no thinking left in them)
 
 
-class Sanitizing(NamedTuple):
+class SanitizeResult(NamedTuple):
     """``sanitize_from``'s outcome."""
 
     actions: list[Action]
@@ -115,7 +115,7 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
 
 def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
                   betas: frozenset[str] = frozenset(),
-                  seed: Sanitized | None = None) -> Sanitizing:
+                  seed: Sanitized | None = None) -> SanitizeResult:
     """``sanitize``, continuing from the previous request's ``seed`` where the caller vouches for it (and it
     was made with what this request's rules read), and what the next request may continue from."""
     actions: list[Action] = []
@@ -151,7 +151,7 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
     if caps.kind != "anthropic":
         _no_trailing_thinking(msgs, actions)
-        return Sanitizing(actions, None, start)
+        return SanitizeResult(actions, None, start)
     loop: LoopFold | None = None
     if req.thinking_enabled():
         loop = loop_fold(msgs, *loop_from)
@@ -171,11 +171,11 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
     fresh = actions[len(seed.actions) if seed is not None else 0:]  # the seed's are all ``kept_verified``
     if not fold_intact(chain) or assistants != verbatim or len(msgs) != count or \
             not set(map(action_kind, fresh)) <= _CONTINUABLE:
-        return Sanitizing(actions, None, start)
+        return SanitizeResult(actions, None, start)
     if loop is None:
         loop = loop_fold(msgs, *loop_from)
     assert chain is not None
-    return Sanitizing(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
+    return SanitizeResult(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
                                          req.thinking_enabled()), start)
 
 

@@ -305,6 +305,19 @@ class Message:
         return f"Message(role={self.role!r}, content={content}, verbatim={self.verbatim})"
 
 
+def assistant_indexes(msgs: list[Message], limit: int, *, from_end: bool = False) -> list[int]:
+    """The indexes of the first ``limit`` assistant messages (the last ones, ``from_end``), in message order;
+    looked for from that end only, so a history's length does not count."""
+    order = range(len(msgs) - 1, -1, -1) if from_end else range(len(msgs))
+    out: list[int] = []
+    for i in order:
+        if msgs[i].role == "assistant":
+            out.append(i)
+            if len(out) == limit:
+                break
+    return out[::-1] if from_end else out
+
+
 def _raw_tool_use_ids(m: Message) -> list[str]:
     return [b["id"] for b in m.raw_blocks or () if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 

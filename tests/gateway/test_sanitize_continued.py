@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.pipeline import _sanitize_seed
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
-from gateway.repair import RepairResult
+from gateway.repair import ConversationView, RecordedTurn, Records, RepairResult, repair
 from gateway.replay_memo import Carried, Ticket
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, loop_fold, loop_start, sanitize, sanitize_from, trailing_loop_start
@@ -165,3 +165,32 @@ def test_a_seed_is_used_only_for_the_messages_it_was_made_from_as_repair_left_th
     assert _sanitize_seed(partly, msgs, verbatim) is None
     assert _sanitize_seed(None, msgs, verbatim) is None
     assert _sanitize_seed(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
+
+
+class _Held(ConversationView):
+    """A conversation whose turns are found by replay digest only."""
+
+    def __init__(self, turns: dict[bytes, RecordedTurn]) -> None:
+        self.turns = turns
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def find_digest(self, digest: bytes) -> RecordedTurn | None:
+        return self.turns.get(digest)
+
+
+def test_repair_continues_only_while_the_same_conversation_holds_the_same_turns() -> None:
+    msgs = [anthropic.decode_message(m, i) for i, m in enumerate(_loop(3))]
+    turns = {m.replay_digest: RecordedTurn("scid-a", i // 2) for i, m in enumerate(msgs) if m.role == "assistant"}
+    recs = Records(conversation=_Held(turns), scid="scid-a")
+    first = repair(msgs, recs)
+    assert first.resumed == 0 and first.verbatim == [1, 3, 5] and first.repaired is not None
+    longer = msgs + [anthropic.decode_message(m, 7 + i) for i, m in enumerate(_loop(4)[7:])]
+    turns[longer[7].replay_digest] = RecordedTurn("scid-a", 3)
+    went_on = repair(longer, recs, resumed=first.repaired)
+    assert went_on.resumed == 7 and went_on.verbatim == [1, 3, 5, 7] and went_on.matched == repair(longer, recs).matched
+    assert repair(longer, Records(conversation=recs.conversation, scid="scid-b"), resumed=first.repaired).resumed == 0
+    assert repair(longer, recs, {1: turns[msgs[1].replay_digest]}, resumed=first.repaired).resumed == 0  # pinned
+    turns[msgs[3].replay_digest] = RecordedTurn("scid-a", 1)  # another record for that digest now
+    assert repair(longer, recs, resumed=first.repaired).resumed == 0
