@@ -206,7 +206,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ticket = ex.memo
     resumed = ticket.carried.repaired if ticket is not None else None
     fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
-                   resumed if _carried_holds(ticket, req.messages, resumed) else None)
+                   resumed if ticket is not None and _carried_holds(ticket, req.messages, resumed, ticket.messages)
+                   else None)
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
@@ -221,9 +222,11 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.in_place = not kinds <= _MESSAGES_KEPT  # every change repair makes is an action
     if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
-    elif ticket is not None:  # what the next request may continue from: sanitize's look at these very messages
+    elif ticket is not None:  # what the next request may continue from: the stages' looks at these very messages
         ticket.resumed, ticket.continued = fixed.resumed, cleaned.continued
-        same = _same_objects(req.messages, ticket.messages)  # repair and sanitize looked at the ticket's messages
+        # repair looked at the ticket's messages (no rebuilt history), and sanitize at them with repair's
+        # restorations in their places (the messages a resumed repair puts there again)
+        same = _same_objects(req.messages, _restored_in(ticket.messages, fixed.restored))
         ticket.carried = Carried(ticket.carried.replayed, fixed.repaired if same else None,
                                  cleaned.sanitized if same else None)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
@@ -231,27 +234,40 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
 
 def _sanitize_seed(ticket: Ticket | None, msgs: list[Message], fixed: RepairResult) -> Sanitized | None:
     """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them (``_carried_holds``:
-    repair replaced none of its messages, no restoration, no rebuild) and repair matched each assistant message
-    among them verbatim again, as it did then."""
+    the messages it looked at, each in its place: the client's as the memo gave them back, a restored turn's
+    as repair put it there again; not a rebuilt history) and repair found each assistant message among them
+    a recorded turn as relayed again, as it did then."""
     seed = ticket.carried.sanitized if ticket is not None else None
-    if seed is None or not _carried_holds(ticket, msgs, seed) or \
+    if seed is None or not _carried_holds(ticket, msgs, seed, seed.messages) or \
             bisect.bisect_left(fixed.verbatim, seed.count) != seed.assistants:
         return None
     return seed
 
 
-def _carried_holds(ticket: Ticket | None, msgs: list[Message], carried: Repaired | Sanitized | None) -> bool:
-    """Whether ``msgs`` start with the very messages a stage's carried look (``replay_memo.Carried``) covers: the
-    replay memo gave back every one of them as it was, and they are still the first of ``msgs``, the same
-    objects (a history rebuilt from the records, or a message restored in one's place, is not)."""
+def _carried_holds(ticket: Ticket | None, msgs: list[Message], carried: Repaired | Sanitized | None,
+                   seen: list[Message]) -> bool:
+    """Whether ``msgs`` start with the very messages a stage's carried look (``replay_memo.Carried``) covers,
+    ``seen`` (the objects that stage looked at): the replay memo gave back every one of them as it was, and the
+    first of ``msgs`` are still those objects (a history rebuilt from the records is not)."""
     if ticket is None or carried is None or ticket.reused != carried.count or ticket.redecoded:
         return False
     k = carried.count
-    return len(msgs) >= k and _same_objects(msgs[:k], ticket.messages[:k])
+    return len(msgs) >= k and len(seen) >= k and _same_objects(msgs[:k], seen[:k])
 
 
 def _same_objects(a: list[Message], b: list[Message]) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _restored_in(msgs: list[Message], restored: dict[int, Message]) -> list[Message]:
+    """``msgs`` with each restored message in its place."""
+    if not restored:
+        return msgs
+    out = list(msgs)
+    for i, m in restored.items():
+        if i < len(out):
+            out[i] = m
+    return out
 
 
 def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None, *, rebuilt: bool = False) -> None:

@@ -24,6 +24,8 @@ The client's user messages define the path: repair never adds or removes turns.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import operator
 import re
 from collections import Counter
@@ -169,16 +171,22 @@ class Records:
 
 @dataclass(frozen=True, slots=True)
 class Repaired:
-    """What repair found of a request's messages when it matched every assistant message among them verbatim
-    by its replay digest: the next request of the conversation, which starts with the same messages as the
-    same objects (``replay_memo``; the caller vouches for that), starts from it while the conversation still
-    holds exactly those turns (``ConversationView.held``). Its messages keep the verbatim mark repair set."""
+    """What repair found of a request's messages when every assistant message among them was a recorded turn
+    as relayed: replayed verbatim (its replay digest) or restored from its record's JSON in the client's
+    message's place (a mangled replay). The next request of the conversation, which starts with the same
+    messages as the same objects (``replay_memo``; the caller vouches for that), starts from it while the
+    conversation still holds exactly those turns (``ConversationView.held``), up to the first restored message
+    whose lookups this request's index hits answer (``_resume_cut``): from there it matches afresh. Its
+    messages keep the verbatim mark repair set; a restored one's place gets the message restored then (the
+    one ``Message.restored_by`` gives again)."""
 
     count: int                          # the messages it covers, ``messages[:count]``
     scid: str | None                    # the conversation they were matched in
-    matched: dict[int, RecordedTurn]    # every assistant message's turn, by index
-    digests: list[bytes]                # their replay digests, in order
+    matched: dict[int, RecordedTurn]    # every assistant message's turn, by index, in index order
+    digests: list[bytes]                # their replay digests (a restored one's: its turn's), in order
     held: list[object]                  # what the conversation held for each (``ConversationView.held``)
+    restored: dict[int, Message]        # the messages restored in the client's messages' places, in index order
+    keys: dict[str, int]                # a restored client message's lookup keys (tool ids, text hashes) -> index
 
 
 @dataclass(slots=True)
@@ -187,7 +195,10 @@ class RepairResult:
     actions: list[Action] = field(default_factory=list)
     matched: dict[int, RecordedTurn] = field(default_factory=dict)  # message index -> turn
     changed: bool = False
-    verbatim: list[int] = field(default_factory=list)  # indexes of the messages matched by replay digest, in order
+    # indexes of the assistant messages that are a recorded turn as relayed: matched by replay digest, or restored
+    # from the record's JSON (``restored``), in order
+    verbatim: list[int] = field(default_factory=list)
+    restored: dict[int, Message] = field(default_factory=dict)  # the verbatim restorations, by index, in order
     repaired: Repaired | None = None  # for the next request, when every assistant message was matched verbatim
     resumed: int = 0  # the messages it continued from the previous request's ``Repaired`` (0: it looked at all)
 
@@ -263,14 +274,14 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     the previous request's ``Repaired``, when the caller vouches that ``msgs`` start with its messages."""
     res = RepairResult()
     id_map: dict[str, str] = {}
+    keys: dict[str, int] = {}  # the restored client messages' lookup keys (``Repaired.keys``)
     prev: RecordedTurn | None = None
     start = assistants = 0
-    if resumed is not None and _still_held(resumed, msgs, recs, pinned):
-        res.matched.update(resumed.matched)
-        res.verbatim += resumed.matched
-        prev = next(reversed(resumed.matched.values()), None)
-        start = res.resumed = resumed.count
-        assistants = len(resumed.matched)
+    cut = _resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
+    if resumed is not None and cut:
+        prev = _resume(resumed, cut, msgs, res, keys)
+        start = res.resumed = cut
+        assistants = len(res.matched)
     for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role == "user":
@@ -298,44 +309,82 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             continue
         prev = turn
         res.matched[i] = turn
+        client = m
         again = m.restored_by
         if again is not None and again[0] is turn and m.holds(again[1]):
             # the same client JSON restored from the same record on this conversation's previous request
             _learn_id_map(m, turn.content, id_map)
-            msgs[i] = again[2]
+            m = msgs[i] = again[2]
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
+        else:
+            restored = list(turn.content)
+            _learn_id_map(m, restored, id_map)
+            if not _same(m.peek_content(), restored) or m.provider != turn.provider:
+                m = msgs[i] = _restored(m, turn, restored)
+                if m.verbatim and client.raw_blocks is not None:
+                    client.restored_by = (turn, client.raw_blocks, m)
+                res.changed = True
+                res.actions.append(Action(ActionKind.RESTORED, i))
+        if m.verbatim:  # restored from the record's JSON: all of its thinking is verified (sanitize asks)
+            res.verbatim.append(i)
+            res.restored[i] = m
+            for key in itertools.chain(client.tool_use_ids(), lookup_hashes(client)[0]):
+                keys.setdefault(key, i)
             continue
-        restored = list(turn.content)
-        _learn_id_map(m, restored, id_map)
-        if not _same(m.peek_content(), restored) or m.provider != turn.provider:
-            client, m = m, _restored(m, turn, restored)
-            msgs[i] = m
-            if m.verbatim and client.raw_blocks is not None:
-                client.restored_by = (turn, client.raw_blocks, m)
-            res.changed = True
-            res.actions.append(Action(ActionKind.RESTORED, i))
-        if m.verbatim:
-            continue  # all of its thinking is verified (sanitize asks ``m.verbatim``)
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
-    if assistants == len(res.verbatim):
-        digests = resumed.digests if res.resumed and resumed is not None else []
-        held = resumed.held if res.resumed and resumed is not None else []
-        new = [msgs[i].replay_digest for i in res.verbatim[len(digests):]]
+    if assistants == len(res.verbatim) and not id_map:
+        j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
+        digests = resumed.digests[:j] if resumed is not None else []
+        new = [msgs[i].replay_digest or b"" for i in res.verbatim[j:]]
         res.repaired = Repaired(len(msgs), recs.scid, dict(res.matched), digests + new,
-                                held + recs.conversation.held(new))
+                                (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
+                                dict(res.restored), keys)
     return res
 
 
-def _still_held(resumed: Repaired, msgs: list[Message], recs: Records,
-                pinned: Mapping[int, RecordedTurn] | None) -> bool:
-    """Whether the turns ``resumed`` matched are still what the identified conversation holds (one C-level pass)."""
+def _resume_cut(resumed: Repaired, msgs: list[Message], recs: Records,
+                pinned: Mapping[int, RecordedTurn] | None) -> int:
+    """How many of ``msgs`` repair takes as ``resumed`` found them (0: none). Not in another conversation, nor
+    with pinned turns. A message matched by its replay digest was matched in the conversation alone; a restored
+    one was matched by its lookups too, which this request's index hits (the recent turns' lookups: a handful)
+    may answer differently now: the cut comes before the first restored message one of them concerns, and
+    only while the conversation still holds exactly the turns before it (one C-level pass)."""
     if pinned or resumed.scid != recs.scid or resumed.count > len(msgs):
-        return False
-    now = recs.conversation.held(resumed.digests)
-    return len(now) == len(resumed.held) and all(map(operator.is_, now, resumed.held))
+        return 0
+    cut = resumed.count
+    if resumed.keys:
+        for hits in (recs.by_tool_id, recs.by_text_hash):
+            for key in hits:
+                i = resumed.keys.get(key)
+                if i is not None and i < cut:
+                    cut = i
+    j = len(resumed.digests) if cut == resumed.count else bisect.bisect_left(list(resumed.matched), cut)
+    now = recs.conversation.held(resumed.digests[:j])
+    return cut if all(map(operator.is_, now, resumed.held[:j])) else 0
+
+
+def _resume(resumed: Repaired, cut: int, msgs: list[Message], res: RepairResult,
+            keys: dict[str, int]) -> RecordedTurn | None:
+    """Take ``resumed``'s findings for ``msgs[:cut]``: their turns, marks and restorations (each a ``restored``
+    action, as matching it again gives). Returns the last matched turn."""
+    whole = cut == resumed.count
+    j = len(resumed.matched) if whole else bisect.bisect_left(list(resumed.matched), cut)
+    res.matched.update(resumed.matched if whole else itertools.islice(resumed.matched.items(), j))
+    res.verbatim += itertools.islice(resumed.matched, j)
+    r = len(resumed.restored) if whole else bisect.bisect_left(list(resumed.restored), cut)
+    for i, m in itertools.islice(resumed.restored.items(), r):
+        msgs[i] = m
+        res.restored[i] = m
+        res.actions.append(Action(ActionKind.RESTORED, i))
+    if r:
+        res.changed = True
+    # (a key of a message from ``cut`` on stays: it is that message's again if it is restored again, and an
+    # earlier cut on a later request otherwise, which only makes repair look at more)
+    keys.update(resumed.keys)
+    return res.matched[res.verbatim[-1]] if res.verbatim else None
 
 
 def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:

@@ -98,6 +98,7 @@ class Sanitized:
     chain: ChainFold
     loop: LoopFold
     thinking: bool                   # thinking was on after sanitize (off: no thinking left in them)
+    messages: list[Message]          # the messages it looked at, as objects (a restored turn's: the record's)
 
 
 class SanitizeResult(NamedTuple):
@@ -176,7 +177,7 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
         loop = loop_fold(msgs, *loop_from)
     assert chain is not None
     return SanitizeResult(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
-                                         req.thinking_enabled()), start)
+                                             req.thinking_enabled(), list(msgs)), start)
 
 
 # ------------------------------------------------------------------ per message

@@ -141,7 +141,7 @@ def test_only_messages_sanitize_continued_over_with_an_outcome_to_continue_are_t
     assert again.reused == 5 and again.unchecked == 0
     again.continued = 5
     again.carried = Carried(sanitized=Sanitized(5, 2, (caps_for("claude-opus-4-5"), "anthropic", Policy()), (),
-                                                (set(), ()), NO_LOOP, True))
+                                                (set(), ()), NO_LOOP, True, again.messages))
     memo.keep(again)
     _, third = served(memo, body(4))
     assert third.reused == 7 and third.unchecked == 5
@@ -331,6 +331,15 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
             assert ex.memo.unchecked == max(0, len(sent) - 4), (step, ex.memo.unchecked)
             # repair, too, from the second replay on (the first request had no conversation to match in)
             assert ex.memo.resumed == (len(sent) - 2 if step >= 2 else 0), (step, ex.memo.resumed)
+        if step >= 2 and scenario.startswith("assistant:"):
+            # a mangled replay: its turns are restored from their records, by the messages that took the client's
+            # places on the previous request, so sanitize continues over them too, and repair at least over the
+            # turns before the recent ones the load query looked up (from the third replay on, over all of them,
+            # unless an index hit answers a restored turn's lookups: then it matches that turn afresh)
+            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
+            assert ex.memo.resumed >= 1, (step, ex.memo)
+            if step >= 4 and scenario != "assistant:empty_text_beside_tool_use":
+                assert ex.memo.resumed == len(sent) - 2, (step, ex.memo)
         if step >= 2 and ex.memo is not None:
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
