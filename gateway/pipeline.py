@@ -67,6 +67,7 @@ class Exchange:
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
     memo: Ticket | None = None       # this request's decoded messages, for the replay memo
+    spliced: splice.Spliced | None = None  # the previous request's encoded messages, unchanged since (``encode``)
 
     @property
     def betas(self) -> frozenset[str]:
@@ -227,8 +228,15 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         # repair looked at the ticket's messages (no rebuilt history), and sanitize at them with repair's
         # restorations in their places (the messages a resumed repair puts there again)
         same = _same_objects(req.messages, _restored_in(ticket.messages, fixed.restored))
-        ticket.carried = Carried(ticket.carried.replayed, fixed.repaired if same else None,
+        previous = ticket.carried
+        ticket.carried = Carried(previous.replayed, fixed.repaired if same else None,
                                  cleaned.sanitized if same else None)
+        if cleaned.sanitized is not None and previous.encoded is not None and \
+                cleaned.continued == len(previous.encoded.messages):
+            # sanitize continued over exactly the messages the previous request's body carried, and no stage
+            # changed anything: their JSON goes upstream as it is (``splice.encode_request`` checks they are
+            # still the first messages)
+            ex.spliced = previous.encoded
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
@@ -330,7 +338,12 @@ def encode(ex: Exchange) -> None:
 
 def anthropic_body(ex: Exchange, req: Request) -> bytes:
     """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
-    return orjson.dumps(anthropic.encode_request(req)) if ex.in_place else splice.encode_request(req)
+    if ex.in_place:
+        return orjson.dumps(anthropic.encode_request(req))
+    body, spliced = splice.encode_request(req, ex.spliced)
+    if ex.memo is not None:  # for the next request, which starts with these messages
+        ex.memo.carried = dataclasses.replace(ex.memo.carried, encoded=spliced)
+    return body
 
 
 # orjson parses up to 1024 levels but encodes only 255, and the hashing/repair code recurses: a body

@@ -19,6 +19,8 @@ are exactly what encoding the whole body gives (orjson's compact form has no con
 
 from __future__ import annotations
 
+import operator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -59,6 +61,42 @@ def message_json(m: Message) -> bytes:
     return data
 
 
-def encode_request(req: Request) -> bytes:
-    """The request's Anthropic body, its messages spliced from ``message_json``."""
-    return orjson.dumps(anthropic.encode_request(req, lambda m: orjson.Fragment(message_json(m))))
+@dataclass(frozen=True, slots=True)
+class Spliced:
+    """A request's messages as its body carried them: the message objects, and their JSON in order as chunks
+    (each the comma-joined JSON of some messages) for the conversation's next request, which starts with the
+    same messages (``encode_request``)."""
+
+    messages: list[Message]
+    chunks: list[bytes]
+
+
+_MARK = b"\x00"  # orjson escapes control characters in strings: a raw NUL is only ever this fragment's
+_MAX_CHUNKS = 16  # a long conversation's chunks are joined into one now and then
+
+
+def encode_request(req: Request, prefix: Spliced | None = None) -> tuple[bytes, Spliced]:
+    """The request's Anthropic body, its messages spliced from ``message_json``; with what it carried for the
+    next request. ``prefix``: the previous request's, when the caller vouches that its messages, where they
+    are the first of ``req``'s as the same objects, are unchanged since it encoded them: their JSON is taken
+    as it is, with no look at each message (a long replay's hundreds). The bytes are what encoding the whole
+    request gives."""
+    msgs = req.messages
+    k = len(prefix.messages) if prefix is not None else 0
+    if prefix is not None and 0 < k <= len(msgs) and all(map(operator.is_, msgs[:k], prefix.messages)):
+        chunks = list(prefix.chunks)
+        if len(msgs) > k:
+            chunks.append(b",".join(map(message_json, msgs[k:])))
+        if len(chunks) > _MAX_CHUNKS:
+            chunks = [b",".join(chunks)]
+    else:
+        chunks = [b",".join(map(message_json, msgs))] if msgs else []
+    skeleton = orjson.dumps(anthropic.request_fields(req, orjson.Fragment(b"[" + _MARK + b"]")))
+    at = skeleton.index(_MARK)
+    parts = [skeleton[:at]]
+    for c in chunks:
+        parts += (c, b",")
+    if chunks:
+        parts.pop()
+    parts.append(skeleton[at + 1:])
+    return b"".join(parts), Spliced(list(msgs), chunks)

@@ -195,9 +195,13 @@ def decode_request(body: Any, decode_messages: Callable[[list[Any]], list[Messag
 
 
 def encode_request(req: Request, message: Callable[[Message], Any] = encode_message) -> dict[str, JSON]:
-    """``message`` encodes each message (``gateway.splice`` hands in kept JSON)."""
-    out: dict[str, JSON] = {"model": req.model,
-                            "messages": [message(m) for m in req.messages]}
+    """``message`` encodes each message."""
+    return request_fields(req, [message(m) for m in req.messages])
+
+
+def request_fields(req: Request, messages: Any) -> dict[str, JSON]:
+    """The request's body with ``messages`` as its messages' value (``gateway.splice`` hands in their JSON)."""
+    out: dict[str, JSON] = {"model": req.model, "messages": messages}
     if req.stream is not None:
         out["stream"] = req.stream
     if req.thinking is not None:

@@ -39,9 +39,41 @@ HISTORY = [
 def test_spliced_bytes_are_what_encoding_it_all_gives() -> None:
     req = _request(HISTORY)
     whole = orjson.dumps(anthropic.encode_request(req))
-    assert splice.encode_request(req) == whole
-    assert splice.encode_request(req) == whole  # now from kept JSON
+    assert splice.encode_request(req)[0] == whole
+    assert splice.encode_request(req)[0] == whole  # now from kept JSON
     assert all(m.encoded is not None for m in req.messages)
+    assert splice.encode_request(_request([]))[0] == orjson.dumps(anthropic.encode_request(_request([])))
+
+
+def test_the_previous_requests_messages_are_taken_as_their_json_while_they_are_the_first_messages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation's next request starts with the messages the previous one's body carried: their JSON is
+    spliced as it is, without a look at each; only the new messages are read. The bytes are what encoding
+    the whole request gives, and a prefix whose messages are not this request's first is not used."""
+    looked: list[Message] = []
+    real = splice.message_json
+    monkeypatch.setattr(splice, "message_json", lambda m: looked.append(m) or real(m))
+    req = _request(HISTORY)
+    _, prefix = splice.encode_request(req)
+    assert prefix.messages == req.messages and len(looked) == 3
+    later = _request(HISTORY)
+    later.messages = req.messages + later.messages[1:]  # then an assistant message and its tool result
+    later.stream = True
+    looked.clear()
+    body, carried = splice.encode_request(later, prefix)
+    assert body == orjson.dumps(anthropic.encode_request(later)) and looked == later.messages[3:]
+    assert carried.messages == later.messages and len(carried.chunks) == 2
+    looked.clear()
+    other = _request(HISTORY)  # the same JSON, other objects: no prefix of this request's
+    assert splice.encode_request(other, carried)[0] == orjson.dumps(anthropic.encode_request(other))
+    assert looked == other.messages
+    # a long conversation: its chunks are joined now and then
+    grown = carried
+    for _ in range(splice._MAX_CHUNKS + 2):
+        nxt = _request(HISTORY)
+        nxt.messages = grown.messages + nxt.messages[1:]
+        body, grown = splice.encode_request(nxt, grown)
+        assert body == orjson.dumps(anthropic.encode_request(nxt)) and len(grown.chunks) <= splice._MAX_CHUNKS
 
 
 def test_kept_json_is_used_only_while_the_message_is_what_it_was_encoded_from() -> None:
@@ -96,12 +128,17 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
 
     monkeypatch.setattr(anthropic, "encode_message", counting)
     counted: list[int] = []
+    looked: list[Message] = []  # messages whose kept JSON was looked up (not taken with the previous body's)
+    real_json = splice.message_json
+    monkeypatch.setattr(splice, "message_json", lambda m: looked.append(m) or real_json(m))
 
     async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
         encoded.clear()
+        looked.clear()
         await pipeline.prepare(ex, gw)
         if gw.replay_memo is not None:  # the worker under test (the reference decodes everything afresh)
             counted.append(len(encoded))
+            counted.append(len(looked))
 
     history: list[dict[str, Any]] = [{"role": "user", "content": f"[[sim:tools=6]] splice {mangling}"}]
     for step in range(6):
@@ -111,7 +148,9 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
         if step >= 1:
             assert ex.changed and "restored" in [a.kind.value for a in ex.actions]
         if step >= 2:
-            assert counted[-1] == 2, counted  # the last answer (restored) and its tool results
+            # the last answer (restored) and its tool results: encoded, and the only messages looked at (the
+            # others are the previous request's body's JSON, as it carried them)
+            assert counted[-2:] == [2, 2], counted
         answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         assert answer["stop_reason"] == "tool_use"
         answered(history, answer, f"result {step} " * 200)
