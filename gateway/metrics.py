@@ -31,7 +31,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import classify, identity, logs
-from gateway.actions import Action, ActionKind
+from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
 from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
 
@@ -270,14 +270,15 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
 
 def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     """Pipeline, repair/sanitize stage: every action, tool-chain repairs, history rebuilds."""
-    kinds = Tally(a.kind for a in actions)
+    kinds = Tally(map(action_kind, actions))  # (a long replay's actions: read at C level)
     d = label(dialect, DIALECTS)
     for kind, n in kinds.items():
         _child(SANITIZE_ACTIONS, label(kind.value, ACTIONS), d).inc(n)
         if kind in TOOL_REPAIRS:
             _child(TOOL_CHAIN_REPAIRS, TOOL_REPAIRS[kind]).inc(n)
     restored = any(k in _RESTORING for k in kinds)
-    degraded = any(a.kind in _DEGRADING and a.detail != "thinking_disabled" for a in actions)
+    degraded = any(k in _DEGRADING for k in kinds) and \
+        any(a.kind in _DEGRADING and a.detail != "thinking_disabled" for a in actions)
     if restored or degraded:
         _child(HISTORY_REBUILDS, "partial" if restored and degraded else "restored" if restored
                else "degraded").inc()

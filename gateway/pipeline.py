@@ -271,10 +271,10 @@ def _restored_in(msgs: list[Message], restored: dict[int, Message]) -> list[Mess
     """``msgs`` with each restored message in its place."""
     if not restored:
         return msgs
+    if next(reversed(restored)) >= len(msgs):  # (in index order) a rebuilt history's: not these messages
+        return []
     out = list(msgs)
-    for i, m in restored.items():
-        if i < len(out):
-            out[i] = m
+    list(map(out.__setitem__, restored, restored.values()))
     return out
 
 

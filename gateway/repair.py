@@ -186,6 +186,7 @@ class Repaired:
     digests: list[bytes]                # their replay digests (a restored one's: its turn's), in order
     held: list[object]                  # what the conversation held for each (``ConversationView.held``)
     restored: dict[int, Message]        # the messages restored in the client's messages' places, in index order
+    actions: tuple[Action, ...]         # repair's actions: one ``restored`` for each of them, in the same order
     keys: dict[str, int]                # a restored client message's lookup keys (tool ids, text hashes) -> index
 
 
@@ -335,13 +336,14 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
-    if assistants == len(res.verbatim) and not id_map:
+    # every assistant message matched and no id mapped: repair's only actions are the restorations
+    if assistants == len(res.verbatim) and not id_map and len(res.actions) == len(res.restored):
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or b"" for i in res.verbatim[j:]]
         res.repaired = Repaired(len(msgs), recs.scid, dict(res.matched), digests + new,
                                 (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
-                                dict(res.restored), keys)
+                                dict(res.restored), tuple(res.actions), keys)
     return res
 
 
@@ -375,11 +377,11 @@ def _resume(resumed: Repaired, cut: int, msgs: list[Message], res: RepairResult,
     res.matched.update(resumed.matched if whole else itertools.islice(resumed.matched.items(), j))
     res.verbatim += itertools.islice(resumed.matched, j)
     r = len(resumed.restored) if whole else bisect.bisect_left(list(resumed.restored), cut)
-    for i, m in itertools.islice(resumed.restored.items(), r):
-        msgs[i] = m
-        res.restored[i] = m
-        res.actions.append(Action(ActionKind.RESTORED, i))
     if r:
+        restored = resumed.restored if whole else dict(itertools.islice(resumed.restored.items(), r))
+        list(map(msgs.__setitem__, restored, restored.values()))
+        res.restored.update(restored)
+        res.actions += resumed.actions[:r]
         res.changed = True
     # (a key of a message from ``cut`` on stays: it is that message's again if it is restored again, and an
     # earlier cut on a later request otherwise, which only makes repair look at more)

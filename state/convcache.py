@@ -75,14 +75,9 @@ class CachedConversation:
             return out  # type: ignore[return-value]
         if len(tool_ids) != len(out):
             return None
-        for i, rec in enumerate(out):
-            if rec is None:
-                ids = tool_ids[i]
-                found = self.state.turn_by_tool_id(ids[0]) if ids else None
-                if found is None or found.tool_use_ids() != tuple(ids):
-                    return None
-                out[i] = found
-        return out  # type: ignore[return-value]
+        by_ids = self.state.turns_by_tool_ids(tool_ids)
+        found = [r if r is not None else f for r, f in zip(out, by_ids, strict=True)]
+        return found if all(map(operator.is_not, found, itertools.repeat(None))) else None
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,

@@ -6,7 +6,7 @@ Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.hashing`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,8 @@ class ConversationState:
     _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_digest: dict[bytes, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_tool_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_tool_ids: dict[tuple[str, ...], TurnRecord] | None = field(default=None, init=False, repr=False,
+                                                                  compare=False)
 
     def _lookup(self, name: str) -> dict[Any, TurnRecord]:
         found = getattr(self, name)
@@ -143,6 +145,15 @@ class ConversationState:
     def turn_by_tool_id(self, tool_id: str) -> TurnRecord | None:
         """The latest retained turn with a tool_use of this id."""
         return (self._by_tool_id or self._lookup("_by_tool_id")).get(tool_id)
+
+    def turns_by_tool_ids(self, ids: Iterable[Sequence[str]]) -> list[TurnRecord | None]:
+        """For each turn's tool ids, ``turn_by_tool_id`` of its first when that turn has exactly these tool ids
+        (a long mangled replay's, every request: its turns by tool ids, without reading each record's)."""
+        by_ids = self._by_tool_ids or self._lookup("_by_tool_ids")
+        by_tool = self._by_tool_id or self._lookup("_by_tool_id")
+        keys = list(map(tuple, ids))
+        return [r if r is not None and by_tool.get(k[0]) is r else None
+                for r, k in zip(map(by_ids.get, keys), keys, strict=True)]
 
     def grown_from(self, prev: ConversationState) -> None:
         """Take over ``prev``'s lookups, those built already, when this state is ``prev`` with one turn appended
@@ -181,5 +192,12 @@ def _add_tool_ids(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
             found[tid] = rec  # the latest turn wins
 
 
+def _add_tool_id_set(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+    if rec.position is not None:
+        ids = rec.tool_use_ids()
+        if ids:
+            found[ids] = rec  # the latest turn wins (``turns_by_tool_ids`` checks it is its first id's too)
+
+
 _LOOKUPS = {"_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
-            "_by_tool_id": _add_tool_ids}
+            "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set}

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from state import codec
 from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache, appended
@@ -368,3 +370,38 @@ def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one()
     assert dict(grown.by_position) == dict(fresh.by_position)
     with pytest.raises(ValueError):
         fresh.grown_from(fresh)
+
+
+def _by_definition(state: ConversationState, ids: Sequence[str]) -> Any:
+    """The turn a mangled replay's message names by its tool ids: the latest turn with its first tool id, when
+    that turn has exactly these tool ids."""
+    rec = state.turn_by_tool_id(ids[0]) if ids else None
+    return rec if rec is not None and rec.tool_use_ids() == tuple(ids) else None
+
+
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=3), min_size=1, max_size=8),
+       st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=3), max_size=8))
+def test_turns_by_tool_ids_are_the_latest_turn_of_the_first_id_with_exactly_those_ids(
+        recorded: list[list[str]], asked: list[list[str]]) -> None:
+    """Turns sharing tool ids (a retried call, a fork's copies) and lists in another order, shorter or longer:
+    one C-level lookup per replayed message answers as the definition, built at once or grown turn by turn."""
+    def content(ids: list[str]) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": "t"}] + [{"type": "tool_use", "id": t, "name": "f", "input": {}}
+                                                  for t in ids]
+
+    scid = new_scid()
+    recs = [dataclasses.replace(turn(i), content=content(ids), position=i) for i, ids in enumerate(recorded)]
+    whole = ConversationState(scid=scid, created_at=0, updated_at=0, version=0, turns=tuple(recs),
+                              last_verified=None, first_position=0, next_position=len(recs))
+    grown = ConversationState(scid=scid, created_at=0, updated_at=0, version=0, turns=tuple(recs[:1]),
+                              last_verified=None, first_position=0, next_position=1)
+    grown.turns_by_tool_ids([])  # built, then carried over each append
+    for n in range(2, len(recs) + 1):
+        nxt = ConversationState(scid=scid, created_at=0, updated_at=0, version=0, turns=tuple(recs[:n]),
+                                last_verified=None, first_position=0, next_position=n)
+        nxt.grown_from(grown)
+        grown = nxt
+    queries = asked + recorded
+    want = [_by_definition(whole, q) for q in queries]
+    assert all(map(lambda a, b: a is b, whole.turns_by_tool_ids(queries), want))
+    assert all(map(lambda a, b: a is b, grown.turns_by_tool_ids(queries), want))
