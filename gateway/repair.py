@@ -276,6 +276,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     res = RepairResult()
     id_map: dict[str, str] = {}
     keys: dict[str, int] = {}  # the restored client messages' lookup keys (``Repaired.keys``)
+    elsewhere = False  # a turn restored from another conversation than the identified one
     prev: RecordedTurn | None = None
     start = assistants = 0
     cut = _resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
@@ -330,14 +331,16 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         if m.verbatim:  # restored from the record's JSON: all of its thinking is verified (sanitize asks)
             res.verbatim.append(i)
             res.restored[i] = m
+            elsewhere = elsewhere or turn.scid != recs.scid  # (an index hit in another conversation)
             for key in itertools.chain(client.tool_use_ids(), lookup_hashes(client)[0]):
                 keys.setdefault(key, i)
             continue
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
-    # every assistant message matched and no id mapped: repair's only actions are the restorations
-    if assistants == len(res.verbatim) and not id_map and len(res.actions) == len(res.restored):
+    # every assistant message matched, in the identified conversation, and no id mapped: repair's only actions
+    # are the restorations (a next request matches afresh what an index hit outside the conversation named)
+    if assistants == len(res.verbatim) and not id_map and not elsewhere and len(res.actions) == len(res.restored):
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or b"" for i in res.verbatim[j:]]

@@ -91,6 +91,8 @@ def test_a_restored_message_whose_lookup_an_index_hit_answers_is_matched_afresh(
     fresh = repair(fresh_msgs, now)
     assert went_on.resumed == 3  # cut before the message the hit concerns (turn 1, the second assistant message)
     assert fresh.matched[3].scid == FORK and _plan(went_on_msgs, went_on) == _plan(fresh_msgs, fresh)
+    # a turn restored from outside the identified conversation: the next request matches afresh too
+    assert went_on.repaired is None and fresh.repaired is None
 
 
 def test_no_continuation_over_turns_the_conversation_no_longer_holds() -> None:
