@@ -53,13 +53,20 @@ def norm_hash(text: str) -> str:
     return hashlib.sha256(text_bytes(normalize_text(text))).hexdigest()
 
 
+_NESTED = (Mapping, list, tuple)
+
+
 def _canonical(obj: Any) -> Any:
     if isinstance(obj, Mapping):
+        keys = list(obj)
+        if all(type(k) is str for k in keys):  # (every stored dict: the sort below, without a key function)
+            keys.sort()
+            return {k: _canonical(v) if isinstance(v := obj[k], _NESTED) else v for k in keys}
         items = [(k, _canonical(v)) for k, v in obj.items()]
         items.sort(key=lambda kv: (type(kv[0]).__name__, kv[0]))
         return dict(items)
     if isinstance(obj, list | tuple):
-        return [_canonical(v) for v in obj]
+        return [_canonical(v) if isinstance(v, _NESTED) else v for v in obj]
     return obj
 
 

@@ -45,6 +45,39 @@ def test_turn_id_is_canonical_and_covers_fingerprint() -> None:
     assert rec.turn_id == hashing.compute_turn_id(a, "fp") and keys.is_valid_turn_id(rec.turn_id)
 
 
+def test_turn_ids_stay_what_earlier_versions_computed() -> None:
+    """A turn id is the record's idempotency key across replicas and versions (a retried write during a
+    rolling upgrade must find the turn the other version wrote): pinned values, mixed key types included."""
+    a = [{"type": "tool_use", "id": "t1", "name": "n",
+          "input": {"x": 1, "y": [1, {"b": 2, "a": 1}], 2: "int key", "z": (True, None, 1.5)}}]
+    assert hashing.compute_turn_id(a, "fp") == "feafb2b8313b13b905210e07901ae219159c8d7c7a392a1a5a13de9d3a98e2e0"
+    assert hashing.compute_turn_id([{"type": "thinking", "thinking": "x\ud800", "signature": "s"}]) == \
+        "660f80f8e9d489dc99b0b4a3778b04d9b851b01dbc24330905e5865beb84d872"
+
+
+def _reference_canonical(obj: object) -> object:
+    """The canonical form as first written (every key sorted by its type's name, then itself)."""
+    if isinstance(obj, dict):
+        items = [(k, _reference_canonical(v)) for k, v in obj.items()]
+        items.sort(key=lambda kv: (type(kv[0]).__name__, kv[0]))
+        return dict(items)
+    if isinstance(obj, list | tuple):
+        return [_reference_canonical(v) for v in obj]
+    return obj
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
+                     | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=2) | st.integers(0, 3), inner, max_size=3), max_leaves=12)
+
+
+@given(_json)
+def test_the_canonical_form_is_the_first_one(obj: object) -> None:
+    assert hashing.canonical_packb(obj) == hashing.msgpack.packb(_reference_canonical(obj), use_bin_type=True,
+                                                                 unicode_errors="surrogatepass")
+
+
 def test_index_entries_and_pairs() -> None:
     content = [
         {"type": "thinking", "thinking": "", "signature": "omitted-sig"},
