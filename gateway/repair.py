@@ -276,7 +276,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     res = RepairResult()
     id_map: dict[str, str] = {}
     keys: dict[str, int] = {}  # the restored client messages' lookup keys (``Repaired.keys``)
-    elsewhere = False  # a turn restored from another conversation than the identified one
+    uncarried = False  # a turn matched by its lookups that the next request must match afresh
     prev: RecordedTurn | None = None
     start = assistants = 0
     cut = _resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
@@ -324,26 +324,31 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             _learn_id_map(m, restored, id_map)
             if not _same(m.peek_content(), restored) or m.provider != turn.provider:
                 m = msgs[i] = _restored(m, turn, restored)
-                if m.verbatim and client.raw_blocks is not None:
-                    client.restored_by = (turn, client.raw_blocks, m)
+                if m.verbatim:
+                    client.restored_by = (turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
-        if m.verbatim:  # restored from the record's JSON: all of its thinking is verified (sanitize asks)
+            else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
+                m.verbatim = True
+        if m.verbatim:  # the recorded turn as relayed: all of its thinking is verified (sanitize asks)
             res.verbatim.append(i)
-            res.restored[i] = m
-            elsewhere = elsewhere or turn.scid != recs.scid  # (an index hit in another conversation)
+            if m is not client:
+                res.restored[i] = m
+            # a next request matches afresh what an index hit outside the conversation named, and a turn
+            # recorded without a replay digest (the conversation cannot say whether it still holds it)
+            uncarried = uncarried or turn.scid != recs.scid or not turn.replay_digest
             for key in itertools.chain(client.tool_use_ids(), lookup_hashes(client)[0]):
                 keys.setdefault(key, i)
             continue
         for b in m.content:
             if b.type in THINKING_TYPES:
                 res.verified.add(id(b))
-    # every assistant message matched, in the identified conversation, and no id mapped: repair's only actions
-    # are the restorations (a next request matches afresh what an index hit outside the conversation named)
-    if assistants == len(res.verbatim) and not id_map and not elsewhere and len(res.actions) == len(res.restored):
+    # every assistant message the recorded turn as relayed and no id mapped: repair's only actions are the
+    # restorations
+    if assistants == len(res.verbatim) and not id_map and not uncarried and len(res.actions) == len(res.restored):
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
-        new = [msgs[i].replay_digest or b"" for i in res.verbatim[j:]]
+        new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
         res.repaired = Repaired(len(msgs), recs.scid, dict(res.matched), digests + new,
                                 (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
                                 dict(res.restored), tuple(res.actions), keys)

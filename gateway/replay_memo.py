@@ -157,7 +157,7 @@ class _Entry:
 
 def _as_decoded(messages: list[Message]) -> list[list[Any]]:
     """What ``_pristine`` compares with later: each message's content list, or a lazy one's client JSON."""
-    return [m.raw_blocks if m.raw_blocks is not None else m.content for m in messages]
+    return [m.source for m in messages]
 
 
 def one_to_one(decode_one: DecodeOne) -> Resume:

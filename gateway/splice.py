@@ -43,7 +43,7 @@ def set_recorded_entries(entries: int) -> None:
 def message_json(m: Message) -> bytes:
     """``m`` as Anthropic JSON: kept bytes while ``m`` is what they were made from, else encoded (and kept)."""
     raw = m.raw_blocks
-    source: Any = raw if raw is not None else m.content
+    source = m.source
     kept = m.encoded
     if kept is not None and kept[0] is source and kept[1] == m.extra and kept[2] is m.content_was_string \
             and kept[3] == m.role:

@@ -188,9 +188,9 @@ class Message:
         self.verbatim = False
         # the message's upstream JSON as last encoded, with what it was encoded from (``gateway.splice``)
         self.encoded: tuple[Any, ...] | None = None
-        # (the recorded turn, this message's undecoded JSON, the message that took its place) when repair
+        # (the recorded turn, this message's ``source`` then, the message that took its place) when repair
         # restored it: a replay's next request restores the same JSON from the same turn with that message
-        self.restored_by: tuple[Any, list[dict[str, JSON]], Message] | None = None
+        self.restored_by: tuple[Any, list[Any], Message] | None = None
 
     @property
     def content(self) -> list[Block]:
@@ -228,6 +228,13 @@ class Message:
     def raw_blocks(self) -> list[dict[str, JSON]] | None:
         """The client's block dicts while ``content`` was not decoded (None once it was)."""
         return self._lazy[0] if self._lazy is not None else None
+
+    @property
+    def source(self) -> list[Any]:
+        """What the message is as it stands: its undecoded JSON while undecoded, else its content list (the
+        object ``holds`` is later asked about, and ``gateway.splice`` keeps JSON by)."""
+        lazy = self._lazy
+        return lazy[0] if lazy is not None else self.content
 
     def holds(self, content: list[Any]) -> bool:
         """As a fresh decode left it with ``content`` (its ``raw_blocks`` or content list then): a lazy message

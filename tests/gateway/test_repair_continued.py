@@ -29,9 +29,9 @@ def _turn(n: int) -> list[dict[str, Any]]:
             {"type": "tool_use", "id": f"toolu_cont_{n}", "name": "f", "input": {"n": n}}]
 
 
-def _records(scid: str, turns: int, first: int = 0) -> tuple[Records, list[TurnRecord]]:
-    recs = [TurnRecord(content=_turn(n), replay_digest=replay_digest(_turn(n)) or b"", position=n)
-            for n in range(first, turns)]
+def _records(scid: str, turns: int, first: int = 0, *, digests: bool = True) -> tuple[Records, list[TurnRecord]]:
+    recs = [TurnRecord(content=_turn(n), replay_digest=(replay_digest(_turn(n)) or b"") if digests else b"",
+                       position=n) for n in range(first, turns)]
     conv = ConversationState(scid=scid, created_at=0, updated_at=0, version=1, turns=tuple(recs),
                              last_verified=None, first_position=first, next_position=turns)
     return records_from(LoadResult(conversation=conv, conversations={scid: conv}), scid), recs
@@ -120,3 +120,49 @@ def test_a_regenerated_tool_id_is_not_continued() -> None:
     recs, _ = _records(SCID, 3)
     res = repair(client, recs)
     assert 1 in res.matched and res.repaired is None
+
+
+def test_an_eager_mangled_message_is_restored_by_the_message_that_took_its_place_before() -> None:
+    """A surface that decodes its messages (OpenAI chat) gives repair eager messages: one restored on the
+    previous request gets the same message in its place again while it holds the same content list; a new
+    list (a stage replaced it) is restored afresh."""
+    client = _mangled(2)
+    for m in client:
+        m.content  # noqa: B018  # decoded, as the chat surface's are
+    recs, _ = _records(SCID, 2)
+    first_msgs = list(client)
+    repair(first_msgs, recs)
+    again = list(client)
+    repair(again, recs)
+    assert again[1] is first_msgs[1] and again[3] is first_msgs[3] and again[1] is not client[1]
+    client[1].content = list(client[1].content)
+    fresh = list(client)
+    repair(fresh, recs)
+    assert fresh[1] is not first_msgs[1] and fresh[3] is first_msgs[3]
+    assert anthropic.encode_message(fresh[1]) == anthropic.encode_message(first_msgs[1])
+
+
+def test_a_message_already_exactly_its_turn_without_a_replay_digest_is_continued() -> None:
+    """A surface whose messages carry no replay digest (OpenAI chat) replays a turn exactly: matched by its
+    lookups, it is the recorded turn as relayed (marked verbatim, nothing restored), so repair continues over it
+    as over a restored one; a turn recorded without a digest is not continued over (the conversation cannot
+    say it still holds it)."""
+    raw = [{"role": "user", "content": "go"}]
+    for n in range(3):
+        raw += [{"role": "assistant", "content": _turn(n)},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_cont_{n}",
+                                              "content": "ok"}]}]
+    client = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096, "messages": raw}).messages
+    for m in client:
+        m.replay_digest = None
+    recs, _ = _records(SCID, 3)
+    first = repair(list(client[:5]), recs)
+    assert first.actions == [] and first.verbatim == [1, 3] and all(client[i].verbatim for i in (1, 3))
+    assert first.repaired is not None and not first.repaired.restored
+    went_on_msgs, fresh_msgs = list(client), list(client)
+    went_on = repair(went_on_msgs, recs, resumed=first.repaired)
+    assert went_on.resumed == 5 and _plan(went_on_msgs, went_on) == _plan(fresh_msgs, repair(fresh_msgs, recs))
+
+    no_digest, _ = _records(SCID, 3, digests=False)
+    undigested = repair(list(client[:5]), no_digest)
+    assert undigested.verbatim == [1, 3] and undigested.repaired is None

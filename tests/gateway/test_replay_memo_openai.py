@@ -210,6 +210,13 @@ SCENARIOS: dict[str, Step] = {
 }
 
 
+# scenarios whose requests continue from the one before (repair, sanitize, the body's message JSON), from which
+# step on (the first replays: the conversation is new; an edit makes the request after it look at everything)
+CONTINUED = {"mangled:faithful": 3, "mangled:drop_reasoning_details": 3, "mangled:drop_reasoning_content": 3,
+             "mangled:drop_reasoning": 3, "mangled:text_entries_only": 3, "mangled:text_entries_only_no_content": 3,
+             "mangled:tool_results_reordered": 3, "earlier tool result edited": 5, "vendor thinking parameter": 3}
+
+
 @pytest.fixture()
 async def gateways(sim: Any, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
     async with gateway_pair(sim.url, redis_url, "memo-openai-secret") as pair:
@@ -238,6 +245,13 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
         sent, extra = step_fn(history, step)
         body = {**params, **extra, "messages": sent}
         ex = await prepare_both_ways(gateways, _exchange(body), _prepare)
+        if step >= CONTINUED.get(scenario, 99):
+            # each assistant message is its recorded turn (restored, or exactly it already): sanitize continues
+            # over the previous request's messages, repair over those before the recent turns the load query
+            # looked up (matched by their lookups: the index may answer them differently now), and the body
+            # reuses the previous body's message JSON
+            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
+            assert ex.memo.resumed >= 1 and ex.spliced is not None, (step, ex.memo)
         answer = await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
