@@ -172,11 +172,12 @@ class Records:
 @dataclass(frozen=True, slots=True)
 class Repaired:
     """What repair found of a request's messages when every assistant message among them was a recorded turn
-    as relayed: replayed verbatim (its replay digest) or restored from its record's JSON in the client's
-    message's place (a mangled replay). The next request of the conversation, which starts with the same
+    as relayed: replayed verbatim (its replay digest), restored from its record's JSON in the client's
+    message's place (a mangled replay), or found by its lookups to be exactly that turn already (a surface
+    whose messages carry no digest). The next request of the conversation, which starts with the same
     messages as the same objects (``replay_memo``; the caller vouches for that), starts from it while the
-    conversation still holds exactly those turns (``ConversationView.held``), up to the first restored message
-    whose lookups this request's index hits answer (``_resume_cut``): from there it matches afresh. Its
+    conversation still holds exactly those turns (``ConversationView.held``), up to the first message matched
+    by its lookups that this request's index hits answer (``_resume_cut``): from there it matches afresh. Its
     messages keep the verbatim mark repair set; a restored one's place gets the message restored then (the
     one ``Message.restored_by`` gives again)."""
 
@@ -187,7 +188,7 @@ class Repaired:
     held: list[object]                  # what the conversation held for each (``ConversationView.held``)
     restored: dict[int, Message]        # the messages restored in the client's messages' places, in index order
     actions: tuple[Action, ...]         # repair's actions: one ``restored`` for each of them, in the same order
-    keys: dict[str, int]                # a restored client message's lookup keys (tool ids, text hashes) -> index
+    keys: dict[str, int]                # lookup keys (tool ids, text hashes) of the messages matched by them -> index
 
 
 @dataclass(slots=True)
@@ -200,7 +201,7 @@ class RepairResult:
     # from the record's JSON (``restored``), in order
     verbatim: list[int] = field(default_factory=list)
     restored: dict[int, Message] = field(default_factory=dict)  # the verbatim restorations, by index, in order
-    repaired: Repaired | None = None  # for the next request, when every assistant message was matched verbatim
+    repaired: Repaired | None = None  # for the next request, when every assistant message was its turn as relayed
     resumed: int = 0  # the messages it continued from the previous request's ``Repaired`` (0: it looked at all)
 
     def is_verified(self, block: Block) -> bool:
@@ -275,7 +276,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     the previous request's ``Repaired``, when the caller vouches that ``msgs`` start with its messages."""
     res = RepairResult()
     id_map: dict[str, str] = {}
-    keys: dict[str, int] = {}  # the restored client messages' lookup keys (``Repaired.keys``)
+    keys: dict[str, int] = {}  # the lookup keys of the messages matched by them (``Repaired.keys``)
     uncarried = False  # a turn matched by its lookups that the next request must match afresh
     prev: RecordedTurn | None = None
     start = assistants = 0
@@ -358,10 +359,11 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
 def _resume_cut(resumed: Repaired, msgs: list[Message], recs: Records,
                 pinned: Mapping[int, RecordedTurn] | None) -> int:
     """How many of ``msgs`` repair takes as ``resumed`` found them (0: none). Not in another conversation, nor
-    with pinned turns. A message matched by its replay digest was matched in the conversation alone; a restored
-    one was matched by its lookups too, which this request's index hits (the recent turns' lookups: a handful)
-    may answer differently now: the cut comes before the first restored message one of them concerns, and
-    only while the conversation still holds exactly the turns before it (one C-level pass)."""
+    with pinned turns. A message matched by its replay digest was matched in the conversation alone; one matched
+    by its lookups (restored, or exactly its turn already) was matched by the index hits too, which this
+    request's (the recent turns' lookups: a handful) may answer differently now: the cut comes before the first
+    such message one of them concerns, and only while the conversation still holds exactly the turns before it
+    (one C-level pass)."""
     if pinned or resumed.scid != recs.scid or resumed.count > len(msgs):
         return 0
     cut = resumed.count
