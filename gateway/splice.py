@@ -92,7 +92,10 @@ def encode_request(req: Request, prefix: Spliced | None = None) -> tuple[bytes, 
     else:
         chunks = [b",".join(map(message_json, msgs))] if msgs else []
     skeleton = orjson.dumps(anthropic.request_fields(req, orjson.Fragment(b"[" + _MARK + b"]")))
-    at = skeleton.index(_MARK)
+    at = skeleton.find(_MARK)
+    if at < 0:  # (a parameter named like the messages replaced them: encoded as the whole request is)
+        return orjson.dumps(anthropic.encode_request(req, lambda m: orjson.Fragment(message_json(m)))), \
+            Spliced([], [])
     parts = [skeleton[:at]]
     for c in chunks:
         parts += (c, b",")

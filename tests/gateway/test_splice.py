@@ -189,3 +189,10 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"result {step} " * 200}
                     for c in message["tool_calls"]]
+
+
+def test_a_parameter_named_like_the_messages_is_encoded_as_the_whole_request_is() -> None:
+    req = _request(HISTORY)
+    req.params = {**req.params, "messages": []}  # (no decoder puts it there; the encoder must not fail on it)
+    body, carried = splice.encode_request(req)
+    assert body == orjson.dumps(anthropic.encode_request(req)) and carried.messages == []
