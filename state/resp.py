@@ -9,8 +9,9 @@ has parsed as many replies as commands were sent.
 
 What it keeps of redis-py: the client's connection settings (host and port or unix socket path, db,
 username, password; ``RespNode.for_client``), redis-py's exception classes (error replies become the
-same ``ResponseError``/``NoScriptError``/... instances redis-py's hiredis parser makes, returned in place
-as with ``raise_on_error=False``; a lost or refused connection is its ``ConnectionError``), so
+same ``ResponseError``/``NoScriptError``/... instances redis-py's hiredis parser makes (``reply_error``,
+from its public exception classes), returned in place as with ``raise_on_error=False``; a lost or refused
+connection is its ``ConnectionError``), so
 ``RedisStore``'s retry, NOSCRIPT reload and error handling are unchanged. TLS, Sentinel and Cluster stay
 on redis-py (``for_client`` answers None). The replies are those of ``execute_command``: no response
 callbacks (a SET answers ``b"OK"``, not ``True``).
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import hiredis
-from redis._parsers.base import BaseParser
+from redis import exceptions as rx
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, ConnectionPool, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -72,11 +73,33 @@ def _arg(a: object) -> bytes:
     raise TypeError(f"a command argument must be bytes, str or int, not {type(a).__name__}")
 
 
+# An error reply's class by its code, as redis-py's parsers map them (their table is private API): the codes a
+# single node answers with (cluster redirections never reach this path).
+_ERRORS: dict[str, type[rx.RedisError]] = {
+    "NOSCRIPT": rx.NoScriptError, "READONLY": rx.ReadOnlyError, "LOADING": rx.BusyLoadingError,
+    "EXECABORT": rx.ExecAbortError, "OOM": rx.OutOfMemoryError, "NOPERM": rx.NoPermissionError,
+    "NOAUTH": rx.AuthenticationError, "WRONGPASS": rx.AuthenticationError,
+}
+_ERR_MESSAGES: dict[str, type[rx.RedisError]] = {
+    "max number of clients reached": rx.ConnectionError, "invalid password": rx.AuthenticationError,
+    "Client sent AUTH, but no password is set": rx.AuthenticationError,
+}
+
+
+def reply_error(message: str) -> rx.RedisError:
+    """The exception an error reply (``CODE message``) stands for, as redis-py raises it."""
+    code, _, rest = message.partition(" ")
+    if code == "ERR":
+        return _ERR_MESSAGES.get(rest, ResponseError)(rest)
+    cls = _ERRORS.get(code)
+    return cls(rest) if cls is not None else ResponseError(message)
+
+
 class _Connection(asyncio.Protocol):
     """One socket to the node; ``roundtrip`` writes a batch and awaits that many replies."""
 
     def __init__(self) -> None:
-        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
+        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[list[Any]] | None = None
         self._expected = 0

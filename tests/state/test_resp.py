@@ -289,3 +289,22 @@ async def test_refused_connections_are_redis_connection_errors() -> None:
     node = RespNode(port=free_port())
     with pytest.raises(RedisConnectionError):
         await node.execute([("PING",)])
+
+
+@pytest.mark.parametrize("message", [
+    "NOSCRIPT No matching script. Please use EVAL.", "READONLY You can't write against a read only replica.",
+    "LOADING Redis is loading the dataset in memory", "EXECABORT Transaction discarded because of previous errors.",
+    "OOM command not allowed when used memory > 'maxmemory'.", "NOPERM this user has no permissions",
+    "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair or user is disabled.",
+    "ERR max number of clients reached", "ERR invalid password", "ERR unknown command 'FOO'",
+    "WRONGTYPE Operation against a key holding the wrong kind of value", "BUSY Redis is busy running a script.",
+])
+def test_an_error_reply_is_the_exception_redis_py_makes_of_it(message: str) -> None:
+    """Error replies become the exceptions redis-py's own parser makes (its table is private API, so the store
+    keeps its own; redis-py's is the oracle here, so a change on its side shows)."""
+    from redis._parsers.base import BaseParser
+
+    from state.resp import reply_error
+    want = BaseParser.parse_error(message)
+    got = reply_error(message)
+    assert type(got) is type(want) and got.args == want.args
