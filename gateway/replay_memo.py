@@ -93,11 +93,6 @@ class Carried:
     sanitized: Sanitized | None = None
     encoded: Spliced | None = None  # the messages' JSON as the request's body carried them (``gateway.splice``)
 
-    @property
-    def size(self) -> int:
-        """The bytes it holds beyond the messages (the encoded messages' JSON), for the memo's bound."""
-        return sum(map(len, self.encoded.chunks)) if self.encoded is not None else 0
-
     def taken(self, redecoded: int) -> Carried:
         """What a replay that decoded ``redecoded`` of the messages again may start from."""
         return self if not redecoded else Carried(self.replayed)
@@ -149,10 +144,6 @@ class _Entry:
     carried: Carried
     untouched: int             # its first messages, which no stage changed (see ``keep``)
     id: int = field(default_factory=itertools.count().__next__)
-
-    @property
-    def size(self) -> int:
-        return len(self.body) + self.carried.size
 
 
 def _as_decoded(messages: list[Message]) -> list[list[Any]]:
@@ -238,7 +229,7 @@ class ReplayMemo:
     def keep(self, ticket: Ticket) -> None:
         """Remember the ticket's request for the next request of its conversation. Call only when the
         request's messages are as ``pipeline.repair_and_sanitize`` allows and its turn was recorded."""
-        if len(ticket.body) + ticket.carried.size > self.max_bytes or not ticket.messages:
+        if len(ticket.body) > self.max_bytes or not ticket.messages:
             return
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
@@ -253,7 +244,7 @@ class ReplayMemo:
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry
-        self._bytes += entry.size
+        self._bytes += len(entry.body)
         while self._bytes > self.max_bytes:
             old_scope, old = next(iter(self._lru.values()))
             self._drop(old_scope, old)
@@ -276,7 +267,7 @@ class ReplayMemo:
         del own[entry.id]
         if not own:
             del self._by_scope[scope]
-        self._bytes -= entry.size
+        self._bytes -= len(entry.body)
 
 
 def _values_after_comma(inserted: bytes) -> list[Any] | None:
