@@ -27,7 +27,7 @@ from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, Repaired, RepairResult, rebuild_history, repair
+from gateway.repair import RecordedTurn, Records, Repaired, RepairResult, put_restored, rebuild_history, repair
 from gateway.replay_memo import Carried, Resume, Ticket, one_to_one
 from gateway.sanitize import Policy, Sanitized, sanitize_from
 from state.keys import new_scid
@@ -274,7 +274,7 @@ def _restored_in(msgs: list[Message], restored: dict[int, Message]) -> list[Mess
     if next(reversed(restored)) >= len(msgs):  # (in index order) a rebuilt history's: not these messages
         return []
     out = list(msgs)
-    list(map(out.__setitem__, restored, restored.values()))
+    put_restored(out, restored)
     return out
 
 

@@ -190,6 +190,12 @@ class Repaired:
     actions: tuple[Action, ...]         # repair's actions: one ``restored`` for each of them, in the same order
     keys: dict[str, int]                # lookup keys (tool ids, text hashes) of the messages matched by them -> index
 
+    def before(self, cut: int) -> tuple[int, int]:
+        """How many of its matched turns, and of its restorations, come before message ``cut`` (index order)."""
+        if cut == self.count:
+            return len(self.matched), len(self.restored)
+        return bisect.bisect_left(list(self.matched), cut), bisect.bisect_left(list(self.restored), cut)
+
 
 @dataclass(slots=True)
 class RepairResult:
@@ -282,7 +288,10 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     start = assistants = 0
     cut = _resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
     if resumed is not None and cut:
-        prev = _resume(resumed, cut, msgs, res, keys)
+        prev = _resume(resumed, cut, msgs, res)
+        # (a key of a message from ``cut`` on stays: it is that message's again if it is matched so again, and an
+        # earlier cut on a later request otherwise, which only makes repair look at more)
+        keys.update(resumed.keys)
         start = res.resumed = cut
         assistants = len(res.matched)
     for i in range(start, len(msgs)):
@@ -373,30 +382,30 @@ def _resume_cut(resumed: Repaired, msgs: list[Message], recs: Records,
                 i = resumed.keys.get(key)
                 if i is not None and i < cut:
                     cut = i
-    j = len(resumed.digests) if cut == resumed.count else bisect.bisect_left(list(resumed.matched), cut)
+    j = resumed.before(cut)[0]
     now = recs.conversation.held(resumed.digests[:j])
     return cut if all(map(operator.is_, now, resumed.held[:j])) else 0
 
 
-def _resume(resumed: Repaired, cut: int, msgs: list[Message], res: RepairResult,
-            keys: dict[str, int]) -> RecordedTurn | None:
+def _resume(resumed: Repaired, cut: int, msgs: list[Message], res: RepairResult) -> RecordedTurn | None:
     """Take ``resumed``'s findings for ``msgs[:cut]``: their turns, marks and restorations (each a ``restored``
     action, as matching it again gives). Returns the last matched turn."""
     whole = cut == resumed.count
-    j = len(resumed.matched) if whole else bisect.bisect_left(list(resumed.matched), cut)
+    j, r = resumed.before(cut)
     res.matched.update(resumed.matched if whole else itertools.islice(resumed.matched.items(), j))
     res.verbatim += itertools.islice(resumed.matched, j)
-    r = len(resumed.restored) if whole else bisect.bisect_left(list(resumed.restored), cut)
     if r:
         restored = resumed.restored if whole else dict(itertools.islice(resumed.restored.items(), r))
-        list(map(msgs.__setitem__, restored, restored.values()))
+        put_restored(msgs, restored)
         res.restored.update(restored)
         res.actions += resumed.actions[:r]
         res.changed = True
-    # (a key of a message from ``cut`` on stays: it is that message's again if it is restored again, and an
-    # earlier cut on a later request otherwise, which only makes repair look at more)
-    keys.update(resumed.keys)
     return res.matched[res.verbatim[-1]] if res.verbatim else None
+
+
+def put_restored(msgs: list[Message], restored: Mapping[int, Message]) -> None:
+    """Each restored message in its place (``RepairResult.restored``: one C-level pass)."""
+    list(map(msgs.__setitem__, restored, restored.values()))
 
 
 def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:

@@ -95,15 +95,17 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     from the second request on, the gateway parses and decodes only those (``gateway.replay_memo``), and
     every request still reaches the simulator in the form it accepts. Also when the client trims every
     replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
-    upstream as recorded, and the restored request is still kept for the next one. The worker answers every
-    load itself (it recorded every replayed turn): one store round trip per request, the record."""
+    upstream as recorded, and the restored request is still kept for the next one. From the fourth request on,
+    repair, sanitize and the body's message JSON continue from the request before (``repair.Repaired``), which
+    must still give each restored turn its ``restored`` action. The worker answers every load itself (it
+    recorded every replayed turn): one store round trip per request, the record."""
     gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "sdk-memo-secret"})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0)
     rejections = sum(sim.stats()["rejections"].values())
     mangle = None if replay == "faithful" else (lambda h: mangle_assistants(h, replay))
-    result = run_tool_loop(client, "[[sim:tools=4]] weather in four cities, one at a time", stream=stream,
+    result = run_tool_loop(client, "[[sim:tools=7]] weather in seven cities, one at a time", stream=stream,
                            mangle=mangle)
-    assert result.requests == 5 and result.answers[-1].stop_reason == "end_turn"
+    assert result.requests == 8 and result.answers[-1].stop_reason == "end_turn"
     assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") == result.requests - 1
     restored = metric_sum(gateway, "gateway_sanitize_actions_total", action="restored")
     # only a tool loop's first turn thinks (no interleaved thinking): it is restored on every later request
