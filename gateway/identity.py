@@ -3,21 +3,19 @@
 - Tenant: HMAC of the client's credential (``x-api-key``, ``x-goog-api-key`` or bearer token) under
   ``GATEWAY_SECRET``; the credential itself never leaves this function.
 - SCID candidates, in order: the ``X-AG-Conversation-Id`` header; the tool_use ids
-  of the replayed history; normalized-text hashes of replayed assistant text and
-  thinking; a fingerprint of the conversation prefix (the user side of the
-  history, which clients replay faithfully far more often than the assistant side).
+  of the replayed history; a fingerprint of the conversation prefix (the user side of the
+  history, which clients replay faithfully far more often than the assistant side). Text never
+  picks a conversation (``identify_conversation``).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.protocols.canonical import Message, TextBlock, ToolResultBlock, assistant_indexes
+from gateway.paths import Known, path_fingerprint
+from gateway.protocols.canonical import Message, assistant_indexes
 from gateway.repair import lookup_hashes
-from state.hashing import normalize_text
 from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
 
@@ -47,57 +45,6 @@ def scid_from_header(headers: Mapping[str, str]) -> tuple[str | None, bool]:
         return None, False
     raw = raw.strip()
     return (raw if is_valid_scid(raw) else None), True
-
-
-class PathHash:
-    """``path_fingerprint`` as a running hash: the state after some messages, continued over more."""
-
-    __slots__ = ("_h", "seen")
-
-    def __init__(self) -> None:
-        self._h = hashlib.sha256(b"tg-path/2")
-        self.seen = False
-
-    def update(self, msgs: Iterable[Message]) -> PathHash:
-        h = self._h
-        for m in msgs:
-            if m.role != "user":
-                continue
-            results = 0
-            h.update(b"\x1eU")
-            for b in m.content:
-                if isinstance(b, TextBlock):
-                    norm = normalize_text(b.text)
-                    if norm:
-                        self.seen = True
-                        h.update(b"\x1f" + norm.encode("utf-8", "surrogatepass"))
-                elif isinstance(b, ToolResultBlock):
-                    results += 1
-            if results:
-                self.seen = True
-                h.update(b"\x1dR%d" % results)
-        return self
-
-    def copy(self) -> PathHash:
-        out = PathHash.__new__(PathHash)
-        out._h, out.seen = self._h.copy(), self.seen
-        return out
-
-    def hexdigest(self) -> str | None:
-        return self._h.hexdigest() if self.seen else None
-
-
-Known = tuple[int, PathHash]  # the running hash after a list's first n messages, known beforehand
-
-
-def path_fingerprint(msgs: list[Message], known: Known | None = None) -> str | None:
-    """Fingerprint of the user side of ``msgs``: each user message's text (normalized) and how many
-    tool results it carried. Tool result bodies are left out: they are large and add nothing to
-    telling conversations apart. ``known``: the hash after ``msgs[:n]`` (a replay's kept prefix), so
-    only the messages after it are hashed."""
-    if known is not None and known[0] <= len(msgs):
-        return known[1].copy().update(msgs[known[0]:]).hexdigest()
-    return PathHash().update(msgs).hexdigest()
 
 
 def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
@@ -147,14 +94,11 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     replay digests of all replayed assistant turns (``LoadQuery.replayed``: a worker that holds all of
     them answers without a round trip); ``replayed``: ``msgs``' own, when the caller has it."""
     tool_ids: list[str] = []
-    norm: list[str] = []
     exact: list[str] = []
     for i in assistant_indexes(msgs, RECENT_TURNS, from_end=True):
         m = msgs[i]
         tool_ids += m.tool_use_ids()
-        norms, exacts = lookup_hashes(m)  # an undecoded message stays so (``replay_memo`` reuses it as it is)
-        norm += norms
-        exact += exacts
+        exact += lookup_hashes(m)[1]  # an undecoded message stays so (``replay_memo`` reuses it as it is)
     fps = []
     prefix = prefix_before_last_assistant(msgs)
     fp = path_fingerprint(prefix, known) if prefix else None
@@ -164,31 +108,48 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
         replayed = replayed_of(msgs)
     every = replayed.every
     return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
-                     norm_hashes=_dedup(norm), fingerprints=fps, replayed=replayed.digests if every else (),
+                     fingerprints=fps, replayed=replayed.digests if every else (),
                      replayed_tool_ids=replayed.tool_ids if every else ())
 
 
 @dataclass(frozen=True, slots=True)
 class Identified:
     scid: str | None
-    via: str   # header | tool_id | text | fingerprint | none
+    via: str   # header | tool_id | fingerprint | none
 
 
 def identify_conversation(result: LoadResult, query: LoadQuery) -> Identified:
-    """Pick the conversation: header hit, else the most referenced by tool ids, text, fingerprint."""
+    """Pick the conversation by the strongest evidence that names exactly one: the client's SCID when this tenant
+    holds it; else the replayed tool ids (``tool_conversation``); else the path fingerprint of the history (an
+    index entry that two conversations wrote is ambiguous in the store and comes back as no hit). Text never
+    picks a conversation: agents write the same words in every conversation ("Let me check the files."), so a
+    text hash only confirms a turn repair found by its place (``repair``)."""
     if query.scid and result.conversation is not None:
         return Identified(query.scid, "header")
-    by_tool = Counter(loc.scid for loc in result.tool_hits.values())
-    if by_tool:
-        return Identified(by_tool.most_common(1)[0][0], "tool_id")
-    by_text = Counter(loc.scid for loc in result.norm_hits.values())
-    if by_text:
-        return Identified(by_text.most_common(1)[0][0], "text")
+    scid = tool_conversation(result)
+    if scid is not None:
+        return Identified(scid, "tool_id")
     for fp in query.fingerprints:
         scid = result.fingerprint_hits.get(fp)
         if scid:
             return Identified(scid, "fingerprint")
     return Identified(None, "none")
+
+
+def tool_conversation(result: LoadResult) -> str | None:
+    """The conversation the tool-id hits name: the one loaded conversation that holds every hit turn (a fork
+    holds its parent's turns too, so its latest turn decides between them). None when no conversation holds
+    them all or several do and the hits name more than one (a client that numbers its tool calls itself
+    sends the same ids in every conversation): conflicting evidence is no evidence."""
+    hits = result.tool_hits.values()
+    named = {loc.scid for loc in hits}
+    if len(named) == 1:
+        return next(iter(named))
+    if not named:
+        return None
+    holding = [scid for scid, conv in result.conversations.items()
+               if all(conv.turn_by_id(loc.turn_id) is not None for loc in hits)]
+    return holding[0] if len(holding) == 1 else None
 
 
 def first_method(query: LoadQuery) -> str | None:
@@ -198,8 +159,6 @@ def first_method(query: LoadQuery) -> str | None:
         return "header"
     if query.tool_ids:
         return "tool_id"
-    if query.norm_hashes or query.exact_hashes:
-        return "text"
     return "fingerprint" if query.fingerprints else None
 
 

@@ -72,12 +72,13 @@ TOOL_REPAIRS: dict[ActionKind, str] = {
 TOOL_REPAIR_KINDS = frozenset(TOOL_REPAIRS.values()) | {"other"}
 # via: the identification method that found the conversation (a hit), or the first one tried (a
 # miss, ``identity.first_method``).
-VIAS = frozenset({"header", "tool_id", "text", "fingerprint", "other"})
+VIAS = frozenset({"header", "tool_id", "fingerprint", "other"})
 # "foreign" = the header names a SCID this tenant does not hold but another one does (the store's
 # tenant-less SCID marker, ``LoadResult.foreign``); the client just gets a miss. "expired" = the
 # history's index entries point at records that are gone (trimmed or expired), which the store
-# reports as ``LoadResult.unresolved``.
-LOOKUP_RESULTS = frozenset({"hit", "miss", "foreign", "expired", "other"})
+# reports as ``LoadResult.unresolved``. "ambiguous" = the history's evidence named several turns or
+# conversations (``LoadResult.ambiguous``: e.g. tool ids a client numbers itself), so none was picked.
+LOOKUP_RESULTS = frozenset({"hit", "miss", "foreign", "ambiguous", "expired", "other"})
 REBUILD_RESULTS = frozenset({"restored", "partial", "degraded", "other"})
 # hit: the request replayed a kept one and only its new messages were parsed and decoded (replay_memo)
 MEMO_RESULTS = frozenset({"hit", "miss", "other"})
@@ -264,7 +265,8 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     tried = identity.first_method(query)
     if tried is None:
         return
-    outcome = "foreign" if result.foreign else "expired" if result.unresolved else "miss"
+    outcome = ("foreign" if result.foreign else "ambiguous" if result.ambiguous
+               else "expired" if result.unresolved else "miss")
     _child(SCID_LOOKUPS, tried, outcome).inc()
 
 
@@ -396,7 +398,7 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
     and drop live gauges left by workers that died without cleaning up."""
     for up, kind in itertools.product(upstreams, classify.KINDS):
         _child(UPSTREAM_ERRORS, label(up, UPSTREAMS), kind)
-    for via, result in itertools.product(("header", "tool_id", "text", "fingerprint"), ("hit", "miss")):
+    for via, result in itertools.product(("header", "tool_id", "fingerprint"), ("hit", "miss")):
         _child(SCID_LOOKUPS, via, result)
     for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
         _child(STORE_ERRORS, op, kind)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway import identity, metrics, splice
+from gateway import identity, metrics, paths, splice
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.errors import bad_request
 from gateway.hints import edge_tool_ids
@@ -323,7 +323,7 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
         return False
     if sum(1 for m in msgs[:last] if m.role == "assistant") != turn.position:
         return False
-    return identity.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
+    return paths.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
 
 
 def encode(ex: Exchange) -> None:

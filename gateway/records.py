@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from gateway import identity
+from gateway import paths
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import (
     CLIENT,
@@ -32,7 +32,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.repair import ConversationView, RecordedTurn, Records
+from gateway.repair import ConversationView, RecordedTurn, Records, one_each
 from state import codec
 from state.hashing import replay_digest
 from state.lru import ObjectLru
@@ -41,16 +41,14 @@ from state.store import LoadResult
 
 
 class _LazyConversation(ConversationView):
-    """A conversation's stored turns, decoded (and indexed by tool id or text hash) only when
-    repair asks: most requests match their turns through the load query's index hits."""
+    """A conversation's stored turns, decoded (and indexed by path) only when repair asks: most requests
+    match their turns by replay digest or tool id."""
 
     def __init__(self, conv: ConversationState, decode: Callable[[str, TurnRecord], RecordedTurn]) -> None:
         self._conv = conv
         self._by_pos = conv.by_position
         self._scid = conv.scid
         self._decode = decode
-        self._texts: dict[str, int] | None = None
-        self._prefixes: dict[str, int] | None = None
 
     def __getitem__(self, pos: int) -> RecordedTurn:
         return self._decode(self._scid, self._by_pos[pos])
@@ -65,12 +63,6 @@ class _LazyConversation(ConversationView):
         rec = self._conv.turn_by_tool_id(tool_id)
         return self._decode(self._scid, rec) if rec is not None else None
 
-    def find_text(self, norm: str) -> RecordedTurn | None:
-        if self._texts is None:
-            self._texts = {h: pos for pos, rec in self._by_pos.items() for h in rec.index_entries().norm}
-        pos = self._texts.get(norm)
-        return self[pos] if pos is not None else None
-
     def find_digest(self, digest: bytes) -> RecordedTurn | None:
         rec = self._conv.turn_by_digest(digest)
         return self._decode(self._scid, rec) if rec is not None else None
@@ -78,18 +70,8 @@ class _LazyConversation(ConversationView):
     def held(self, digests: list[bytes]) -> list[object]:
         return self._conv.turns_by_digest(digests)  # type: ignore[return-value]
 
-    def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
-        if self._prefixes is None:  # the latest turn wins for a path answered twice (a retry)
-            self._prefixes = {rec.prefix_fingerprint: pos for pos, rec in sorted(self._by_pos.items())
-                              if rec.prefix_fingerprint}
-        if not self._prefixes:
-            return None
-        fp = identity.path_fingerprint(prefix)
-        pos = self._prefixes.get(fp) if fp else None
-        if pos is None:
-            return None
-        turn = self[pos]
-        return turn if sum(1 for b in turn.content if isinstance(b, ToolUseBlock)) == tools else None
+    def path_index(self) -> dict[str, int]:
+        return one_each((rec.prefix_fingerprint, pos) for pos, rec in self._by_pos.items())
 
 
 PROVIDER_KEY = "_provider"
@@ -228,7 +210,7 @@ class _StoredTurn(RecordedTurn):
     def __init__(self, scid: str, rec: TurnRecord) -> None:
         super().__init__(scid, rec.position if rec.position is not None else -1,
                          provider=load_fields(rec.provider) if rec.provider else None,
-                         replay_digest=rec.replay_digest)
+                         replay_digest=rec.replay_digest, path=rec.prefix_fingerprint)
         self._content = None
         self._record = rec
 
@@ -294,9 +276,9 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
 
 
 def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str,
-                path: identity.PathHash | None = None) -> TurnRecord:
+                path: paths.PathHash | None = None) -> TurnRecord:
     """``path``: the running path hash over ``request_messages`` when the caller has it."""
-    fp = path.hexdigest() if path is not None else identity.path_fingerprint(request_messages)
+    fp = path.hexdigest() if path is not None else paths.path_fingerprint(request_messages)
     last = next((i for i in range(len(request_messages) - 1, -1, -1) if request_messages[i].role == "assistant"), -1)
     content = [store_block(b) for b in turn.content]
     provider = store_fields(turn.provider)

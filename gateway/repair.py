@@ -2,14 +2,21 @@
 
 Pure: ``repair(messages, records) -> RepairResult``. The records are what the load
 stage fetched in one store round trip (see ``Records``). Each replayed assistant
-message is matched to a recorded turn by, in order of strength:
+message is matched to a turn of the identified conversation only (never to another
+conversation's), at its place on that conversation's path:
 
-1. its tool_use ids (Layer 1),
-2. normalized-text hashes of its thinking and text blocks, including thinking the
-   client turned into text or wrapped in ``<think>``/``<thinking>`` tags,
-3. its position, right after the previously matched turn of the same conversation,
-4. the user-side path before it (the identified conversation's turn that answered the
-   same prefix with as many tool calls).
+1. its replay digest (the turn replayed byte for byte),
+2. its tool_use ids, when they name exactly one turn (Layer 1),
+3. the user-side path before it: the one turn that answered that path,
+4. else the turn right after the previous assistant message's, when that message was matched
+   and the results between answer exactly that turn's calls.
+
+A turn found by 2-4 is taken only when nothing contradicts it (``_agrees``): as many calls with the
+same names, the same inputs where the client kept them, and, for a turn found by its place, the client's
+text among the turn's (normalized-text hashes, thinking turned into text or ``<think>``-tagged included):
+text only ever confirms. A turn already matched earlier in the request, or whose tool ids a kept client
+message already carries, is never taken again. Where the evidence singles out no turn the message stays
+the client's and its thinking is unverified (sanitize degrades it): never a guess.
 
 A matched message is re-emitted as recorded: thinking and redacted_thinking blocks
 with their exact bytes, signatures and order first, then text and tool_use blocks
@@ -33,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gateway.actions import Action, ActionKind
+from gateway.paths import PathHash
 from gateway.protocols.canonical import (
     JSON,
     THINKING_TYPES,
@@ -56,20 +64,22 @@ class RecordedTurn:
     (after the previous turn; only a history rebuild needs them). ``gateway.records`` subclasses it to
     decode both on first use: a turn matched by its replay digest is never decoded.
     ``replay_digest`` is the recorded ``hashing.replay_digest`` of the content as the client received
-    it (b"" when none was recorded).
+    it (b"" when none was recorded); ``path``: the recorded path fingerprint (None when none was recorded).
     """
 
-    __slots__ = ("_content", "position", "prompt_loader", "provider", "replay_digest", "scid")
+    __slots__ = ("_content", "path", "position", "prompt_loader", "provider", "replay_digest", "scid")
 
     def __init__(self, scid: str, position: int, content: tuple[Block, ...] = (),
                  prompt_loader: Callable[[], tuple[Message, ...]] | None = None,
-                 provider: ProviderFields | None = None, *, replay_digest: bytes = b"") -> None:
+                 provider: ProviderFields | None = None, *, replay_digest: bytes = b"",
+                 path: str | None = None) -> None:
         self.scid = scid
         self.position = position
         self._content: tuple[Block, ...] | None = content
         self.prompt_loader = prompt_loader
         self.provider = provider  # message-level provider fields as relayed
         self.replay_digest = replay_digest
+        self.path = path  # the path fingerprint of what it answered (``TurnRecord.prefix_fingerprint``)
 
     @property
     def content(self) -> tuple[Block, ...]:
@@ -91,11 +101,14 @@ class RecordedTurn:
 
 
 class ConversationView(Mapping[int, RecordedTurn]):
-    """The identified conversation's turns by position, with finders by tool id and text hash.
+    """The identified conversation's turns by position, with finders by replay digest, tool id and path.
 
     The base class is an empty conversation; ``gateway.records`` provides the lazy view over
     stored records.
     """
+
+    _paths: dict[str, int] | None = None  # ``path_index``, built on first use
+    _walked: tuple[list[Message], int, PathHash] | None = None  # ``find_path``'s running hash: list, upto, hash
 
     def __getitem__(self, pos: int) -> RecordedTurn:
         raise KeyError(pos)
@@ -109,22 +122,44 @@ class ConversationView(Mapping[int, RecordedTurn]):
     def find_tool(self, tool_id: str) -> RecordedTurn | None:
         return None
 
-    def find_text(self, norm: str) -> RecordedTurn | None:
-        return None
-
     def find_digest(self, digest: bytes) -> RecordedTurn | None:
         """The turn whose recorded replay digest this is (the client replayed it verbatim)."""
         return None
 
-    def find_prefix(self, prefix: list[Message], tools: int) -> RecordedTurn | None:
-        """The turn that answered this user-side path (``identity.path_fingerprint``) with ``tools``
-        tool calls: the evidence left when a client rewrote the ids and dropped all text."""
-        return None
+    def path_index(self) -> dict[str, int]:
+        """Path fingerprint -> the position of the one turn that answered it (-1: several did, e.g. a prefill
+        continued: that path names no turn)."""
+        return one_each((t.path, pos) for pos, t in self.items())
+
+    def find_path(self, msgs: list[Message], i: int) -> RecordedTurn | None:
+        """The one turn that answered the user side of ``msgs[:i]`` (``paths.path_fingerprint``); None when
+        no turn did or several did. Asked for increasing ``i`` of one list, its hash runs on from the last."""
+        if self._paths is None:
+            self._paths = self.path_index()
+        if not self._paths:
+            return None
+        walked = self._walked
+        if walked is None or walked[0] is not msgs or walked[1] > i:
+            walked = (msgs, 0, PathHash())
+        path = walked[2].update(msgs[walked[1]:i])
+        self._walked = (msgs, i, path)
+        fp = path.hexdigest()
+        pos = self._paths.get(fp) if fp else None
+        return self[pos] if pos is not None and pos >= 0 else None
 
     def held(self, digests: list[bytes]) -> list[object]:
         """What the conversation holds for each replay digest, as objects compared by identity: the same
         objects mean the same turns (``Repaired``); None where it holds none."""
         return [self.find_digest(d) for d in digests]
+
+
+def one_each(pairs: Iterable[tuple[str | None, int]]) -> dict[str, int]:
+    """Each key with its one position, or -1 where several positions have it (``ConversationView.path_index``)."""
+    out: dict[str, int] = {}
+    for key, pos in pairs:
+        if key:
+            out[key] = -1 if key in out else pos
+    return out
 
 
 class TurnsConversation(ConversationView):
@@ -148,18 +183,15 @@ class TurnsConversation(ConversationView):
     def find_tool(self, tool_id: str) -> RecordedTurn | None:
         return next((t for t in self.turns.values() if tool_id in _tool_ids(t.content)), None)
 
-    def find_text(self, norm: str) -> RecordedTurn | None:
-        return next((t for t in self.turns.values()
-                     if norm in block_hashes(t.content)), None)
-
 
 @dataclass(slots=True)
 class Records:
     """Everything the load stage found for one request (all scoped to one tenant).
 
     ``by_tool_id``/``by_text_hash`` are the index hits of the load query (the most recent
-    replayed turns); older replayed turns are found in ``conversation``, the identified
-    conversation loaded in the same round trip.
+    replayed turns): they tell a continued repair where to look again (``_resume_cut``), never which
+    turn a message is: turns are matched in ``conversation``, the identified conversation loaded in
+    the same round trip.
     """
 
     by_tool_id: dict[str, RecordedTurn] = field(default_factory=dict)
@@ -218,11 +250,6 @@ class RepairResult:
         return Counter(t.scid for t in self.matched.values())
 
 
-def message_hashes(m: Message) -> list[str]:
-    """Normalized hashes a replayed assistant message can be found by (an undecoded message stays so)."""
-    return list(lookup_hashes(m)[0])
-
-
 def lookup_hashes(m: Message) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(``block_hashes``, exact hashes of its thinking texts) of a replayed assistant message: what the load
     query and repair look it up by. Read once per undecoded JSON (a replayed history's latest turns are
@@ -238,7 +265,7 @@ def _lookup_hashes(m: Message) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def block_hashes(blocks: Iterable[Block]) -> list[str]:
-    """Normalized hashes of an assistant message's thinking and text blocks (``message_hashes``)."""
+    """Normalized hashes of an assistant message's thinking and text blocks (``lookup_hashes``)."""
     out: list[str] = []
     for b in blocks:
         if isinstance(b, ThinkingBlock) and b.thinking:
@@ -281,14 +308,18 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
     """``pinned`` fixes the turn of some message indexes (a history rebuilt from the records); ``resumed``:
     the previous request's ``Repaired``, when the caller vouches that ``msgs`` start with its messages."""
     res = RepairResult()
-    id_map: dict[str, str] = {}
+    id_map: dict[str, str] = {}  # the previous assistant message's client tool ids -> its turn's
+    mapped = False  # some tool id was mapped
     keys: dict[str, int] = {}  # the lookup keys of the messages matched by them (``Repaired.keys``)
     uncarried = False  # a turn matched by its lookups that the next request must match afresh
-    prev: RecordedTurn | None = None
+    prev: RecordedTurn | None = None  # the previous assistant message's turn (None: it had none)
+    prev_i = -1  # ... and that message's index
+    taken = _Taken(res)
     start = assistants = 0
     cut = _resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
     if resumed is not None and cut:
         prev = _resume(resumed, cut, msgs, res)
+        prev_i = res.verbatim[-1] if res.verbatim else -1
         # (a key of a message from ``cut`` on stays: it is that message's again if it is matched so again, and an
         # earlier cut on a later request otherwise, which only makes repair look at more)
         keys.update(resumed.keys)
@@ -302,24 +333,24 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         if m.role != "assistant":
             continue
         assistants += 1
+        id_map = {}  # tool results answer the assistant message right before them
         turn = pinned.get(i) if pinned else None
         if turn is None and m.replay_digest and (turn := recs.conversation.find_digest(m.replay_digest)):
             # replayed verbatim: its blocks are the recorded ones, nothing to decode or restore; all of
             # its thinking is verified (sanitize asks ``m.verbatim``, whether or not it decodes it)
-            prev = turn
+            prev, prev_i = turn, i
             res.matched[i] = turn
             res.verbatim.append(i)
             m.verbatim = True
             continue
         m.verbatim = False  # (a message the replay memo kept carries the mark of its previous request)
         if turn is None:
-            turn = _match(m, recs, prev)
-        if turn is None and recs.conversation:
-            turn = recs.conversation.find_prefix(msgs[:i], len(m.tool_use_ids()))
+            turn = _place(m, msgs, i, recs.conversation, prev, prev_i, taken)
+        prev, prev_i = turn, i
         if turn is None:
+            taken.kept(m)
             _verify_by_exact_text(m, i, recs, res)
             continue
-        prev = turn
         res.matched[i] = turn
         client = m
         again = m.restored_by
@@ -340,12 +371,13 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
                 res.actions.append(Action(ActionKind.RESTORED, i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
                 m.verbatim = True
+        mapped = mapped or bool(id_map)
         if m.verbatim:  # the recorded turn as relayed: all of its thinking is verified (sanitize asks)
             res.verbatim.append(i)
             if m is not client:
                 res.restored[i] = m
-            # a next request matches afresh what an index hit outside the conversation named, and a turn
-            # recorded without a replay digest (the conversation cannot say whether it still holds it)
+            # a next request matches afresh what a turn recorded without a replay digest (the conversation
+            # cannot say whether it still holds it)
             uncarried = uncarried or turn.scid != recs.scid or not turn.replay_digest
             for key in itertools.chain(client.tool_use_ids(), lookup_hashes(client)[0]):
                 keys.setdefault(key, i)
@@ -355,7 +387,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
                 res.verified.add(id(b))
     # every assistant message the recorded turn as relayed and no id mapped: repair's only actions are the
     # restorations
-    if assistants == len(res.verbatim) and not id_map and not uncarried and len(res.actions) == len(res.restored):
+    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored):
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
@@ -363,6 +395,28 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
                                 (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
                                 dict(res.restored), tuple(res.actions), keys)
     return res
+
+
+class _Taken:
+    """What of the conversation a request's history has taken so far, for ``_place``: the turns matched (by
+    position, read from ``RepairResult.matched`` when first asked: a verbatim replay never asks) and the tool
+    ids of the client messages kept as they are (they go upstream with those ids)."""
+
+    __slots__ = ("_matched", "_positions", "ids")
+
+    def __init__(self, res: RepairResult) -> None:
+        self._matched = res.matched
+        self._positions: set[int] | None = None
+        self.ids: set[str] = set()
+
+    def kept(self, m: Message) -> None:
+        self.ids.update(m.tool_use_ids())
+
+    def holds(self, turn: RecordedTurn) -> bool:
+        """Whether ``turn`` is taken already: matched to an earlier message, or its tool ids in a kept one."""
+        if self._positions is None or len(self._positions) != len(self._matched):
+            self._positions = {t.position for t in self._matched.values()}
+        return turn.position in self._positions or bool(self.ids and self.ids.intersection(_tool_ids(turn.content)))
 
 
 def _resume_cut(resumed: Repaired, msgs: list[Message], recs: Records,
@@ -424,38 +478,49 @@ def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
     return r
 
 
-def _match(m: Message, recs: Records, prev: RecordedTurn | None) -> RecordedTurn | None:
-    """Strongest evidence first: tool ids, then text hashes, then the next position."""
-    tool_ids = m.tool_use_ids()
-    hits = [t for t in (recs.by_tool_id.get(tid) or recs.conversation.find_tool(tid) for tid in tool_ids)
-            if t is not None]
-    if len({(t.scid, t.position) for t in hits}) == 1:
-        return hits[-1]  # every tool id names one turn (the common case): the vote below, without counting
-    votes: Counter[tuple[str, int]] = Counter()
-    found: dict[tuple[str, int], RecordedTurn] = {}
+def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev: RecordedTurn | None,
+           prev_i: int, taken: _Taken) -> RecordedTurn | None:
+    """The identified conversation's turn at message ``i``'s place, when the evidence singles out one and nothing
+    contradicts it (see the module docstring); None otherwise."""
+    if not conv:
+        return None
+    named = {t.position: t for t in map(conv.find_tool, m.tool_use_ids()) if t is not None}
+    by_place = not named
+    if len(named) > 1:
+        return None  # its tool ids name several turns
+    if named:
+        turn: RecordedTurn | None = next(iter(named.values()))
+    else:
+        turn = conv.find_path(msgs, i)
+        if turn is None and prev is not None and prev_i >= 0:
+            turn = conv.get(prev.position + 1)
+            if turn is not None and _results_between(msgs, prev_i, i) != len(_tool_ids(prev.content)):
+                turn = None  # the messages between do not answer the previous turn alone (one was dropped)
+    if turn is None or taken.holds(turn) or not _agrees(m, turn, by_place):
+        return None
+    return turn
 
-    def vote(t: RecordedTurn | None, weight: int) -> None:
-        if t is not None:
-            key = (t.scid, t.position)
-            votes[key] += weight
-            found[key] = t
 
-    for t in hits:
-        vote(t, 2)
-    if not votes:
-        hashes = message_hashes(m)
-        for h in hashes:
-            vote(recs.by_text_hash.get(h), 1)
-        if not votes:
-            for h in hashes:
-                vote(recs.conversation.find_text(h), 1)
-    if votes:
-        return found[votes.most_common(1)[0][0]]
-    if prev is not None and prev.scid == recs.scid:
-        nxt = recs.conversation.get(prev.position + 1)
-        if nxt is not None and _tool_count(nxt.content) == len(tool_ids):
-            return nxt
-    return None
+def _agrees(m: Message, turn: RecordedTurn, by_place: bool) -> bool:
+    """Whether the record agrees with what the client kept of it: as many tool calls, with the same names, and
+    the same inputs where the client kept them; for a turn found by its place, also the client's text (when it
+    kept any) among the turn's."""
+    calls = [b for b in m.peek_content() if isinstance(b, ToolUseBlock)]
+    recorded = [b for b in turn.content if isinstance(b, ToolUseBlock)]
+    if len(calls) != len(recorded):
+        return False
+    for c, r in zip(calls, recorded, strict=True):
+        if c.name != r.name or (c.input and c.input != r.input):
+            return False
+    if by_place:
+        hashes = lookup_hashes(m)[0]
+        if hashes and set(hashes).isdisjoint(block_hashes(turn.content)):
+            return False
+    return True
+
+
+def _results_between(msgs: list[Message], a: int, b: int) -> int:
+    return sum(isinstance(blk, ToolResultBlock) for m in msgs[a + 1:b] if m.role == "user" for blk in m.content)
 
 
 def _verify_by_exact_text(m: Message, i: int, recs: Records, res: RepairResult) -> None:
@@ -473,7 +538,7 @@ def _verify_by_exact_text(m: Message, i: int, recs: Records, res: RepairResult) 
 
 
 def _learn_id_map(m: Message, restored: Iterable[Block], id_map: dict[str, str]) -> None:
-    """Client tool ids that differ from the recorded ones map back by order."""
+    """Client tool ids that differ from the recorded ones map back by order (in the results that follow)."""
     recorded = [b.id for b in restored if isinstance(b, ToolUseBlock)]
     client = m.tool_use_ids()
     if len(recorded) == len(client):
@@ -498,10 +563,6 @@ def _map_tool_results(m: Message, i: int, id_map: dict[str, str], res: RepairRes
 
 def _tool_ids(content: Iterable[Block]) -> list[str]:
     return [b.id for b in content if isinstance(b, ToolUseBlock)]
-
-
-def _tool_count(content: Iterable[Block]) -> int:
-    return sum(1 for b in content if isinstance(b, ToolUseBlock))
 
 
 def _same(a: list[Block], b: list[Block]) -> bool:

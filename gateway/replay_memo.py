@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.identity import Known, PathHash, Replayed
+from gateway.identity import Replayed
+from gateway.paths import Known, PathHash
 from gateway.protocols.canonical import Message
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class Ticket:
 
     @property
     def known(self) -> Known | None:
-        """For ``identity.path_fingerprint``: the hash of the reused prefix."""
+        """For ``paths.path_fingerprint``: the hash of the reused prefix."""
         return (self.reused, self.base) if self.base is not None else None
 
     def path_hash(self) -> PathHash:

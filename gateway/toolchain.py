@@ -1,6 +1,9 @@
 """Tool-chain rules: every tool_use answered in the next message, no orphan results.
 
 Pure: mutates the given message list in place and returns typed actions.
+- A tool_use id used before in the request (the real API rejects duplicates: ``docs/upstream-rules.md``)
+  gets a new id, and so do the results in the next message that answer it (a client that numbers its
+  calls per message sends ``call_0`` again and again).
 - All tool_results for one assistant message travel in the next user message,
   first, in tool_use order (results found in a later message are moved there).
 - A tool_use without any result gets a synthetic ``is_error`` tool_result.
@@ -10,10 +13,12 @@ Pure: mutates the given message list in place and returns typed actions.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from typing import Any
 
 from gateway.actions import Action, ActionKind
-from gateway.protocols.canonical import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock
+from gateway.protocols.canonical import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 NO_RESULT = "No result was returned for this tool call."
 
@@ -21,7 +26,7 @@ NO_RESULT = "No result was returned for this tool call."
 def repair_tool_chain(msgs: list[Message]) -> list[Action]:
     if chain_intact(msgs):
         return []
-    actions: list[Action] = []
+    actions = _renamed_repeats(msgs)
     # Every tool_result anywhere, by id (first occurrence wins), with where it sits.
     results: dict[str, ToolResultBlock] = {}
     for m in msgs:
@@ -123,6 +128,53 @@ def chain_fold(msgs: list[Message], start: int = 0, fold: ChainFold | None = Non
                 if len(calls) != n + len(due):
                     return None
     return calls, due
+
+
+def _renamed_repeats(msgs: list[Message]) -> list[Action]:
+    """Give every tool_use whose id an earlier tool_use of the request has a new id (derived from the old one
+    and its place, so a replay of the same request gets the same), and the results for it in the next message
+    too: in order, the n-th result with that id answers the n-th call with it there (after the calls that
+    keep it). Blocks are replaced, never changed in place (a restored turn's are its record's)."""
+    seen: set[str] = set()
+    actions: list[Action] = []
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        ids = m.tool_use_ids()
+        if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
+            seen.update(ids)
+            continue
+        queues: dict[str, list[str]] = {}  # old id -> the new ids, in call order; "" for the call that keeps it
+        blocks: list[Block] = []
+        for k, b in enumerate(m.content):
+            if isinstance(b, ToolUseBlock):
+                if b.id in seen:
+                    new = _fresh_id(b.id, i, k)
+                    queues.setdefault(b.id, []).append(new)
+                    b = dataclasses.replace(b, id=new)
+                else:
+                    queues.setdefault(b.id, []).append("")
+                seen.add(b.id)
+            blocks.append(b)
+        m.content = blocks
+        actions.append(Action(ActionKind.TOOL_ID_MAPPED, i))
+        nxt = msgs[i + 1] if i + 1 < len(msgs) and msgs[i + 1].role == "user" else None
+        if nxt is None:
+            continue
+        results: list[Block] = []
+        for b in nxt.content:
+            queue = queues.get(b.tool_use_id) if isinstance(b, ToolResultBlock) else None
+            if queue:
+                new = queue.pop(0)
+                if new:
+                    b = dataclasses.replace(b, tool_use_id=new)
+            results.append(b)
+        nxt.content = results
+    return actions
+
+
+def _fresh_id(old: str, i: int, k: int) -> str:
+    return "toolu_tg" + hashlib.sha256(f"{old}\0{i}\0{k}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def result_as_text(b: ToolResultBlock) -> str:

@@ -6,6 +6,8 @@ version    payload
 ``0x01``   msgpack
 ``0x02``   zlib-compressed msgpack (used when it saves >= 1/8 of a payload of >= 1 KiB;
            >= 4 KiB for the conversation's last verified pair; window sized to the payload)
+``0x03``   ``AMBIGUOUS`` alone: an index entry that was written for two different things
+           (``scripts.INDEX_PUT``); it decodes to nothing and is read as no evidence
 =========  =====================================================
 
 Strings are packed as UTF-8 with ``surrogatepass``, so every Python ``str`` (thinking text, signature,
@@ -39,6 +41,7 @@ from state.records import Location, TurnRecord, VerifiedPair
 
 VERSION_MSGPACK = 0x01
 VERSION_ZLIB = 0x02
+AMBIGUOUS = b"\x03ambiguous"  # the value of an index entry that named two things (see the table above)
 COMPRESS_MIN_BYTES = 1024
 PAIR_COMPRESS_MIN_BYTES = 4096
 MAX_DECODED_BYTES = 64 * 1024 * 1024

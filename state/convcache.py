@@ -92,7 +92,7 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
         turns: tuple[TurnRecord, ...] = ()
         sizes: tuple[int, ...] = ()
         bad: tuple[int, ...] = ()
-        parent, pair = None, None
+        parent, pair, forked_at = None, None, None
     elif (known is None or known.state is None or known.created != created or known.next != position
           or start > position):
         return None
@@ -100,12 +100,13 @@ def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size:
         kept = bisect.bisect_left(known.turns, start, key=lambda r: -1 if r.position is None else r.position)
         turns, sizes = known.turns[kept:], known.sizes[kept:]
         bad = tuple(p for p in known.undecodable if p >= start)
-        parent, pair = known.state.forked_from, known.state.last_verified
+        parent, pair, forked_at = known.state.forked_from, known.state.last_verified, known.state.forked_at
     turns += (rec,)
     last = rec.verified_pair()
     state = ConversationState(scid=scid, created_at=int(created) / 1000, updated_at=updated, version=version,
                               turns=turns, last_verified=last if last is not None else pair,
-                              first_position=start, next_position=position + 1, forked_from=parent)
+                              first_position=start, next_position=position + 1, forked_from=parent,
+                              forked_at=forked_at)
     entry = CachedConversation(created=created, start=start, next=position + 1, last_turn_id=rec.turn_id,
                                turns=turns, sizes=(*sizes, size), undecodable=bad, state=state)
     if known is not None and not is_new and len(turns) == len(known.turns) + 1:  # nothing trimmed: carry over

@@ -22,7 +22,7 @@ from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
-from state.scripts import FORK, GETEX_MANY, LOAD, RECORD, LuaScript
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, LuaScript
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
 
 T = TypeVar("T")
@@ -194,10 +194,10 @@ class EngineStore:
             for i, value in zip(idx, reply, strict=True):
                 found[i] = value
         values = iter(found)
-        raw_tool, n1 = _decode_hits(tool_ids, values, codec.decode_location)
-        exact_hits, n2 = _decode_hits(exact, values, codec.decode_signature)
-        raw_norm, n3 = _decode_hits(norms, values, codec.decode_location)
-        fp_hits, n4 = _decode_hits(fps, values, codec.decode_scid)
+        raw_tool, n1, a1 = _decode_hits(tool_ids, values, codec.decode_location)
+        exact_hits, n2, a2 = _decode_hits(exact, values, codec.decode_signature)
+        raw_norm, n3, a3 = _decode_hits(norms, values, codec.decode_location)
+        fp_hits, n4, a4 = _decode_hits(fps, values, codec.decode_scid)
         bad += n1 + n2 + n3 + n4
         fp_hits = {f: s for f, s in fp_hits.items() if keys.is_valid_scid(s)}
         if guessed is not None and hint is not None and (
@@ -232,7 +232,7 @@ class EngineStore:
             tool_hits=tool_hits, norm_hits=norm_hits, exact_hits=exact_hits, fingerprint_hits=fp_hits,
             round_trips=round_trips,
             unresolved=len(raw_tool) + len(raw_norm) - len(tool_hits) - len(norm_hits),
-            undecodable=bad,
+            undecodable=bad, ambiguous=a1 + a2 + a3 + a4,
         )
 
     def _remember(self, tenant: str, scid: str, rec: TurnRecord, size: int, now_ms: int, reply: Any) -> None:
@@ -263,6 +263,10 @@ class EngineStore:
         recs = entry.replayed(query.replayed, query.replayed_tool_ids)
         if recs is None:
             return None
+        conv = entry.state
+        if hinted and conv.forked_at is not None and recs and _position(recs[-1]) < conv.forked_at:
+            # every replayed turn is one the fork copied from its parent: the index says whose they are
+            return None
         wanted = set(query.tool_ids)
         tool_hits: dict[str, Location] = {}
         for rec in reversed(recs):  # the query's tool ids are the latest turns'
@@ -273,20 +277,30 @@ class EngineStore:
                     tool_hits[tid] = Location(scid, rec.turn_id, rec.position)
         if hinted and not tool_hits:
             return None
-        conv = entry.state
         return LoadResult(conversation=None if hinted else conv, conversations={scid: conv}, tool_hits=tool_hits,
                           round_trips=0)
 
     def _index_ops(self, tenant: str, scid: str, write: TurnWrite, hint: int | None) -> list[Op]:
+        """The record's index entries, one ``INDEX_PUT`` per bucket: an entry another turn (or, for a
+        fingerprint, another conversation) wrote already becomes ambiguous instead of being taken over."""
         rec, ttl = write.record, self.ttl_seconds
         entries = rec.index_entries()
         loc = codec.encode_location(Location(scid, rec.turn_id, hint))
-        ops: list[Op] = [SetEx(keys.tool_key(tenant, t), loc, ttl) for t in entries.tool_ids]
-        ops += [SetEx(keys.exact_key(tenant, h), codec.encode_signature(sig), ttl) for h, sig in entries.exact]
-        ops += [SetEx(keys.norm_key(tenant, h), loc, ttl) for h in entries.norm]
+        turn = bytes.fromhex(rec.turn_id)  # as ``encode_location`` packs it: a location naming this turn holds it
+        puts: list[tuple[str, bytes, bytes]] = [(keys.tool_key(tenant, t), loc, turn) for t in entries.tool_ids]
+        for h, sig in entries.exact:
+            value = codec.encode_signature(sig)
+            puts.append((keys.exact_key(tenant, h), value, value))
+        puts += [(keys.norm_key(tenant, h), loc, turn) for h in entries.norm]
         sc = codec.encode_scid(scid)
         fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])
-        ops += [SetEx(keys.fingerprint_key(tenant, f), sc, ttl) for f in fps]
+        puts += [(keys.fingerprint_key(tenant, f), sc, sc) for f in fps]
+        buckets: dict[str, list[tuple[str, bytes, bytes]]] = {}
+        for put in puts:
+            buckets.setdefault(keys.hash_tag(put[0]), []).append(put)
+        ops: list[Op] = [Eval(INDEX_PUT, tuple(k for k, _, _ in group),
+                              (ttl, codec.AMBIGUOUS, *(a for _, value, ident in group for a in (value, ident))))
+                         for group in buckets.values()]
         ops.append(SetEx(keys.scid_marker_key(scid), keys.SCID_MARKER_VALUE, ttl))  # refreshed per turn
         return ops
 
@@ -298,15 +312,22 @@ class EngineStore:
         args: tuple[Arg, ...] = (rec.turn_id, blob, "" if expected is None else expected, now_ms,
                                  self.ttl_seconds, self.max_turns, pair_blob, "1" if write.fork else "")
         ops: list[Op] = [Eval(RECORD, keys.conversation_keys(tenant, scid).all(), args)]
-        replies = await self._roundtrip(ops + self._index_ops(tenant, scid, write, expected))
+        # A write that asks for a fork is indexed where it lands (the fork, almost always): indexed here first,
+        # its path fingerprint would name this conversation and then the fork, i.e. be ambiguous.
+        index = [] if write.fork else self._index_ops(tenant, scid, write, expected)
+        replies = await self._roundtrip(ops + index)
         reply = replies[0]
         status = _text(reply[0])
         if status == "ok":
             self._remember(tenant, scid, rec, len(blob), now_ms, reply)
         if status != "conflict":
+            rounds = 1
+            if write.fork:  # (the conversation did not exist: created, not forked)
+                await self._roundtrip(self._index_ops(tenant, scid, write, expected))
+                rounds = 2
             return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id,
                                 status="duplicate" if status == "dup" else "appended",
-                                version=int(reply[2]), created=bool(int(reply[3])))
+                                version=int(reply[2]), created=bool(int(reply[3])), round_trips=rounds)
         # Another turn holds ``expected`` (or ``write.fork``): fork = retained prefix [start, pos) + this turn.
         pos, start = int(reply[1]), int(reply[4])
         blobs, tids = list(reply[5]), list(reply[6])
@@ -332,18 +353,22 @@ class EngineStore:
                             forked_from=scid, round_trips=2)
 
 
-def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -> tuple[dict[str, T], int]:
+def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -> tuple[dict[str, T], int, int]:
+    """(hits, undecodable, ambiguous): an ambiguous entry (``codec.AMBIGUOUS``) is no hit."""
     hits: dict[str, T] = {}
-    bad = 0
+    bad = ambiguous = 0
     for name in names:
         raw = next(replies)
         if raw is None:
+            continue
+        if raw == codec.AMBIGUOUS:
+            ambiguous += 1
             continue
         try:
             hits[name] = decode(raw)
         except CodecError:
             bad += 1
-    return hits, bad
+    return hits, bad, ambiguous
 
 
 def _position(rec: TurnRecord) -> int:
@@ -402,9 +427,13 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         sizes.append(len(blob))
     bad += len(undecodable)
     parent = _text(meta["parent"]) if meta.get("parent") else None
+    try:
+        forked_at = int(meta["forked_at"]) if parent and meta.get("forked_at") is not None else None
+    except ValueError:
+        forked_at, bad = None, bad + 1
     conv = ConversationState(scid=scid, created_at=created, updated_at=updated, version=version,
                              turns=tuple(turns), last_verified=pair, first_position=start,
-                             next_position=nxt, forked_from=parent)
+                             next_position=nxt, forked_from=parent, forked_at=forked_at)
     last = conv.turn_at(nxt - 1)
     entry = None
     if last is not None and start + offset + len(blobs) == nxt:  # the list ends at next - 1, as it must

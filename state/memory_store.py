@@ -21,7 +21,7 @@ from typing import Any
 from state import keys
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import EngineStore, Eval, Exists, Op, SetEx
-from state.scripts import FORK, GETEX_MANY, LOAD, RECORD
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD
 from state.store import StoreHealth
 
 
@@ -115,6 +115,8 @@ class MemoryStore(EngineStore):
             return self._load_script(op.keys, op.args)
         if op.script is GETEX_MANY:
             return self._getex_many_script(op.keys, int(op.args[0]))
+        if op.script is INDEX_PUT:
+            return self._index_put_script(op.keys, op.args)
         raise ValueError(f"unknown script {op.script.name}")
 
     def _touch(self, names: Sequence[str], ttl: int) -> None:
@@ -140,6 +142,18 @@ class MemoryStore(EngineStore):
                 self._ks.expire(key, ttl)
             out.append(value if isinstance(value, bytes) else None)
         return out
+
+    # Python twin of scripts.INDEX_PUT
+    def _index_put_script(self, names: Sequence[str], args: Sequence[Any]) -> int:
+        ttl, marker, n = int(args[0]), args[1], 0
+        for i, key in enumerate(names):
+            value, ident = args[2 + 2 * i], args[3 + 2 * i]
+            old = self._ks.get(key)
+            if isinstance(old, bytes) and old != value and (old == marker or ident not in old):
+                value = marker
+                n += 1
+            self._ks.put(key, value, ttl)
+        return n
 
     # Python twin of scripts.LOAD
     def _load_script(self, names: Sequence[str], args: Sequence[Any]) -> Any:

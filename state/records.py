@@ -92,7 +92,7 @@ class ConversationState:
     ``first_position``; positions never renumber. ``next_position`` is where an append lands.
     Positions the store never received (a gap) or could not decode are simply absent from ``turns``.
     ``version`` increases by one on every append. ``forked_from`` names the conversation this one was
-    forked from (history edited by the client), if any.
+    forked from (history edited by the client), if any, and ``forked_at`` the position where it left it.
     """
 
     scid: str
@@ -104,6 +104,7 @@ class ConversationState:
     first_position: int
     next_position: int
     forked_from: str | None = None
+    forked_at: int | None = None  # a fork's first own position: the turns before it are copies of its parent's
     # lookups built on first use (``_lookup``), or taken over from the state this one grew from (``grown_from``)
     _by_turn_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)

@@ -176,4 +176,25 @@ end
 return out
 """)
 
-ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY)
+# INDEX_PUT: write index entries that share one hash tag, never letting an entry name two things. An entry
+# that names something else already (another turn, another conversation) becomes the ambiguity marker, which
+# every later write keeps until it expires: a lookup then finds no evidence instead of whichever write came
+# last. ``ident`` says what the new value names: an old value containing it (plain substring) names the same
+# thing (a location's packed turn id: the same turn re-pointed at its fork), as does an equal one.
+# KEYS: any number of keys of one bucket. ARGV: ttl_s, marker, then value_1, ident_1, value_2, ident_2, ...
+# Reply: how many entries are (now) ambiguous.
+INDEX_PUT = LuaScript("index_put", """
+local ttl, marker, n = ARGV[1], ARGV[2], 0
+for i, key in ipairs(KEYS) do
+  local value, ident = ARGV[2 * i + 1], ARGV[2 * i + 2]
+  local old = redis.call('GET', key)
+  if old and old ~= value and (old == marker or not string.find(old, ident, 1, true)) then
+    value = marker
+    n = n + 1
+  end
+  redis.call('SET', key, value, 'EX', ttl)
+end
+return n
+""")
+
+ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT)

@@ -106,6 +106,8 @@ class LoadResult:
       under it within the TTL (the tenant-less marker ``keys.scid_marker_key``, read in the first round
       trip). For metrics only: to the caller it is a miss like any other, nothing of it is returned.
     - ``round_trips``: how many pipelined round trips the load took (0, 1 or 2).
+    - ``ambiguous``: lookups whose index entry was written for two different turns (or, for a fingerprint,
+      conversations): no hit, since the evidence names no one thing (``scripts.INDEX_PUT``).
     """
 
     conversation: ConversationState | None = None
@@ -118,6 +120,7 @@ class LoadResult:
     round_trips: int = 0
     unresolved: int = 0
     undecodable: int = 0
+    ambiguous: int = 0
 
     def record(self, location: Location) -> TurnRecord | None:
         """The loaded record at ``location`` (matched by turn id within its conversation)."""

@@ -40,3 +40,9 @@ def stream_header_params(rows: Sequence[tuple[Any, ...]], row_ids: Sequence[str]
                 out.append(pytest.param(*row, stream, header, marks=marks,
                                         id=f"{row_id}-{stream_ids[stream]}-{header_ids[not header]}"))
     return out
+
+
+def run_label(stream: bool, header: bool) -> str:
+    """Words that make a matrix cell's prompt its own: cells that share a prompt share a path, and a header-less
+    client whose tool ids say nothing is then rightly not told apart from the other cell's conversation."""
+    return f"({'stream' if stream else 'create'}, {'scid' if header else 'no-scid'})"

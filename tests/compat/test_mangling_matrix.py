@@ -14,7 +14,7 @@ import pytest
 from tests.gemini.helpers import COPILOT, DEEPSEEK, GEMINI_COMPAT, OPENROUTER, Answer, Rejections, run_loop
 from tests.gemini.manglings import OPENAI
 from tests.gemini.matrix import OpenAILoop, Pair
-from tests.pairwise import stream_header_params
+from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import Sim
 
 CASES: dict[str, tuple[str, ...]] = {
@@ -73,7 +73,7 @@ def test_compat_matrix(pair: Pair, sim: Sim, model: str, case: str, stream: bool
     loop = OpenAILoop(pair, model, stream, header, sim, {"reasoning_effort": "low"})
     try:
         with Rejections(sim):
-            answers, _ = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] {model} case {case}",
+            answers, _ = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] {model} case {case} {run_label(stream, header)}",
                                   mangle=OPENAI[case])
     finally:
         loop.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway import identity, pipeline, records
+from gateway import paths, pipeline, records
 from gateway.app import Gateway, create_app
 from gateway.protocols import anthropic
 from gateway.settings import Settings
@@ -87,7 +87,7 @@ async def relay_and_record(gw: Gateway, ex: pipeline.Exchange, headers: dict[str
     await pipeline.record(ex, gw, anthropic.decode_turn(answer))
     assert ex.recorded and gw.store is not None and ex.tenant and ex.scid and ex.request
     conv = await gw.store.get_conversation(ex.tenant, ex.scid)
-    assert conv is not None and conv.turns[-1].prefix_fingerprint == identity.path_fingerprint(ex.request.messages)
+    assert conv is not None and conv.turns[-1].prefix_fingerprint == paths.path_fingerprint(ex.request.messages)
     return answer
 
 

@@ -1,7 +1,8 @@
 """Unit tests of conversation identification (pure functions of gateway/identity.py).
 
-Order of evidence, all within one tenant: the X-AG-Conversation-Id header > tool_use ids >
-normalized text hashes > the prefix fingerprint. A malformed or unknown header is a miss.
+Order of evidence, all within one tenant: the X-AG-Conversation-Id header > tool_use ids > the prefix
+fingerprint. Text hashes never pick a conversation. A malformed or unknown header is a miss; tool ids that
+name several conversations are no evidence.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from typing import Any
 from gateway.hints import EDGE_TURNS, edge_tool_ids
 from gateway.identity import (
     RECENT_TURNS,
-    PathHash,
     build_query,
     identify_conversation,
-    path_fingerprint,
     replayed_of,
     scid_from_header,
     tenant_of,
 )
+from gateway.paths import PathHash, path_fingerprint
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from state.records import ConversationState, Location
@@ -49,13 +49,15 @@ def _result(*, header: bool = True, tool: bool = True, text: bool = True, fp: bo
 QUERY = LoadQuery(scid=HEADER, tool_ids=["toolu_1"], norm_hashes=["n1"], fingerprints=["fp1"])
 
 
-def test_evidence_order_header_tool_text_fingerprint() -> None:
+def test_evidence_order_header_tool_fingerprint_and_text_never_picks() -> None:
     got = identify_conversation(_result(), QUERY)
     assert (got.scid, got.via) == (HEADER, "header")
     got = identify_conversation(_result(header=False), QUERY)
     assert (got.scid, got.via) == (BY_TOOL, "tool_id")
     got = identify_conversation(_result(header=False, tool=False), QUERY)
-    assert (got.scid, got.via) == (BY_TEXT, "text")
+    assert (got.scid, got.via) == (BY_FP, "fingerprint")  # the text hit names BY_TEXT: it does not decide
+    got = identify_conversation(_result(header=False, tool=False, fp=False), QUERY)
+    assert (got.scid, got.via) == (None, "none")
     got = identify_conversation(_result(header=False, tool=False, text=False), QUERY)
     assert (got.scid, got.via) == (BY_FP, "fingerprint")
     got = identify_conversation(_result(header=False, tool=False, text=False, fp=False), QUERY)
@@ -70,11 +72,27 @@ def test_a_header_naming_no_stored_conversation_falls_through() -> None:
     assert got.via == "tool_id"  # a loaded conversation counts as the header only when the client named it
 
 
-def test_most_referenced_conversation_wins() -> None:
-    result = LoadResult(tool_hits={"a": _loc(BY_TOOL), "b": _loc(BY_TEXT), "c": _loc(BY_TEXT)},
-                        norm_hits={"n1": _loc(BY_FP), "n2": _loc(BY_FP), "n3": _loc(BY_FP)})
-    got = identify_conversation(result, LoadQuery(tool_ids=["a", "b", "c"]))
-    assert (got.scid, got.via) == (BY_TEXT, "tool_id")  # tool ids outrank more text hits
+def _holding(scid: str, *turn_ids: str) -> ConversationState:
+    from state.records import TurnRecord
+    turns = tuple(TurnRecord(content=[{"type": "text", "text": t}], turn_id=(t * 64)[:64], position=n)
+                  for n, t in enumerate(turn_ids))
+    return ConversationState(scid=scid, created_at=0.0, updated_at=0.0, version=1, turns=turns, last_verified=None,
+                             first_position=0, next_position=len(turns))
+
+
+def test_tool_ids_naming_several_conversations_are_no_evidence() -> None:
+    """Conflicting tool-id hits (a client that numbers its calls itself reuses ids across conversations) pick
+    none by count: only the one loaded conversation holding every hit turn (a fork holds its parent's turns)
+    is picked, and the fingerprint decides otherwise."""
+    a, b = Location(BY_TOOL, "a" * 64, 0), Location(BY_TEXT, "b" * 64, 0)
+    conflicting = LoadResult(tool_hits={"x": a, "y": b, "z": b}, fingerprint_hits={"fp1": BY_FP},
+                             conversations={BY_TOOL: _holding(BY_TOOL, "a"), BY_TEXT: _holding(BY_TEXT, "b")})
+    got = identify_conversation(conflicting, LoadQuery(tool_ids=["x", "y", "z"], fingerprints=["fp1"]))
+    assert (got.scid, got.via) == (BY_FP, "fingerprint")  # not BY_TEXT, the most referenced
+    fork = LoadResult(tool_hits={"x": a, "y": b},
+                      conversations={BY_TOOL: _holding(BY_TOOL, "a"), BY_TEXT: _holding(BY_TEXT, "a", "b")})
+    got = identify_conversation(fork, LoadQuery(tool_ids=["x", "y"]))
+    assert (got.scid, got.via) == (BY_TEXT, "tool_id")  # it holds both turns
 
 
 def test_fingerprint_hit_only_for_the_queried_fingerprint() -> None:
@@ -133,7 +151,7 @@ def test_query_covers_recent_turns_and_the_prefix_before_the_last_assistant() ->
     q = build_query(msgs, HEADER)
     assert q.scid == HEADER
     assert q.tool_ids == [f"toolu_{n}" for n in range(2, RECENT_TURNS + 2)]  # only the recent turns
-    assert len(q.exact_hashes) == RECENT_TURNS and q.norm_hashes
+    assert len(q.exact_hashes) == RECENT_TURNS and not q.norm_hashes  # text never picks: not looked up
     last_assistant = max(i for i, m in enumerate(msgs) if m.role == "assistant")
     assert q.fingerprints == [path_fingerprint(msgs[:last_assistant])]
     assert build_query(_msgs({"role": "user", "content": "hi"}), None).fingerprints == []

@@ -13,6 +13,7 @@ import pytest
 
 from gateway import repair as repair_module
 from gateway.actions import ActionKind
+from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from gateway.records import records_from
@@ -21,7 +22,6 @@ from gateway.repair import (
     Records,
     TurnsConversation,
     lookup_hashes,
-    message_hashes,
     rebuild_history,
     repair,
 )
@@ -95,16 +95,18 @@ def test_known_signature_on_other_text_is_unverified_and_dropped() -> None:
 
 
 def _recorded_turn() -> RecordedTurn:
+    """The answer to "weather?" (its path), as recorded."""
     return RecordedTurn("scid-A", 0, (ThinkingBlock(TEXT, SIG), TextBlock("Checking two cities."),
                                       ToolUseBlock("toolu_rec_1", "f", {"city": "Oslo"}),
-                                      ToolUseBlock("toolu_rec_2", "f", {"city": "Rome"})))
+                                      ToolUseBlock("toolu_rec_2", "f", {"city": "Rome"})),
+                        path=path_fingerprint([Message("user", [TextBlock("weather?")])]))
 
 
 def test_regenerated_tool_ids_are_mapped_back_in_the_results() -> None:
     turn = _recorded_turn()
     msgs = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096, "messages": [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": [  # thinking gone, ids regenerated: matched by its text
+        {"role": "assistant", "content": [  # thinking gone, ids regenerated: matched by its place (the path)
             {"type": "text", "text": "Checking two cities."},
             {"type": "tool_use", "id": "call_1", "name": "f", "input": {"city": "Oslo"}},
             {"type": "tool_use", "id": "call_2", "name": "f", "input": {"city": "Rome"}}]},
@@ -208,6 +210,6 @@ def test_a_replayed_turns_lookup_hashes_are_read_once_per_json(monkeypatch: pyte
         {"type": "thinking", "thinking": TEXT, "signature": SIG}, {"type": "text", "text": "<think>x</think> y"}]}, 1)
     hashes = lookup_hashes(m)
     assert hashes[1] == (exact_hash(TEXT),) and len(hashes[0]) == 4  # thinking, text, tagged inner, outer
-    assert lookup_hashes(m) == hashes and message_hashes(m) == list(hashes[0]) and calls == [1]
+    assert lookup_hashes(m) == hashes and calls == [1]
     m.content  # noqa: B018  # decoded: its blocks may change, so they are read each time
     assert lookup_hashes(m) == hashes and lookup_hashes(m) == hashes and calls == [1, 1, 1]

@@ -74,8 +74,9 @@ def test_a_mangled_replay_continues_with_the_messages_restored_before() -> None:
 
 def test_a_restored_message_whose_lookup_an_index_hit_answers_is_matched_afresh() -> None:
     """The index now names another conversation's turn (a fork recorded the same tool call) for a tool id of
-    a restored message: matching afresh follows the index, so the continuation stops before that message.
-    Without the cut the previous match would stand (a different plan)."""
+    a restored message: the continuation stops before that message and matches it afresh, in the identified
+    conversation only (an index hit never puts another conversation's turn in its place). Without the cut the
+    previous match would stand; here both give the same plan."""
     client = _mangled(4)
     recs, _ = _records(SCID, 5)
     first = repair(list(client[:7]), recs)
@@ -90,9 +91,8 @@ def test_a_restored_message_whose_lookup_an_index_hit_answers_is_matched_afresh(
     fresh_msgs = list(client)
     fresh = repair(fresh_msgs, now)
     assert went_on.resumed == 3  # cut before the message the hit concerns (turn 1, the second assistant message)
-    assert fresh.matched[3].scid == FORK and _plan(went_on_msgs, went_on) == _plan(fresh_msgs, fresh)
-    # a turn restored from outside the identified conversation: the next request matches afresh too
-    assert went_on.repaired is None and fresh.repaired is None
+    assert fresh.matched[3].scid == SCID and _plan(went_on_msgs, went_on) == _plan(fresh_msgs, fresh)
+    assert {t.scid for t in fresh.matched.values()} == {SCID}
 
 
 def test_no_continuation_over_turns_the_conversation_no_longer_holds() -> None:
@@ -111,15 +111,17 @@ def test_no_continuation_over_turns_the_conversation_no_longer_holds() -> None:
 
 def test_a_regenerated_tool_id_is_not_continued() -> None:
     """A client that rewrote a tool id: the id map repair learns would have to travel with the continuation,
-    so a request that needed one is not continued from (its results are mapped in place anyway)."""
+    so a request that needed one is not continued from (its results are mapped in place anyway). The message
+    with the rewritten id is matched by its place: right after the previous message's turn, whose one call
+    the results between answer."""
     client = _mangled(3)
-    blocks = [b for b in client[1].peek_content()]
+    blocks = [b for b in client[3].peek_content()]
     raw = [anthropic.encode_block(b) for b in blocks]
     raw[2] = {**raw[2], "id": "toolu_rewritten"}
-    client[1] = anthropic.decode_message({"role": "assistant", "content": raw}, 1)
+    client[3] = anthropic.decode_message({"role": "assistant", "content": raw}, 3)
     recs, _ = _records(SCID, 3)
     res = repair(client, recs)
-    assert 1 in res.matched and res.repaired is None
+    assert res.matched[3].position == 1 and res.repaired is None
 
 
 def test_an_eager_mangled_message_is_restored_by_the_message_that_took_its_place_before() -> None:
@@ -166,3 +168,17 @@ def test_a_message_already_exactly_its_turn_without_a_replay_digest_is_continued
     no_digest, _ = _records(SCID, 3, digests=False)
     undigested = repair(list(client[:5]), no_digest)
     assert undigested.verbatim == [1, 3] and undigested.repaired is None
+
+
+def test_a_turn_is_restored_once_per_request() -> None:
+    """A client that replays one turn twice (its tool ids twice, a duplicated message): the record is restored in
+    the first place only; the second copy stays the client's (its thinking unverified), never a second restore
+    of the same record (the toolchain then gives its repeated ids new ones). Without the guard both places
+    would get the record."""
+    client = _mangled(2)
+    twice = [*client[:3], anthropic.decode_message(anthropic.encode_message(client[1]), 3), client[2], *client[3:]]
+    recs, _ = _records(SCID, 2)
+    res = repair(twice, recs)
+    assert res.matched[1].position == 0 and 3 not in res.matched
+    assert res.matched[5].position == 1 and [a.kind for a in res.actions].count(ActionKind.RESTORED) == 2
+    assert twice[3].peek_content()[0].signature is None  # the copy kept as the client sent it (no signature)

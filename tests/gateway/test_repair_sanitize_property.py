@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.identity import RECENT_TURNS
+from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
 from gateway.repair import RecordedTurn, Records, TurnsConversation, repair
 from gateway.routing import caps_for
@@ -71,20 +72,22 @@ def histories(draw: st.DrawFn) -> tuple[list[dict[str, Any]], bool]:
 
 
 def records_for(msgs: list[dict[str, Any]], keep: list[bool]) -> Records:
-    """Records as the load stage gives them: the whole conversation, plus index hits for the most
-    recent turns only (``identity.RECENT_TURNS``)."""
+    """Records as the load stage gives them: the whole conversation (each turn with the path it answered),
+    plus index hits for the most recent turns only (``identity.RECENT_TURNS``)."""
     recs = Records(scid="conv", conversation=TurnsConversation())
     n_assistant = sum(1 for m in msgs if m["role"] == "assistant")
+    decoded = anthropic.decode_request({"model": MODEL, "max_tokens": 1, "messages": copy.deepcopy(msgs)}).messages
     pos = 0
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
+        path = path_fingerprint(decoded[:i])
         if keep[pos % len(keep)] and pos < n_assistant - RECENT_TURNS:
             recs.conversation[pos] = RecordedTurn("conv", pos, tuple(anthropic.decode_block(b, "x")
-                                                                    for b in m["content"]))
+                                                                    for b in m["content"]), path=path)
         elif keep[pos % len(keep)]:
             blocks = tuple(anthropic.decode_block(b, "x") for b in m["content"])
-            turn = RecordedTurn("conv", pos, blocks)
+            turn = RecordedTurn("conv", pos, blocks, path=path)
             recs.conversation[pos] = turn
             for b in m["content"]:
                 if b["type"] == "tool_use":

@@ -9,6 +9,8 @@ from gateway.protocols import anthropic
 from gateway.protocols.canonical import Block
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize, trailing_loop_start
+from gateway.sim.rules import check_messages_request
+from gateway.sim.signing import Minter
 from gateway.toolchain import NO_RESULT
 
 THINK = {"type": "thinking", "thinking": "plan\r\n", "signature": "sig-ok"}
@@ -177,3 +179,27 @@ def test_a_verbatim_replay_is_kept_undecoded_only_when_its_json_already_has_the_
         assert (req.messages[1].raw_blocks is not None) == undecoded
         out = anthropic.encode_request(req)["messages"][1]["content"]
         assert out[0]["type"] == "thinking" and all(b.get("text", "x").strip() for b in out)
+
+
+def test_a_repeated_tool_use_id_gets_a_new_id_with_its_results() -> None:
+    """A client numbering its calls per message (``call_0`` every round) repeats ids: the real API rejects
+    duplicate tool_use ids, so the later call and the results answering it get a new id; nothing is
+    synthesized beside the real results, and every result keeps its content."""
+    a1 = {"role": "assistant", "content": [{"type": "text", "text": "one"}, tool_use("call_0")]}
+    a2 = {"role": "assistant", "content": [{"type": "text", "text": "two"}, tool_use("call_0"), tool_use("call_0")]}
+    r1 = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_0", "content": "first"}]}
+    r2 = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_0", "content": "second"},
+                                      {"type": "tool_result", "tool_use_id": "call_0", "content": "third"}]}
+    sent = body(U, a1, r1, a2, r2, thinking=None)
+    del sent["thinking"]
+    out, kinds = run(sent)
+    ids = [b["id"] for m in out["messages"] for b in m["content"] if isinstance(b, dict) and b["type"] == "tool_use"]
+    assert len(set(ids)) == 3 and ids[0] == "call_0"
+    answered = [(b["tool_use_id"], b["content"]) for m in out["messages"] if m["role"] == "user"
+                for b in m["content"] if isinstance(b, dict) and b["type"] == "tool_result"]
+    assert answered == list(zip(ids, ["first", "second", "third"], strict=True))
+    assert ActionKind.TOOL_ID_MAPPED in kinds and ActionKind.TOOL_RESULT_SYNTHESIZED not in kinds
+    assert NO_RESULT not in str(out)
+    assert check_messages_request(out, betas=frozenset(), minter=Minter(b"t")) is None
+    again, _ = run(sent)
+    assert again == out  # the same request gets the same ids

@@ -16,7 +16,7 @@ import pytest
 from tests.gemini.helpers import GEMINI, Rejections, run_loop, tool_messages
 from tests.gemini.manglings import NATIVE, OPENAI
 from tests.gemini.matrix import NativeLoop, OpenAILoop, Pair
-from tests.pairwise import stream_header_params
+from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
 
@@ -67,7 +67,7 @@ def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, he
     loop = OpenAILoop(pair, GEMINI, stream, header, sim, {"reasoning_effort": "low"})
     try:
         with Rejections(sim):
-            answers, history = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case}",
+            answers, history = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case} {run_label(stream, header)}",
                                         mangle=OPENAI[case])
     finally:
         loop.close()
@@ -87,7 +87,7 @@ def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, he
 def test_native_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, header: bool) -> None:
     loop = NativeLoop(pair, GEMINI, stream, header, sim)
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [
-        {"text": f"[[sim:tools=2]] [[sim:parallel=2]] native case {case}"}]}]
+        {"text": f"[[sim:tools=2]] [[sim:parallel=2]] native case {case} {run_label(stream, header)}"}]}]
     with Rejections(sim):
         for _ in range(6):
             content = loop.send(NATIVE[case](contents), CONFIG)

@@ -92,27 +92,30 @@ def test_observe_lookup_hits_misses_and_first_turns() -> None:
     def lookups(via: str, result: str) -> float:
         return value("gateway_scid_lookups_total", via=via, result=result)
 
-    keys = [(v, r) for v in ("header", "tool_id", "text", "fingerprint", "other")
-            for r in ("hit", "miss", "foreign", "expired", "other")]
+    keys = [(v, r) for v in ("header", "tool_id", "fingerprint", "other")
+            for r in ("hit", "miss", "foreign", "ambiguous", "expired", "other")]
     before = {k: lookups(*k) for k in keys}
     scid = "s" * 22
     history = LoadQuery(tool_ids=["toolu_1"], norm_hashes=["n"], fingerprints=["fp"])
     metrics.observe_lookup("tool_id", history, LoadResult())
     metrics.observe_lookup("header", LoadQuery(scid=scid), LoadResult())
-    # a miss is labelled by the first method tried: header, tool ids, text, fingerprint
+    # a miss is labelled by the first method tried: header, tool ids, fingerprint (text never picks one)
     metrics.observe_lookup("none", LoadQuery(scid=scid, tool_ids=["toolu_1"]), LoadResult())
     metrics.observe_lookup("none", history, LoadResult())
     metrics.observe_lookup("none", history, LoadResult(unresolved=2))
     metrics.observe_lookup("none", LoadQuery(norm_hashes=["n"], fingerprints=["fp"]), LoadResult())
     metrics.observe_lookup("none", LoadQuery(exact_hashes=["x"]), LoadResult())
     metrics.observe_lookup("none", LoadQuery(fingerprints=["fp"]), LoadResult(unresolved=1))
+    # the evidence named several conversations (tool ids a client numbers itself): ambiguous
+    metrics.observe_lookup("none", LoadQuery(tool_ids=["call_0"], fingerprints=["fp"]), LoadResult(ambiguous=2))
     # the header names another tenant's conversation: foreign (wins over expired index entries)
     metrics.observe_lookup("none", LoadQuery(scid=scid, tool_ids=["toolu_1"]), LoadResult(foreign=True, unresolved=1))
     metrics.observe_lookup("none", LoadQuery(), LoadResult())  # a first turn: nothing to find, not counted
     after = {k: lookups(*k) for k in keys}
     assert {k: after[k] - before[k] for k in keys if after[k] != before[k]} == {
         ("tool_id", "hit"): 1, ("header", "hit"): 1, ("header", "miss"): 1, ("tool_id", "miss"): 1,
-        ("tool_id", "expired"): 1, ("text", "miss"): 2, ("fingerprint", "expired"): 1, ("header", "foreign"): 1}
+        ("tool_id", "expired"): 1, ("fingerprint", "miss"): 1, ("fingerprint", "expired"): 1, ("header", "foreign"): 1,
+        ("tool_id", "ambiguous"): 1}
 
 
 async def test_load_stage_counts_another_tenants_scid_as_foreign_and_serves_a_miss() -> None:

@@ -25,7 +25,7 @@ import pytest
 
 from tests.openai.helpers import SCID, THINKING, Answer, History, ask, run_loop
 from tests.openai.manglings import MANGLINGS
-from tests.pairwise import stream_header_params
+from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 
@@ -90,7 +90,7 @@ def test_openai_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case
                                     header: bool) -> None:
     loop = Loop(pair, stream, header, sim=sim)
     try:
-        answers = run_loop(loop.send, f"[[sim:tools=3]] [[sim:parallel=2]] weather? openai case {case}",
+        answers = run_loop(loop.send, f"[[sim:tools=3]] [[sim:parallel=2]] weather? openai case {case} {run_label(stream, header)}",
                            mangle=MANGLINGS[case])
     finally:
         loop.close()

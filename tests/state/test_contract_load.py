@@ -176,3 +176,33 @@ async def test_health_reports_ok(store: Store, backend: str) -> None:
     health = await store.health()
     assert health.ok and health.circuit == "closed"
     assert health.backend == {"memory": "memory", "redis": "redis", "cluster": "redis-cluster"}[backend]
+
+
+async def test_an_index_entry_two_turns_wrote_is_no_evidence(store: Store) -> None:
+    """The same tool id, text and path recorded by two conversations (a client that numbers its calls itself,
+    agents that say the same words): the entries become ambiguous and find nothing, on every backend, while
+    each conversation's own unique entries still find it; the same turn written again (a retry) or re-pointed
+    at its fork stays unambiguous."""
+    x, y = new_scid(), new_scid()
+    shared = {"text": "Let me check the files.", "fingerprint": "fp-shared"}
+    for scid, tag in ((x, "x"), (y, "y")):
+        rec = turn(0, tag=tag, **shared)
+        rec.content[2]["id"] = "call_0"
+        await store.record(T, TurnWrite(rec, scid=scid, expected_position=0))
+        own = turn(1, tag=tag, fingerprint=f"fp-{tag}")
+        await store.record(T, TurnWrite(own, scid=scid, expected_position=1))
+        await store.record(T, TurnWrite(own, scid=scid, expected_position=1))  # a retry: the same turn
+    res = await store.load(T, LoadQuery(tool_ids=["call_0", "toolu_x_1"],
+                                        norm_hashes=[norm_hash("Let me check the files."), norm_hash("Answer y 1.")],
+                                        fingerprints=["fp-shared", "fp-x"]))
+    assert set(res.tool_hits) == {"toolu_x_1"} and res.tool_hits["toolu_x_1"].scid == x
+    assert set(res.norm_hits) == {norm_hash("Answer y 1.")} and res.norm_hits[norm_hash("Answer y 1.")].scid == y
+    assert res.fingerprint_hits == {"fp-x": x}
+    assert res.ambiguous == 3
+    # a fork re-points its turn's entries (the same turn): not ambiguous
+    edited = turn(2, tag="fork", fingerprint="fp-edited")
+    forked = await store.record(T, TurnWrite(edited, scid=x, expected_position=1, fork=True))
+    assert forked.forked
+    res = await store.load(T, LoadQuery(tool_ids=["toolu_fork_2"], fingerprints=["fp-edited"]))
+    assert res.tool_hits["toolu_fork_2"].scid == forked.scid and res.fingerprint_hits == {"fp-edited": forked.scid}
+    assert res.ambiguous == 0

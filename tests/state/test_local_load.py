@@ -105,6 +105,27 @@ async def test_a_load_of_held_turns_takes_no_round_trip(make_store: MakeStore) -
     assert local.conversations == cold.conversations and local.tool_hits == cold.tool_hits
 
 
+async def test_a_hinted_fork_does_not_answer_for_the_turns_it_copied(make_store: MakeStore) -> None:
+    """A fork holds copies of its parent's turns before the fork point: a replay of only those turns is the
+    parent's as much as the fork's, so a hint naming the fork is no answer: the store's index says whose
+    they are (the parent's), as a cold load finds. A replay reaching the fork's own turn is the fork's."""
+    store = await make_store()
+    parent = new_scid()
+    recs = [plain(i) for i in range(3)]
+    for i, rec in enumerate(recs):
+        await store.record(T, TurnWrite(rec, scid=parent, expected_position=i))
+    own = plain(7, tag="own")
+    fork = (await store.record(T, TurnWrite(own, scid=parent, expected_position=2, fork=True))).scid
+    assert (await store.load(T, LoadQuery(scid=fork))).conversation is not None  # this worker holds the fork now
+    copied = LoadQuery(tool_ids=["toolu_t_1"], hint_scid=fork, replayed=digests(*recs[:2]))
+    local, cold = await store.load(T, copied), await cold_load(make_store, store, copied)
+    assert local.round_trips >= 1 and {h.scid for h in local.tool_hits.values()} == {parent}
+    assert local.tool_hits == cold.tool_hits
+    reaching = LoadQuery(tool_ids=["toolu_own_7"], hint_scid=fork, replayed=digests(*recs[:2], own))
+    local = await store.load(T, reaching)
+    assert local.round_trips == 0 and {h.scid for h in local.tool_hits.values()} == {fork}
+
+
 def ids(*recs: TurnRecord) -> list[list[str]]:
     """Each turn's tool ids as the gateway sends them (``Message.tool_use_ids``: a list)."""
     return [list(r.tool_use_ids()) for r in recs]
