@@ -13,6 +13,10 @@ Endpoints:
   ``/copilot/chat/completions``, ``/deepseek/v1/chat/completions``. Their rejections
   count in the same stats (rule keys ``gemini-N`` / ``compat-N``).
 
+Every flavor shows each request to the cross-conversation ``oracle`` before validating it
+(``[[sim:conv=NAME]]``): ``stats.foreign`` counts requests carrying another conversation's
+content, ``foreign_details`` says which (at most ``FOREIGN_DETAILS`` entries).
+
 Every response carries a ``request-id`` header; errors use the Anthropic envelope.
 """
 
@@ -36,15 +40,18 @@ from starlette.routing import Route
 
 from gateway.errors import anthropic_error_body
 from gateway.sim.compat import compat_routes
+from gateway.sim.convo import first_user_text
 from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini import gemini_routes
+from gateway.sim.oracle import ConversationOracle
 from gateway.sim.render import first_delta_position, stream_events
 from gateway.sim.rules import check_messages_request
-from gateway.sim.scenarios import Fault, Reply, estimate_tokens, new_id, plan_reply
+from gateway.sim.scenarios import Fault, Reply, estimate_tokens, minted_tokens, new_id, parse_scenario, plan_reply
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
 
 HOLD_SECONDS = 10.0
+FOREIGN_DETAILS = 50
 _OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 
 
@@ -65,11 +72,14 @@ class _Stats:
     streams_open: int = 0       # SSE bodies being sent right now
     streams_completed: int = 0  # sent to the end
     streams_cancelled: int = 0  # the client (the gateway) went away before the end
+    foreign: int = 0            # requests carrying another conversation's content (the oracle)
+    foreign_details: list[dict[str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "accepted": self.accepted, "rejections": dict(self.rejections),
                 "faults": self.faults, "unauthorized": self.unauthorized, "streams_open": self.streams_open,
-                "streams_completed": self.streams_completed, "streams_cancelled": self.streams_cancelled}
+                "streams_completed": self.streams_completed, "streams_cancelled": self.streams_cancelled,
+                "foreign": self.foreign, "foreign_details": list(self.foreign_details)}
 
 
 class _State:
@@ -82,6 +92,25 @@ class _State:
         self.release_gen = 0  # a release frees every held stream that began before it
         self.holding = 0
         self.fault_counts: Counter[tuple[str, int, str]] = Counter()
+        self.oracle = ConversationOracle()  # kept across /_sim/reset: minted tokens stay minted
+
+    def observe(self, flavor: str, conversation: str | None, body: Any) -> None:
+        """Show an incoming request of ``conversation`` (None: no marker, not checked) to the oracle;
+        count it in ``stats.foreign`` if it carries another conversation's content."""
+        found = self.oracle.scan(conversation, body)
+        if not found:
+            return
+        self.stats.foreign += 1
+        details = self.stats.foreign_details
+        for other, kind in found:
+            if len(details) >= FOREIGN_DETAILS:
+                break
+            details.append({"flavor": flavor, "conversation": str(conversation), "foreign": other, "kind": kind})
+
+    def remember(self, conversation: str | None, tokens: list[tuple[str, str]]) -> None:
+        """Tell the oracle which (kind, token) pairs were minted for ``conversation``."""
+        for kind, token in tokens:
+            self.oracle.remember(conversation, kind, token)
 
     def take_fault(self, fault: Fault | None, conversation: str, round_: int, times: int | None) -> str | None:
         """The kind of ``fault`` to inject now, or None: with ``[[sim:fault_times=N]]`` only the first N
@@ -119,6 +148,11 @@ def _betas(request: Request) -> frozenset[str]:
                      for b in value.split(",") if b.strip())
 
 
+def _conversation(body: Any) -> str | None:
+    """The ``[[sim:conv=NAME]]`` of an Anthropic request body (any shape), or None."""
+    return parse_scenario(first_user_text(body.get("messages"))).conv if isinstance(body, dict) else None
+
+
 async def _read_json(request: Request) -> tuple[Any, str | None]:
     raw = await request.body()
     try:
@@ -137,6 +171,8 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
                       "query": request.url.query, "raw": await request.body(),
                       "peer_port": request.client.port if request.client else None}
+        conversation = _conversation(body)
+        state.observe("anthropic", conversation, body)
         if not _authorized(request):
             state.stats.unauthorized += 1
             return _error(401, "x-api-key header is required", rid, "authentication_error")
@@ -151,6 +187,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
             return _error(violation.status, violation.message, rid, violation.error_type)
         state.stats.accepted += 1
         reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved)
+        state.remember(conversation, minted_tokens(reply.message))
         return await _respond(state, reply, bool(body.get("stream")), rid)
 
     async def count_tokens(request: Request) -> Response:
@@ -158,6 +195,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
         if not _authorized(request):
             return _error(401, "x-api-key header is required", rid, "authentication_error")
         body, json_error = await _read_json(request)
+        state.observe("anthropic", _conversation(body), body)
         if json_error is not None:
             return _error(400, json_error, rid, "invalid_request_error")
         return _json(200, {"input_tokens": estimate_tokens(body)}, rid)

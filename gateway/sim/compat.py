@@ -16,9 +16,17 @@
   request, any earlier assistant message the simulator minted (its tool calls, or a text answer, which
   ends in a MAC tag) that comes back without it fails (rule 23).
 
+An OpenRouter request for an Anthropic model (``anthropic/...``) whose assistant ``tool_calls`` repeat an
+id gets Anthropic's duplicate-id error relayed the way OpenRouter relays provider errors (``RULE_DUPLICATE_TOOL_ID``;
+the message/block index is where OpenRouter's translation would put the call, INFERRED). No other profile checks
+ids: no source shows Gemini, Copilot or DeepSeek rejecting a repeated one.
+
 Tool-call ids are minted (``call_`` + random + MAC) so the simulator knows its own calls;
 opaque values are MACs over the model family and the message's tool-call ids.
 Scripted by the usual markers in the first user message; streams end with ``[DONE]``.
+With ``[[sim:conv=NAME]]`` the reasoning text names the conversation, and every request is shown to
+the app's cross-conversation oracle (reasoning texts, opaque values, thought signatures and tool-call
+ids are remembered).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from starlette.routing import Route
 from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
+from gateway.sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
 from gateway.sim.scenarios import _tool_input, parse_scenario, thinking_text
 from gateway.sim.signing import model_family
 
@@ -114,6 +123,44 @@ def _args(call: dict[str, Any]) -> Any:
         return {}
 
 
+def _anthropic_position(msgs: list[dict[str, Any]], i: int, n: int) -> tuple[int, int]:
+    """(message, block) index of call ``n`` of assistant message ``i`` once translated to Anthropic
+    (INFERRED): system/developer messages leave ``messages``, a run of user and tool messages becomes
+    one user message, and an assistant message's text block comes before its ``tool_use`` blocks."""
+    k, prev = -1, None
+    for m in msgs[:i + 1]:
+        role = "user" if m.get("role") == "tool" else m.get("role")
+        if role in ("system", "developer"):
+            continue
+        if not (role == "user" and prev == "user"):
+            k += 1
+        prev = role
+    content = msgs[i].get("content")
+    has_text = bool(content) if isinstance(content, str) else \
+        isinstance(content, list) and any(isinstance(p, dict) and p.get("text") for p in content)
+    return k, n + int(has_text)
+
+
+def _duplicate_tool_id(msgs: list[dict[str, Any]]) -> tuple[int, Any, str] | None:
+    """Anthropic's duplicate ``tool_use`` id error for a repeated assistant tool-call id, as OpenRouter
+    relays a provider's error."""
+    seen: set[str] = set()
+    for i, m in enumerate(msgs):
+        if m.get("role") != "assistant":
+            continue
+        for n, c in enumerate(_calls(m)):
+            tid = str(c.get("id"))
+            if tid in seen:
+                k, j = _anthropic_position(msgs, i, n)
+                raw = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                               "message": MSG_DUPLICATE_TOOL_ID.format(i=k, j=j)}})
+                return 400, {"error": {"message": "Provider returned error", "code": 400,
+                                       "metadata": {"raw": raw.decode(), "provider_name": "Anthropic"}}}, \
+                    str(RULE_DUPLICATE_TOOL_ID)
+            seen.add(tid)
+    return None
+
+
 def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tuple[int, Any, str] | None:
     """(status, error body, rule) for the first violation, or None."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
@@ -124,6 +171,10 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
     model: str = body["model"]
     tools = isinstance(body.get("tools"), list) and bool(body["tools"])
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+    if profile == OPENROUTER and model.startswith("anthropic/"):
+        dup = _duplicate_tool_id(msgs)
+        if dup is not None:
+            return dup
     for i, m in enumerate(msgs):
         if m.get("role") != "assistant":
             continue
@@ -162,9 +213,9 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
     return None
 
 
-def _first_user_text(msgs: list[dict[str, Any]]) -> str:
-    for m in msgs:
-        if m.get("role") == "user":
+def _first_user_text(msgs: Any) -> str:
+    for m in msgs if isinstance(msgs, list) else ():
+        if isinstance(m, dict) and m.get("role") == "user":
             c = m.get("content")
             if isinstance(c, str):
                 return c
@@ -181,7 +232,7 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
     round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and _calls(m))
     key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
-    thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}")
+    thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}", scenario.conv)
     msg: dict[str, Any] = {"role": "assistant", "content": None}
     finish = "stop"
     calls: list[dict[str, Any]] = []
@@ -219,6 +270,29 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
     if calls:
         msg["tool_calls"] = calls
     return msg, finish
+
+
+def conversation_of(body: Any) -> str | None:
+    """The ``[[sim:conv=NAME]]`` of a request body (any shape), or None."""
+    return parse_scenario(_first_user_text(body.get("messages"))).conv if isinstance(body, dict) else None
+
+
+def minted_tokens(msg: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, token) for every opaque value in a planned assistant message (for the oracle)."""
+    out: list[tuple[str, str]] = []
+    for key in ("reasoning", "reasoning_text", "reasoning_content"):
+        if key in msg:
+            out.append(("thinking", msg[key]))
+    for d in msg.get("reasoning_details") or ():
+        if d.get("type") == "reasoning.encrypted":
+            out.append(("opaque", d["data"]))
+    if "reasoning_opaque" in msg:
+        out.append(("opaque", msg["reasoning_opaque"]))
+    for holder in (msg, *(msg.get("tool_calls") or ())):
+        if "extra_content" in holder:
+            out.append(("thought_signature", holder["extra_content"]["google"]["thought_signature"]))
+    out += [("tool_id", c["id"]) for c in msg.get("tool_calls") or ()]
+    return out
 
 
 def stream_chunks(profile: str, msg: dict[str, Any], finish: str, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -263,6 +337,8 @@ def compat_routes(state: Any) -> list[Route]:
                 body = None
             state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
                           "query": request.url.query, "path": request.url.path}
+            conv = conversation_of(body)
+            state.observe(f"compat-{profile}", conv, body)
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 state.stats.unauthorized += 1
@@ -274,6 +350,7 @@ def compat_routes(state: Any) -> list[Route]:
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
             msg, finish = plan(profile, body, minter, state.gemini_signer)
+            state.remember(conv, minted_tokens(msg))
             base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}
             if not body.get("stream"):
                 out = {**base, "object": "chat.completion",

@@ -17,6 +17,8 @@ signed; streamed (rule 19) it arrives in chunks, then ``{"text": "", "thoughtSig
 with the ``finishReason``; every chunk repeats ``responseId``. Errors use Google's
 envelope ``{"error": {"code", "message", "status"}}``. Field names are accepted in both
 JSON forms the real API takes (``includeThoughts`` / ``include_thoughts``).
+With ``[[sim:conv=NAME]]`` the thought text names the conversation, and every request is shown
+to the app's cross-conversation oracle (thought texts and thoughtSignatures are remembered).
 """
 
 from __future__ import annotations
@@ -76,11 +78,30 @@ def rate_limited(profile: str, model: str, seconds: int) -> dict[str, Any]:
     return body
 
 
-def first_user_text(contents: list[dict[str, Any]]) -> str:
-    for c in contents:
-        if c.get("role", "user") == "user":
-            return "\n".join(p["text"] for p in c.get("parts") or () if isinstance(p.get("text"), str))
+def first_user_text(contents: Any) -> str:
+    """Text of the first user content (any shape: a malformed body gives ``""``)."""
+    for c in contents if isinstance(contents, list) else ():
+        if isinstance(c, dict) and c.get("role", "user") == "user":
+            parts = c.get("parts") or ()
+            return "\n".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)) \
+                if isinstance(parts, list | tuple) else ""
     return ""
+
+
+def conversation_of(body: Any) -> str | None:
+    """The ``[[sim:conv=NAME]]`` of a request body (any shape), or None."""
+    return parse_scenario(first_user_text(body.get("contents"))).conv if isinstance(body, dict) else None
+
+
+def minted_tokens(parts: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, token) for the thought texts and thoughtSignatures in ``parts`` (for the oracle)."""
+    out: list[tuple[str, str]] = []
+    for p in parts:
+        if p.get("thought"):
+            out.append(("thinking", p["text"]))
+        if "thoughtSignature" in p:
+            out.append(("thought_signature", p["thoughtSignature"]))
+    return out
 
 
 def _functions(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -112,7 +133,7 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
     key = hashlib.sha256(orjson.dumps(body.get("systemInstruction")) + first_user_text(contents).encode()).hexdigest()
     parts: list[dict[str, Any]] = []
     if cfg.get("includeThoughts") or cfg.get("include_thoughts"):
-        parts.append({"text": thinking_text(f"gemini/{key}/{turn}/{round_}"), "thought": True})
+        parts.append({"text": thinking_text(f"gemini/{key}/{turn}/{round_}", scenario.conv), "thought": True})
     if round_ < scenario.tools:
         functions = _functions(body)
         parts.append({"text": f"Round {round_ + 1} of {scenario.tools}: {scenario.parallel} call(s)."})
@@ -192,6 +213,8 @@ def gemini_routes(state: Any) -> list[Route]:
                 body = None
             state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
                           "query": request.url.query, "path": request.url.path}
+            conv = conversation_of(body)
+            state.observe(f"gemini-{profile}", conv, body)
             if not _authorized(request):
                 state.stats.unauthorized += 1
                 return _json(403, google_error(403, _NO_KEY))
@@ -216,6 +239,7 @@ def gemini_routes(state: Any) -> list[Route]:
                 return _json(429, rate_limited(profile, model, scenario.fault.value))  # type: ignore[union-attr]
             rid = new_id("")[:22]
             full = response_body(plan_parts(body, model, signer, rid), model, rid, body)
+            state.remember(conv, minted_tokens(full["candidates"][0]["content"]["parts"]))
             if action == "generateContent":
                 if kind == "drop":
                     raw_full = orjson.dumps(full)
@@ -223,6 +247,8 @@ def gemini_routes(state: Any) -> list[Route]:
                                                  "content-length": str(len(raw_full))}, [raw_full[:len(raw_full) // 2]])
                 return _json(200, full)
             chunks = stream_chunks(full, signer, model)
+            state.remember(conv, [t for c in chunks for t in minted_tokens(c["candidates"][0]["content"]["parts"])
+                                  if t[0] == "thought_signature"])  # not the thought text's pieces
             frames = [b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks]
             if kind == "drop":
                 return DroppedResponse(200, {"content-type": "text/event-stream"}, frames[:max(1, len(frames) // 2)],

@@ -13,8 +13,10 @@ so the phases are:
 2. message schema, messages in order, blocks in order (rule 5 lives here, and the
    real API's empty / whitespace-only text block errors, ``RULE_EMPTY_TEXT``);
 3. request parameters: rules 2, 3, 4;
-4. tool pairing, messages in order: rule 12 on an assistant message, rule 13 on
-   a user message (so a mismatched pair reports 12 on the earlier message);
+4. tool ids: every ``tool_use`` id in the request is unique (``RULE_DUPLICATE_TOOL_ID``,
+   reported at the second occurrence; its place before pairing is INFERRED); then tool
+   pairing, messages in order: rule 12 on an assistant message, rule 13 on a user message
+   (so a mismatched pair reports 12 on the earlier message);
 5. thinking placement: rule 8 (messages in order), then 9, then 10, then 11;
 6. signatures, messages in order: rule 6, and rule 7 in the latest assistant message.
 
@@ -43,6 +45,9 @@ INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 SHAPE = 0
 # Not in the reference's numbered list; texts from anthropics/claude-code#59812 and #23440.
 RULE_EMPTY_TEXT = 100
+# Not in the reference's numbered list either (101 is gemini_rules.RULE_RESPONSES); text from
+# anthropics/claude-code#21317 and #20901, BerriAI/litellm#23510 (see docs/upstream-rules.md).
+RULE_DUPLICATE_TOOL_ID = 102
 
 _DICT = "Input should be a valid dictionary or object to extract fields from"
 _STR = "Input should be a valid string"
@@ -72,6 +77,7 @@ _MSG_10 = ("messages.{i}.content.{j}: When thinking is disabled, an `assistant` 
 _MSG_11 = "messages.{i}: The final block in an assistant message cannot be `thinking`."
 _MSG_12 = ("messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
+MSG_DUPLICATE_TOOL_ID = "messages.{i}.content.{j}: `tool_use` ids must be unique"
 _MSG_13 = ("messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
 
@@ -107,6 +113,7 @@ def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
     mode = thinking_mode(body)
     msgs = view(body["messages"])
     return (_check_params(body, mode, betas)
+            or _check_unique_tool_ids(msgs)
             or _check_tool_pairing(msgs)
             or _check_placement(msgs, mode)
             or (_check_signatures(msgs, body["model"], minter, strict_older_turns) if mode else None))
@@ -235,7 +242,18 @@ def _check_params(body: dict[str, Any], mode: str | None, betas: frozenset[str])
     return None
 
 
-# ------------------------------------------------------------------ phase 4: tool pairing
+# ------------------------------------------------------------------ phase 4: tool ids and pairing
+
+def _check_unique_tool_ids(msgs: list[Msg]) -> Violation | None:
+    seen: set[str] = set()
+    for m in msgs:
+        for j, b in enumerate(m.blocks):
+            if b.get("type") == "tool_use":
+                if b["id"] in seen:
+                    return _v(RULE_DUPLICATE_TOOL_ID, MSG_DUPLICATE_TOOL_ID.format(i=m.i, j=j))
+                seen.add(b["id"])
+    return None
+
 
 def _check_tool_pairing(msgs: list[Msg]) -> Violation | None:
     for pos, m in enumerate(msgs):

@@ -15,6 +15,9 @@ Markers (any combination, anywhere in the first user message's text):
 * ``[[sim:fault_round=R]]`` only inject the fault in tool round R (default: every round);
   ``[[sim:fault_times=N]]`` only for the first N requests of a conversation and round
   (counted by the app; default: always).
+* ``[[sim:conv=NAME]]``   the request belongs to conversation NAME (``[A-Za-z0-9_-]{1,64}``): thinking
+  texts carry the line ``conversation NAME`` and the app's ``oracle`` flags requests that carry
+  another conversation's content (every flavor: Anthropic, Gemini, OpenAI-compatible).
 
 The round is the number of assistant messages carrying ``tool_use`` in the current
 turn (see ``convo``). With thinking on (``enabled`` or ``adaptive``) every answer that
@@ -36,6 +39,7 @@ from typing import Any
 import orjson
 
 from gateway.sim.convo import first_user_text, tool_round, turn_number, view
+from gateway.sim.oracle import NAME, conversation_line
 from gateway.sim.rules import INTERLEAVED_BETA, thinking_mode
 from gateway.sim.signing import Minter
 
@@ -65,6 +69,7 @@ class Scenario:
     fault: Fault | None = None
     fault_round: int | None = None
     fault_times: int | None = None
+    conv: str | None = None  # [[sim:conv=NAME]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,7 @@ def parse_scenario(text: str) -> Scenario:
     fault: Fault | None = None
     fault_round: int | None = None
     fault_times: int | None = None
+    conv: str | None = None
     for name, value in _MARKER.findall(text):
         if name == "tools":
             tools = _int(value, 0)
@@ -113,7 +119,9 @@ def parse_scenario(text: str) -> Scenario:
             fault_round = _int(value, 0)
         elif name == "fault_times":
             fault_times = _int(value, 1)
-    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times)
+        elif name == "conv" and conv is None and NAME.fullmatch(value):
+            conv = value
+    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv)
 
 
 def conversation_key(body: dict[str, Any]) -> str:
@@ -122,11 +130,15 @@ def conversation_key(body: dict[str, Any]) -> str:
     return hashlib.sha256(system + b"\0" + first).hexdigest()
 
 
-def thinking_text(seed: str) -> str:
-    """Deterministic thinking text full of awkward bytes; different for every seed."""
+def thinking_text(seed: str, conversation: str | None = None) -> str:
+    """Deterministic thinking text full of awkward bytes; different for every seed. With a
+    ``conversation`` (``[[sim:conv=NAME]]``) its second line is ``conversation NAME``; without
+    one the text is what it always was."""
     h = hashlib.sha256(seed.encode()).hexdigest()
     w1, w2, w3 = (_WORDS[int(h[k], 16)] for k in (20, 21, 22))
+    named = f"{conversation_line(conversation)}\r\n" if conversation is not None else ""
     return (f"  Considering request {h[:12]} carefully.  \r\n"
+            f"{named}"
             "\r\n"
             f"Step 1: café — 思考 🤔 the {w1} path, then {w2}.   \r\n"
             f"   indented: {h[12:20]}\t\n"
@@ -159,6 +171,19 @@ def _tool_input(schema: dict[str, Any], round_: int, call: int) -> dict[str, Any
     return out
 
 
+def minted_tokens(message: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, token) for every opaque value in a planned Message (for the oracle)."""
+    out: list[tuple[str, str]] = []
+    for b in message["content"]:
+        if b["type"] == "thinking":
+            out += [("thinking", b["thinking"]), ("signature", b["signature"])]
+        elif b["type"] == "redacted_thinking":
+            out.append(("redacted", b["data"]))
+        elif b["type"] == "tool_use":
+            out.append(("tool_id", b["id"]))
+    return out
+
+
 def estimate_tokens(obj: object) -> int:
     """About 4 bytes a token. JSON nested deeper than the encoder writes (255) is estimated from
     its repr length, so a deep but valid body still gets an answer, never a 500."""
@@ -184,7 +209,8 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
 
     content: list[dict[str, Any]] = []
     if mode and (round_ == 0 or interleaved):
-        text = "" if display == "omitted" else thinking_text(f"{key}/{turn_number(msgs)}/{round_}")
+        text = "" if display == "omitted" else thinking_text(f"{key}/{turn_number(msgs)}/{round_}",
+                                                                 scenario.conv)
         run_len = 2 if scenario.redacted else 1
         content.append({"type": "thinking", "thinking": text,
                         "signature": minter.mint_thinking(model, text, response_id, 0, run_pos=0,

@@ -73,7 +73,8 @@ def test_compat_matrix(pair: Pair, sim: Sim, model: str, case: str, stream: bool
     loop = OpenAILoop(pair, model, stream, header, sim, {"reasoning_effort": "low"})
     try:
         with Rejections(sim):
-            answers, _ = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] {model} case {case} {run_label(stream, header)}",
+            answers, _ = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] {model} case {case} "
+                                  f"{run_label(stream, header)}",
                                   mangle=OPENAI[case])
     finally:
         loop.close()

@@ -67,7 +67,8 @@ def test_openai_surface_matrix(pair: Pair, sim: Sim, case: str, stream: bool, he
     loop = OpenAILoop(pair, GEMINI, stream, header, sim, {"reasoning_effort": "low"})
     try:
         with Rejections(sim):
-            answers, history = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case} {run_label(stream, header)}",
+            answers, history = run_loop(loop.send, f"[[sim:tools=2]] [[sim:parallel=2]] gemini case {case} "
+                                        f"{run_label(stream, header)}",
                                         mangle=OPENAI[case])
     finally:
         loop.close()

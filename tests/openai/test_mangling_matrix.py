@@ -90,7 +90,8 @@ def test_openai_matrix_with_records(pair: Pair, sim: Sim, rejections: None, case
                                     header: bool) -> None:
     loop = Loop(pair, stream, header, sim=sim)
     try:
-        answers = run_loop(loop.send, f"[[sim:tools=3]] [[sim:parallel=2]] weather? openai case {case} {run_label(stream, header)}",
+        answers = run_loop(loop.send, f"[[sim:tools=3]] [[sim:parallel=2]] weather? openai case {case} "
+                           f"{run_label(stream, header)}",
                            mangle=MANGLINGS[case])
     finally:
         loop.close()

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import httpx
+import orjson
 
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter
@@ -193,3 +194,74 @@ async def test_rule_13_unexpected_tool_result(client: httpx.AsyncClient) -> None
     await assert_rejected(client, orphan, (
         "messages.0.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_01X. Each "
         "`tool_result` block must have a corresponding `tool_use` block in the previous message."))
+
+
+MSG_DUP = "messages.{i}.content.{j}: `tool_use` ids must be unique"
+
+
+def _tool_use_positions(message: dict[str, Any]) -> list[int]:
+    return [j for j, b in enumerate(message["content"]) if b["type"] == "tool_use"]
+
+
+async def test_duplicate_tool_use_id_across_turns(client: httpx.AsyncClient) -> None:
+    """Two assistant messages carrying the same tool_use id (what a replay that restores one turn twice
+    sends): reported at the second occurrence, even though every pairing is satisfied."""
+    body = await history(client, request("q [[sim:tools=3]]"), 2)  # [u, a, u(results), a, u(results)]
+    first = body["messages"][1]["content"][_tool_use_positions(body["messages"][1])[0]]["id"]
+    j = _tool_use_positions(body["messages"][3])[0]
+    body["messages"][3]["content"][j]["id"] = first
+    body["messages"][4]["content"][0]["tool_use_id"] = first
+    await assert_rejected(client, body, MSG_DUP.format(i=3, j=j))
+    stats = (await client.get("/_sim/stats")).json()
+    assert stats["rejections"] == {"102": 1}
+
+
+async def test_duplicate_tool_use_id_in_one_message(client: httpx.AsyncClient) -> None:
+    body = await history(client, request("q [[sim:tools=2]] [[sim:parallel=2]]"), 1)
+    j1, j2 = _tool_use_positions(body["messages"][1])
+    content = body["messages"][1]["content"]
+    content[j2]["id"] = content[j1]["id"]
+    body["messages"][2]["content"][1]["tool_use_id"] = content[j1]["id"]
+    await assert_rejected(client, body, MSG_DUP.format(i=1, j=j2))
+
+
+async def test_duplicate_tool_use_id_comes_before_pairing_and_signatures(client: httpx.AsyncClient,
+                                                                          minter: Minter) -> None:
+    body = await history(client, request("q [[sim:tools=3]]"), 2)
+    body["messages"].insert(0, {"role": "system", "content": "raw indices count this one"})
+    first = body["messages"][2]["content"][_tool_use_positions(body["messages"][2])[0]]["id"]
+    j = _tool_use_positions(body["messages"][4])[0]
+    body["messages"][4]["content"][j]["id"] = first  # its own id is now unanswered (rule 12)
+    body["messages"][2]["content"][0]["signature"] = "EqQBforged"  # and rule 6
+    violation = check_messages_request(body, betas=frozenset(), minter=minter)
+    assert violation is not None and (violation.rule, violation.message) == (102, MSG_DUP.format(i=4, j=j))
+    body["messages"][4]["content"][j]["id"] = "toolu_01Fresh000000000000000"  # ids unique again
+    violation = check_messages_request(body, betas=frozenset(), minter=minter)
+    assert violation is not None and violation.rule == 12
+
+
+async def test_duplicate_tool_call_id_relayed_by_openrouter_for_anthropic_models(client: httpx.AsyncClient) -> None:
+    """OpenRouter relays Anthropic's 400 in its ``Provider returned error`` envelope; other models and
+    other profiles do not check ids."""
+    call = {"id": "toolu_01Same", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "toolu_01Same", "content": "1"},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": "Once more.", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "toolu_01Same", "content": "2"}]
+    auth = {"authorization": "Bearer sk-test"}
+    resp = await client.post("/openrouter/api/v1/chat/completions", headers=auth,
+                             json={"model": "anthropic/claude-sonnet-4.5", "messages": messages})
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert (error["message"], error["code"], error["metadata"]["provider_name"]) == (
+        "Provider returned error", 400, "Anthropic")
+    assert orjson.loads(error["metadata"]["raw"]) == {"type": "error", "error": {
+        "type": "invalid_request_error", "message": MSG_DUP.format(i=3, j=1)}}
+    assert (await client.get("/_sim/stats")).json()["rejections"] == {"compat-102": 1}
+    for path, model in (("/openrouter/api/v1/chat/completions", "google/gemini-3-pro-preview"),
+                        ("/deepseek/v1/chat/completions", "deepseek-reasoner"),
+                        ("/copilot/chat/completions", "copilot/claude-sonnet-4.5")):
+        resp = await client.post(path, headers=auth, json={"model": model, "messages": messages})
+        assert resp.status_code == 200, (path, resp.text)
