@@ -340,6 +340,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             # its thinking is verified (sanitize asks ``m.verbatim``, whether or not it decodes it)
             prev, prev_i = turn, i
             res.matched[i] = turn
+            taken.add(turn)
             res.verbatim.append(i)
             m.verbatim = True
             continue
@@ -352,6 +353,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             _verify_by_exact_text(m, i, recs, res)
             continue
         res.matched[i] = turn
+        taken.add(turn)
         client = m
         again = m.restored_by
         if again is not None and again[0] is turn and m.holds(again[1]):
@@ -412,9 +414,14 @@ class _Taken:
     def kept(self, m: Message) -> None:
         self.ids.update(m.tool_use_ids())
 
+    def add(self, turn: RecordedTurn) -> None:
+        """``turn`` was just matched (``RepairResult.matched`` has it)."""
+        if self._positions is not None:
+            self._positions.add(turn.position)
+
     def holds(self, turn: RecordedTurn) -> bool:
         """Whether ``turn`` is taken already: matched to an earlier message, or its tool ids in a kept one."""
-        if self._positions is None or len(self._positions) != len(self._matched):
+        if self._positions is None:
             self._positions = {t.position for t in self._matched.values()}
         return turn.position in self._positions or bool(self.ids and self.ids.intersection(_tool_ids(turn.content)))
 
@@ -496,7 +503,10 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
             turn = conv.get(prev.position + 1)
             if turn is not None and _results_between(msgs, prev_i, i) != len(_tool_ids(prev.content)):
                 turn = None  # the messages between do not answer the previous turn alone (one was dropped)
-    if turn is None or taken.holds(turn) or not _agrees(m, turn, by_place):
+    if turn is None or taken.holds(turn):
+        return None
+    again = m.restored_by  # the same client JSON restored from this record before: it agreed then
+    if not (again is not None and again[0] is turn and m.holds(again[1])) and not _agrees(m, turn, by_place):
         return None
     return turn
 
