@@ -109,7 +109,7 @@ class ConversationState:
     _by_turn_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_position: dict[int, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
     _by_digest: dict[bytes, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
-    _by_tool_id: dict[str, TurnRecord] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_tool_id: dict[str, TurnRecord | None] | None = field(default=None, init=False, repr=False, compare=False)
     _by_tool_ids: dict[tuple[str, ...], TurnRecord] | None = field(default=None, init=False, repr=False,
                                                                   compare=False)
 
@@ -144,7 +144,8 @@ class ConversationState:
         return list(map((self._by_digest or self._lookup("_by_digest")).get, digests))
 
     def turn_by_tool_id(self, tool_id: str) -> TurnRecord | None:
-        """The latest retained turn with a tool_use of this id."""
+        """The one retained turn with a tool_use of this id; None when none or several have it (an upstream that
+        numbers its calls per answer): an id two turns share names neither."""
         return (self._by_tool_id or self._lookup("_by_tool_id")).get(tool_id)
 
     def turns_by_tool_ids(self, ids: Iterable[Sequence[str]]) -> list[TurnRecord | None]:
@@ -187,10 +188,10 @@ def _add_digest(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
         found[rec.replay_digest] = rec  # the latest turn wins
 
 
-def _add_tool_ids(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
+def _add_tool_ids(found: dict[Any, TurnRecord | None], rec: TurnRecord) -> None:
     if rec.position is not None:
         for tid in rec.tool_use_ids():
-            found[tid] = rec  # the latest turn wins
+            found[tid] = None if found.get(tid, rec) is not rec else rec  # an id two turns have names neither
 
 
 def _add_tool_id_set(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:

@@ -373,7 +373,7 @@ def test_a_grown_state_takes_over_the_lookups_built_and_answers_as_a_fresh_one()
 
 
 def _by_definition(state: ConversationState, ids: Sequence[str]) -> Any:
-    """The turn a mangled replay's message names by its tool ids: the latest turn with its first tool id, when
+    """The turn a mangled replay's message names by its tool ids: the one turn with its first tool id, when
     that turn has exactly these tool ids."""
     rec = state.turn_by_tool_id(ids[0]) if ids else None
     return rec if rec is not None and rec.tool_use_ids() == tuple(ids) else None
@@ -381,10 +381,11 @@ def _by_definition(state: ConversationState, ids: Sequence[str]) -> Any:
 
 @given(st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=3), min_size=1, max_size=8),
        st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=3), max_size=8))
-def test_turns_by_tool_ids_are_the_latest_turn_of_the_first_id_with_exactly_those_ids(
+def test_turns_by_tool_ids_are_the_one_turn_of_the_first_id_with_exactly_those_ids(
         recorded: list[list[str]], asked: list[list[str]]) -> None:
-    """Turns sharing tool ids (a retried call, a fork's copies) and lists in another order, shorter or longer:
-    one C-level lookup per replayed message answers as the definition, built at once or grown turn by turn."""
+    """Turns sharing tool ids (an upstream numbering its calls per answer: such an id names no turn) and lists in
+    another order, shorter or longer: one C-level lookup per replayed message answers as the definition, built at
+    once or grown turn by turn."""
     def content(ids: list[str]) -> list[dict[str, Any]]:
         return [{"type": "text", "text": "t"}] + [{"type": "tool_use", "id": t, "name": "f", "input": {}}
                                                   for t in ids]
@@ -403,5 +404,8 @@ def test_turns_by_tool_ids_are_the_latest_turn_of_the_first_id_with_exactly_thos
         grown = nxt
     queries = asked + recorded
     want = [_by_definition(whole, q) for q in queries]
+    for q, got in zip(queries, want, strict=True):  # the definition's lookup: an id of several turns names none
+        holders = [r for r in recs if q and q[0] in r.tool_use_ids()]
+        assert got is (holders[0] if len(holders) == 1 and holders[0].tool_use_ids() == tuple(q) else None)
     assert all(map(lambda a, b: a is b, whole.turns_by_tool_ids(queries), want))
     assert all(map(lambda a, b: a is b, grown.turns_by_tool_ids(queries), want))
