@@ -63,6 +63,10 @@ class _LazyConversation(ConversationView):
         rec = self._conv.turn_by_tool_id(tool_id)
         return self._decode(self._scid, rec) if rec is not None else None
 
+    def find_thinking(self, exact: str) -> RecordedTurn | None:
+        rec = self._conv.turn_by_thinking(exact)
+        return self._decode(self._scid, rec) if rec is not None else None
+
     def find_digest(self, digest: bytes) -> RecordedTurn | None:
         rec = self._conv.turn_by_digest(digest)
         return self._decode(self._scid, rec) if rec is not None else None

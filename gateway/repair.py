@@ -6,7 +6,7 @@ message is matched to a turn of the identified conversation only (never to anoth
 conversation's), at its place on that conversation's path:
 
 1. its replay digest (the turn replayed byte for byte),
-2. its tool_use ids, when they name exactly one turn (Layer 1),
+2. its tool_use ids and the exact text of its signed thinking, when they name exactly one turn (Layer 1),
 3. the user-side path before it: the one turn that answered that path,
 4. else the turn right after the previous assistant message's, when that message was matched
    and the results between answer exactly that turn's calls.
@@ -108,6 +108,7 @@ class ConversationView(Mapping[int, RecordedTurn]):
     """
 
     _paths: dict[str, int] | None = None  # ``path_index``, built on first use
+    _thinking: dict[str, int] | None = None  # ``find_thinking``'s, built on first use
     _walked: tuple[list[Message], int, PathHash] | None = None  # ``find_path``'s running hash: list, upto, hash
 
     def __getitem__(self, pos: int) -> RecordedTurn:
@@ -125,6 +126,15 @@ class ConversationView(Mapping[int, RecordedTurn]):
     def find_digest(self, digest: bytes) -> RecordedTurn | None:
         """The turn whose recorded replay digest this is (the client replayed it verbatim)."""
         return None
+
+    def find_thinking(self, exact: str) -> RecordedTurn | None:
+        """The one turn with a signed thinking block of this exact text (``hashing.exact_hash``): the model's
+        own words, unique to the turn that produced them (unlike visible text). None when none or several."""
+        if self._thinking is None:
+            self._thinking = one_each((exact_hash(b.thinking), pos) for pos, t in self.items() for b in t.content
+                                      if isinstance(b, ThinkingBlock) and b.thinking and b.signature)
+        pos = self._thinking.get(exact)
+        return self[pos] if pos is not None and pos >= 0 else None
 
     def path_index(self) -> dict[str, int]:
         """Path fingerprint -> the position of the one turn that answered it (-1: several did, e.g. a prefill
@@ -492,6 +502,7 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
     if not conv:
         return None
     named = {t.position: t for t in map(conv.find_tool, m.tool_use_ids()) if t is not None}
+    named.update((t.position, t) for t in map(conv.find_thinking, lookup_hashes(m)[1]) if t is not None)
     by_place = not named
     if len(named) > 1:
         return None  # its tool ids name several turns

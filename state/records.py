@@ -112,6 +112,7 @@ class ConversationState:
     _by_tool_id: dict[str, TurnRecord | None] | None = field(default=None, init=False, repr=False, compare=False)
     _by_tool_ids: dict[tuple[str, ...], TurnRecord] | None = field(default=None, init=False, repr=False,
                                                                   compare=False)
+    _by_thinking: dict[str, TurnRecord | None] | None = field(default=None, init=False, repr=False, compare=False)
 
     def _lookup(self, name: str) -> dict[Any, TurnRecord]:
         found = getattr(self, name)
@@ -147,6 +148,11 @@ class ConversationState:
         """The one retained turn with a tool_use of this id; None when none or several have it (an upstream that
         numbers its calls per answer): an id two turns share names neither."""
         return (self._by_tool_id or self._lookup("_by_tool_id")).get(tool_id)
+
+    def turn_by_thinking(self, exact: str) -> TurnRecord | None:
+        """The one retained turn with a signed thinking block of this exact text (``hashing.exact_hash``); None
+        when none or several have it."""
+        return (self._by_thinking or self._lookup("_by_thinking")).get(exact)
 
     def turns_by_tool_ids(self, ids: Iterable[Sequence[str]]) -> list[TurnRecord | None]:
         """For each turn's tool ids, ``turn_by_tool_id`` of its first when that turn has exactly these tool ids
@@ -201,5 +207,11 @@ def _add_tool_id_set(found: dict[Any, TurnRecord], rec: TurnRecord) -> None:
             found[ids] = rec  # the latest turn wins (``turns_by_tool_ids`` checks it is its first id's too)
 
 
+def _add_thinking(found: dict[Any, TurnRecord | None], rec: TurnRecord) -> None:
+    if rec.position is not None:
+        for exact, _ in rec.index_entries().exact:
+            found[exact] = None if found.get(exact, rec) is not rec else rec  # a text two turns have names neither
+
+
 _LOOKUPS = {"_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
-            "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set}
+            "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set, "_by_thinking": _add_thinking}

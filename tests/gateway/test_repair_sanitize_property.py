@@ -147,3 +147,27 @@ def test_with_full_records_thinking_is_kept_on_every_turn(history: tuple[list[di
     assert out.get("thinking") == body["thinking"]
     assert [m["content"] for m in out["messages"] if m["role"] == "assistant"] == \
         [m["content"] for m in msgs if m["role"] == "assistant"]
+
+
+def test_a_turn_whose_path_the_client_changed_is_found_by_its_signed_thinking() -> None:
+    """An orphan tool result put before the first message changes the path of every turn, and the client dropped
+    the redacted block beside its thinking: the thinking's exact text (the model's own words, signed) still names
+    its turn, which is restored whole; verified by the exact-text signature alone, the incomplete run would be
+    rejected (a found case of the property above)."""
+    text = "Plan:\r\n  step one  \n\nr1"
+    sig = MINTER.mint_thinking(MODEL, text, "msg_1", 0, run_pos=0, run_len=2)
+    content = [{"type": "thinking", "thinking": text, "signature": sig},
+               {"type": "redacted_thinking", "data": MINTER.mint_redacted(MODEL, "msg_1", 1, run_pos=1, run_len=2)},
+               {"type": "text", "text": "answer 1"},
+               {"type": "tool_use", "id": "toolu_1_0", "name": "get_weather", "input": {"k": 0}}]
+    msgs = [{"role": "user", "content": "question 0"}, {"role": "assistant", "content": content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1_0", "content": "sunny"}]}]
+    recs = records_for(msgs, [True])
+    mangled = HISTORY_MANGLINGS["orphan_tool_result_at_start"](copy.deepcopy(msgs))
+    mangled[1]["content"] = MESSAGE_MANGLINGS["drop_redacted"](mangled[1]["content"])
+    mangled[1]["content"][-1]["id"] = mangled[2]["content"][0]["tool_use_id"] = "call_1"  # ids renumbered too
+    body = {"model": MODEL, "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": mangled}
+    out, _ = run_pipeline(body, recs, Policy())
+    assert check_messages_request(out, betas=BETAS, minter=MINTER) is None
+    assert out["messages"][1]["content"] == content
