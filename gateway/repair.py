@@ -505,7 +505,7 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
     named.update((t.position, t) for t in map(conv.find_thinking, lookup_hashes(m)[1]) if t is not None)
     by_place = not named
     if len(named) > 1:
-        return None  # its tool ids name several turns
+        return None  # its tool ids (or thinking) name several turns
     if named:
         turn: RecordedTurn | None = next(iter(named.values()))
     else:
@@ -541,7 +541,7 @@ def _agrees(m: Message, turn: RecordedTurn, by_place: bool) -> bool:
 
 
 def _results_between(msgs: list[Message], a: int, b: int) -> int:
-    return sum(isinstance(blk, ToolResultBlock) for m in msgs[a + 1:b] if m.role == "user" for blk in m.content)
+    return sum(len(m.result_shape().result_ids) for m in msgs[a + 1:b] if m.role == "user")
 
 
 def _verify_by_exact_text(m: Message, i: int, recs: Records, res: RepairResult) -> None:
