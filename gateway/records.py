@@ -269,7 +269,6 @@ def records_from(result: LoadResult, scid: str | None) -> Records:
 
     recs = Records(
         by_tool_id=resolve(dict(result.tool_hits)),
-        by_text_hash=resolve(dict(result.norm_hits)),
         signatures=dict(result.exact_hits),
         scid=scid,
     )

@@ -198,14 +198,12 @@ class TurnsConversation(ConversationView):
 class Records:
     """Everything the load stage found for one request (all scoped to one tenant).
 
-    ``by_tool_id``/``by_text_hash`` are the index hits of the load query (the most recent
-    replayed turns): they tell a continued repair where to look again (``_resume_cut``), never which
-    turn a message is: turns are matched in ``conversation``, the identified conversation loaded in
-    the same round trip.
+    ``by_tool_id`` holds the index hits of the load query (the most recent replayed turns' tool ids):
+    they tell a continued repair where to look again (``_resume_cut``), never which turn a message is:
+    turns are matched in ``conversation``, the identified conversation loaded in the same round trip.
     """
 
     by_tool_id: dict[str, RecordedTurn] = field(default_factory=dict)
-    by_text_hash: dict[str, RecordedTurn] = field(default_factory=dict)
     signatures: dict[str, str] = field(default_factory=dict)  # exact hash of a thinking text -> its signature
     conversation: ConversationView = field(default_factory=ConversationView)
     scid: str | None = None
@@ -230,7 +228,7 @@ class Repaired:
     held: list[object]                  # what the conversation held for each (``ConversationView.held``)
     restored: dict[int, Message]        # the messages restored in the client's messages' places, in index order
     actions: tuple[Action, ...]         # repair's actions: one ``restored`` for each of them, in the same order
-    keys: dict[str, int]                # lookup keys (tool ids, text hashes) of the messages matched by them -> index
+    keys: dict[str, int]                # tool ids of the messages matched by their lookups -> index
 
     def before(self, cut: int) -> tuple[int, int]:
         """How many of its matched turns, and of its restorations, come before message ``cut`` (index order)."""
@@ -391,7 +389,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             # a next request matches afresh what a turn recorded without a replay digest (the conversation
             # cannot say whether it still holds it)
             uncarried = uncarried or turn.scid != recs.scid or not turn.replay_digest
-            for key in itertools.chain(client.tool_use_ids(), lookup_hashes(client)[0]):
+            for key in client.tool_use_ids():
                 keys.setdefault(key, i)
             continue
         for b in m.content:
@@ -448,11 +446,10 @@ def _resume_cut(resumed: Repaired, msgs: list[Message], recs: Records,
         return 0
     cut = resumed.count
     if resumed.keys:
-        for hits in (recs.by_tool_id, recs.by_text_hash):
-            for key in hits:
-                i = resumed.keys.get(key)
-                if i is not None and i < cut:
-                    cut = i
+        for key in recs.by_tool_id:
+            i = resumed.keys.get(key)
+            if i is not None and i < cut:
+                cut = i
     j = resumed.before(cut)[0]
     now = recs.conversation.held(resumed.digests[:j])
     return cut if all(map(operator.is_, now, resumed.held[:j])) else 0

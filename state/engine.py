@@ -67,8 +67,8 @@ def _first_read(query: LoadQuery) -> tuple[str | None, bool]:
     SCID when the query has index lookups (a hint is taken only where an index hit names it)."""
     if keys.is_valid_scid(query.scid):
         return query.scid, False
-    lookups = any(_lookup_value(v) for values in (query.tool_ids, query.exact_hashes, query.norm_hashes,
-                                                  query.fingerprints) for v in values)
+    lookups = any(_lookup_value(v) for values in (query.tool_ids, query.exact_hashes, query.fingerprints)
+                  for v in values)
     return (query.hint_scid, True) if lookups and keys.is_valid_scid(query.hint_scid) else (None, False)
 
 
@@ -160,10 +160,9 @@ class EngineStore:
         first, hinted = _first_read(query)
         scid, hint = (None, first) if hinted else (first, None)
         tool_ids, exact = _dedupe(query.tool_ids), _dedupe(query.exact_hashes)
-        norms, fps = _dedupe(query.norm_hashes), _dedupe(query.fingerprints)
+        fps = _dedupe(query.fingerprints)
         lookups = [keys.tool_key(tenant, t) for t in tool_ids]
         lookups += [keys.exact_key(tenant, h) for h in exact]
-        lookups += [keys.norm_key(tenant, h) for h in norms]
         lookups += [keys.fingerprint_key(tenant, f) for f in fps]
         buckets: dict[str, list[int]] = {}
         for i, key in enumerate(lookups):
@@ -196,18 +195,16 @@ class EngineStore:
         values = iter(found)
         raw_tool, n1, a1 = _decode_hits(tool_ids, values, codec.decode_location)
         exact_hits, n2, a2 = _decode_hits(exact, values, codec.decode_signature)
-        raw_norm, n3, a3 = _decode_hits(norms, values, codec.decode_location)
         fp_hits, n4, a4 = _decode_hits(fps, values, codec.decode_scid)
-        bad += n1 + n2 + n3 + n4
+        bad += n1 + n2 + n4
         fp_hits = {f: s for f, s in fp_hits.items() if keys.is_valid_scid(s)}
         if guessed is not None and hint is not None and (
-                any(loc.scid == hint for loc in (*raw_tool.values(), *raw_norm.values()))
+                any(loc.scid == hint for loc in raw_tool.values())
                 or hint in fp_hits.values()):
             convs[hint] = guessed  # the index names the hinted conversation: as if fetched for it
 
         tool_hits, pend_tool = _resolve(raw_tool, convs, scid)
-        norm_hits, pend_norm = _resolve(raw_norm, convs, scid)
-        refs = Counter(loc.scid for loc in (*pend_tool.values(), *pend_norm.values()))
+        refs = Counter(loc.scid for loc in pend_tool.values())
         if not convs:
             refs.update(fp_hits.values())
         wanted = [s for s, _ in refs.most_common() if s not in convs and keys.is_valid_scid(s)]
@@ -223,16 +220,13 @@ class EngineStore:
                 if conv:
                     convs[s] = conv
             extra_tool, pend_tool = _resolve(pend_tool, convs, scid)
-            extra_norm, pend_norm = _resolve(pend_norm, convs, scid)
             tool_hits.update(extra_tool)
-            norm_hits.update(extra_norm)
         conversation = convs.get(scid) if scid else None
         return LoadResult(
             conversation=conversation, conversations=convs, foreign=marked and conversation is None,
-            tool_hits=tool_hits, norm_hits=norm_hits, exact_hits=exact_hits, fingerprint_hits=fp_hits,
+            tool_hits=tool_hits, exact_hits=exact_hits, fingerprint_hits=fp_hits,
             round_trips=round_trips,
-            unresolved=len(raw_tool) + len(raw_norm) - len(tool_hits) - len(norm_hits),
-            undecodable=bad, ambiguous=a1 + a2 + a3 + a4,
+            unresolved=len(raw_tool) - len(tool_hits), undecodable=bad, ambiguous=a1 + a2 + a4,
         )
 
     def _remember(self, tenant: str, scid: str, rec: TurnRecord, size: int, now_ms: int, reply: Any) -> None:
@@ -291,7 +285,6 @@ class EngineStore:
         for h, sig in entries.exact:
             value = codec.encode_signature(sig)
             puts.append((keys.exact_key(tenant, h), value, value))
-        puts += [(keys.norm_key(tenant, h), loc, turn) for h in entries.norm]
         sc = codec.encode_scid(scid)
         fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])
         puts += [(keys.fingerprint_key(tenant, f), sc, sc) for f in fps]

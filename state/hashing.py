@@ -6,7 +6,8 @@ One module on purpose: a lookup only hits if the writer and the reader computed 
   Lone surrogates (possible in JSON-decoded text) are encoded with ``surrogatepass`` so nothing is lost.
 - ``normalize_text(text)`` / ``norm_hash(text)``: whitespace-insensitive matching. All runs of Unicode
   whitespace (spaces, tabs, CR, LF, CRLF, NBSP...) collapse to one space, then both ends are stripped;
-  ``norm_hash`` is SHA-256 (hex) of the normalised text. Used for thinking and assistant text blocks.
+  ``norm_hash`` is SHA-256 (hex) of the normalised text. The gateway compares a replayed message's text
+  with a recorded turn's by it; it is no index (text never names a turn or a conversation).
 - ``compute_turn_id(content, prefix_fingerprint)``: SHA-256 (hex) over the canonical msgpack (map keys
   sorted recursively) of the assistant content plus the prefix fingerprint the turn answered. Same
   content answering the same prefix = same id, so recording is idempotent; an identical short reply
@@ -15,7 +16,7 @@ One module on purpose: a lookup only hits if the writer and the reader computed 
   sorted (key order and whitespace insensitive, every value exact). A replay whose digest equals a
   turn's recorded one is that turn, verbatim: repair accepts it without decoding the record.
 - ``index_entries(content)``: the lookup entries a turn contributes (tool ids, exact-text hashes with
-  their signatures, norm hashes).
+  their signatures).
   Empty thinking texts (``display: omitted``) get no exact-hash entry: every such block has the same
   hash, so it would map to an arbitrary other turn's signature (a signature-only fallback).
 """
@@ -122,7 +123,6 @@ class IndexEntries:
 
     tool_ids: tuple[str, ...]
     exact: tuple[tuple[str, str], ...]  # (exact_hash of a thinking text, its signature)
-    norm: tuple[str, ...]  # norm hashes of thinking and text blocks
 
 
 def tool_use_ids(content: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -137,17 +137,10 @@ def tool_use_ids(content: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 
 
 def index_entries(content: Sequence[Mapping[str, Any]]) -> IndexEntries:
-    """Tool-use ids, exact thinking-text hashes with their signatures, normalised-text hashes of one turn."""
+    """Tool-use ids and exact thinking-text hashes with their signatures of one turn."""
     exact: dict[str, tuple[str, str]] = {}
-    norm: dict[str, None] = {}
-    for block in content:
-        kind = block.get("type")
-        if kind in ("thinking", "text"):
-            text = block.get(kind)
-            if isinstance(text, str) and normalize_text(text):
-                norm[norm_hash(text)] = None
     for text, sig in thinking_pairs(content):
         if text:
             h = exact_hash(text)
             exact[h] = (h, sig)
-    return IndexEntries(tool_use_ids(content), tuple(exact.values()), tuple(norm))
+    return IndexEntries(tool_use_ids(content), tuple(exact.values()))

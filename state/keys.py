@@ -7,7 +7,6 @@ Key scheme (``<t>`` = tenant prefix, ``<scid>`` = conversation id)::
     tg:{<t>:<scid>}:tids    LIST  turn ids, parallel to :turns ("" = gap)
     tg:{<t>:i<b>}:tool:<tool id>   STRING  Location(scid, turn_id, position)     (Layer 1)
     tg:{<t>:i<b>}:x:<exact hash>   STRING  signature issued for that exact text  (Layer 2)
-    tg:{<t>:i<b>}:n:<norm hash>    STRING  Location(scid, turn_id, position)
     tg:{<t>:i<b>}:fp:<fingerprint> STRING  scid
     tg:{<scid>}:seen               STRING  "1": some tenant holds this SCID (no tenant in it)
 
@@ -151,10 +150,6 @@ def tool_key(tenant: str, tool_id: str) -> str:
 
 def exact_key(tenant: str, exact_hash: str) -> str:
     return _index_key(tenant, "x", exact_hash)
-
-
-def norm_key(tenant: str, norm_hash: str) -> str:
-    return _index_key(tenant, "n", norm_hash)
 
 
 def fingerprint_key(tenant: str, fingerprint: str) -> str:

@@ -62,7 +62,6 @@ class LoadQuery:
     - ``scid``: from the client's header; ignored (treated as absent) unless ``keys.is_valid_scid``.
     - ``tool_ids``: tool_use ids seen in the replayed history (Layer 1).
     - ``exact_hashes``: ``hashing.exact_hash(thinking_text)`` of replayed thinking blocks (Layer 2).
-    - ``norm_hashes``: ``hashing.norm_hash(text)`` of replayed thinking and assistant text blocks.
     - ``fingerprints``: gateway-computed fingerprints of the conversation prefix (opaque here).
     - ``hint_scid``: the conversation the caller expects the index hits to name (a per-process memory
       of earlier answers, never trusted): loaded speculatively in the first round trip, and kept only
@@ -81,7 +80,6 @@ class LoadQuery:
     scid: str | None = None
     tool_ids: Sequence[str] = ()
     exact_hashes: Sequence[str] = ()
-    norm_hashes: Sequence[str] = ()
     fingerprints: Sequence[str] = ()
     hint_scid: str | None = None
     replayed: Sequence[bytes] = ()
@@ -94,7 +92,7 @@ class LoadResult:
 
     - ``conversation``: the conversation named by ``query.scid``, if it exists.
     - ``conversations``: every conversation loaded, by SCID (includes ``conversation``).
-    - ``tool_hits`` / ``norm_hits``: query key -> ``Location`` of the record holding it. Only hits whose
+    - ``tool_hits``: query key -> ``Location`` of the record holding it. Only hits whose
       record was loaded are reported, so ``record(location)`` never misses for them; when the same turn
       is in several loaded conversations (a fork copies its parent's prefix), the location points into
       ``conversation`` first. Hits pointing at conversations that were not loaded (beyond ``max_fetch``)
@@ -113,7 +111,6 @@ class LoadResult:
     conversation: ConversationState | None = None
     conversations: Mapping[str, ConversationState] = field(default_factory=dict)
     tool_hits: Mapping[str, Location] = field(default_factory=dict)
-    norm_hits: Mapping[str, Location] = field(default_factory=dict)
     exact_hits: Mapping[str, str] = field(default_factory=dict)
     fingerprint_hits: Mapping[str, str] = field(default_factory=dict)
     foreign: bool = False
@@ -131,9 +128,6 @@ class LoadResult:
         loc = self.tool_hits.get(tool_id)
         return self.record(loc) if loc else None
 
-    def record_for_norm(self, norm_hash: str) -> TurnRecord | None:
-        loc = self.norm_hits.get(norm_hash)
-        return self.record(loc) if loc else None
 
 
 @dataclass(frozen=True, slots=True)

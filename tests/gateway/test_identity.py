@@ -37,30 +37,26 @@ def _loc(scid: str) -> Location:
     return Location(scid, "turn-" + scid, 0)
 
 
-def _result(*, header: bool = True, tool: bool = True, text: bool = True, fp: bool = True) -> LoadResult:
+def _result(*, header: bool = True, tool: bool = True, fp: bool = True) -> LoadResult:
     return LoadResult(
         conversation=_conv(HEADER) if header else None,
         tool_hits={"toolu_1": _loc(BY_TOOL)} if tool else {},
-        norm_hits={"n1": _loc(BY_TEXT)} if text else {},
         fingerprint_hits={"fp1": BY_FP} if fp else {},
     )
 
 
-QUERY = LoadQuery(scid=HEADER, tool_ids=["toolu_1"], norm_hashes=["n1"], fingerprints=["fp1"])
+QUERY = LoadQuery(scid=HEADER, tool_ids=["toolu_1"], fingerprints=["fp1"])
 
 
-def test_evidence_order_header_tool_fingerprint_and_text_never_picks() -> None:
+def test_evidence_order_header_tool_fingerprint() -> None:
+    """(Text is no evidence at all: no index holds it, and ``LoadResult`` has nothing of it.)"""
     got = identify_conversation(_result(), QUERY)
     assert (got.scid, got.via) == (HEADER, "header")
     got = identify_conversation(_result(header=False), QUERY)
     assert (got.scid, got.via) == (BY_TOOL, "tool_id")
     got = identify_conversation(_result(header=False, tool=False), QUERY)
-    assert (got.scid, got.via) == (BY_FP, "fingerprint")  # the text hit names BY_TEXT: it does not decide
-    got = identify_conversation(_result(header=False, tool=False, fp=False), QUERY)
-    assert (got.scid, got.via) == (None, "none")
-    got = identify_conversation(_result(header=False, tool=False, text=False), QUERY)
     assert (got.scid, got.via) == (BY_FP, "fingerprint")
-    got = identify_conversation(_result(header=False, tool=False, text=False, fp=False), QUERY)
+    got = identify_conversation(_result(header=False, tool=False, fp=False), QUERY)
     assert (got.scid, got.via) == (None, "none")
 
 
@@ -151,7 +147,7 @@ def test_query_covers_recent_turns_and_the_prefix_before_the_last_assistant() ->
     q = build_query(msgs, HEADER)
     assert q.scid == HEADER
     assert q.tool_ids == [f"toolu_{n}" for n in range(2, RECENT_TURNS + 2)]  # only the recent turns
-    assert len(q.exact_hashes) == RECENT_TURNS and not q.norm_hashes  # text never picks: not looked up
+    assert len(q.exact_hashes) == RECENT_TURNS
     last_assistant = max(i for i, m in enumerate(msgs) if m.role == "assistant")
     assert q.fingerprints == [path_fingerprint(msgs[:last_assistant])]
     assert build_query(_msgs({"role": "user", "content": "hi"}), None).fingerprints == []

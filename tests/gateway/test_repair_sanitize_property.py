@@ -21,7 +21,7 @@ from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter
-from state.hashing import exact_hash, norm_hash
+from state.hashing import exact_hash
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
 
 MODEL = "claude-sonnet-4-5"
@@ -93,10 +93,7 @@ def records_for(msgs: list[dict[str, Any]], keep: list[bool]) -> Records:
                 if b["type"] == "tool_use":
                     recs.by_tool_id[b["id"]] = turn
                 elif b["type"] == "thinking" and b["thinking"]:
-                    recs.by_text_hash[norm_hash(b["thinking"])] = turn
                     recs.signatures[exact_hash(b["thinking"])] = b["signature"]
-                elif b["type"] == "text":
-                    recs.by_text_hash[norm_hash(b["text"])] = turn
         pos += 1
     return recs
 

@@ -96,14 +96,14 @@ def test_observe_lookup_hits_misses_and_first_turns() -> None:
             for r in ("hit", "miss", "foreign", "ambiguous", "expired", "other")]
     before = {k: lookups(*k) for k in keys}
     scid = "s" * 22
-    history = LoadQuery(tool_ids=["toolu_1"], norm_hashes=["n"], fingerprints=["fp"])
+    history = LoadQuery(tool_ids=["toolu_1"], fingerprints=["fp"])
     metrics.observe_lookup("tool_id", history, LoadResult())
     metrics.observe_lookup("header", LoadQuery(scid=scid), LoadResult())
     # a miss is labelled by the first method tried: header, tool ids, fingerprint (text never picks one)
     metrics.observe_lookup("none", LoadQuery(scid=scid, tool_ids=["toolu_1"]), LoadResult())
     metrics.observe_lookup("none", history, LoadResult())
     metrics.observe_lookup("none", history, LoadResult(unresolved=2))
-    metrics.observe_lookup("none", LoadQuery(norm_hashes=["n"], fingerprints=["fp"]), LoadResult())
+    metrics.observe_lookup("none", LoadQuery(exact_hashes=["x"], fingerprints=["fp"]), LoadResult())
     metrics.observe_lookup("none", LoadQuery(exact_hashes=["x"]), LoadResult())
     metrics.observe_lookup("none", LoadQuery(fingerprints=["fp"]), LoadResult(unresolved=1))
     # the evidence named several conversations (tool ids a client numbers itself): ambiguous

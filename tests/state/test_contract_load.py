@@ -1,10 +1,11 @@
-"""Contract: finding records again (SCID, tool ids, exact/normalised hashes, fingerprints), isolation."""
+"""Contract: finding records again (SCID, tool ids, exact thinking hashes, fingerprints), isolation; text is
+no index (it never names a turn or a conversation)."""
 
 from __future__ import annotations
 
 import redis
 
-from state.hashing import exact_hash, norm_hash
+from state.hashing import exact_hash
 from state.keys import new_scid, scid_marker_key
 from state.records import TurnRecord
 from state.store import LoadQuery, Store, TurnWrite
@@ -33,7 +34,6 @@ async def test_load_by_scid_is_one_round_trip_with_every_hit(store: Store) -> No
         scid=scid,
         tool_ids=[f"toolu_t_{i}" for i in range(4)] + ["toolu_unknown"],
         exact_hashes=[exact_hash(f"Let me think about t-{i}.\r\n") for i in range(4)],
-        norm_hashes=[norm_hash("Let me\nthink about t-1."), norm_hash(" Answer t 2. ")],
         fingerprints=["fp-t-0", "after-t-3", "nope"],
     )
     res = await store.load(T, q)
@@ -47,21 +47,17 @@ async def test_load_by_scid_is_one_round_trip_with_every_hit(store: Store) -> No
         rec = res.record_for_tool(f"toolu_t_{i}")
         assert rec is not None and rec.content[2]["id"] == f"toolu_t_{i}"
     assert res.exact_hits[exact_hash("Let me think about t-2.\r\n")] == "sig-t-2=="
-    n1, n2 = norm_hash("Let me\nthink about t-1."), norm_hash(" Answer t 2. ")
-    assert res.norm_hits[n1].position == 1 and res.norm_hits[n2].position == 2
-    rec = res.record_for_norm(n2)
-    assert rec is not None and rec.content[1]["text"] == "Answer t 2."
     assert res.fingerprint_hits == {"fp-t-0": scid, "after-t-3": scid}
 
 
-async def test_normalised_hash_ignores_whitespace_crlf_and_trim(store: Store) -> None:
-    rec = TurnRecord(content=[{"type": "text", "text": "  Step 1:\r\n\r\n  read\tthe   file\r\n"}])
-    res = await store.record(T, TurnWrite(rec))
-    for variant in ("Step 1:\n\nread the file", "Step 1: read the file", "\tStep 1:\n read\n the file  "):
-        got = await store.load(T, LoadQuery(norm_hashes=[norm_hash(variant)]))
-        assert got.norm_hits[norm_hash(variant)].scid == res.scid
-    miss = await store.load(T, LoadQuery(norm_hashes=[norm_hash("Step 1: read the files")]))
-    assert not miss.norm_hits
+async def test_text_is_no_index(store: Store, raw_nodes: list[redis.Redis]) -> None:
+    """Agents write the same words in every conversation: a recorded turn's visible text and thinking are
+    not indexed (only its tool ids, the exact text of its signed thinking and its path are)."""
+    await store.record(T, TurnWrite(turn(0, text="Let me check the files.", fingerprint="fp-text")))
+    names = [k.decode() for node in raw_nodes for k in node.scan_iter(b"tg:*")] if raw_nodes else \
+        list(store._ks._data)  # type: ignore[attr-defined]  # the embedded store's keys
+    index = [k for k in names if ":i" in k.split("}", 1)[0]]  # tg:{<tenant>:i<bucket>}:<kind>:<id>
+    assert {k.split("}:", 1)[1].split(":", 1)[0] for k in index} == {"tool", "x", "fp"}
 
 
 async def test_exact_hash_is_strict_and_empty_thinking_is_not_indexed(store: Store) -> None:
@@ -123,15 +119,14 @@ async def test_isolation_between_tenants(store: Store) -> None:
     res = await store.record(TENANT_A, TurnWrite(rec, scid=new_scid(), fingerprints=["shared-after"]))
     q = LoadQuery(scid=res.scid, tool_ids=["toolu_t_0"],
                   exact_hashes=[exact_hash(rec.content[0]["thinking"])],
-                  norm_hashes=[norm_hash(rec.content[0]["thinking"]), norm_hash(rec.content[1]["text"])],
                   fingerprints=["shared-fp", "shared-after"])
     seen_by_a = await store.load(TENANT_A, q)
     assert seen_by_a.conversation is not None and len(seen_by_a.tool_hits) == 1
-    assert len(seen_by_a.exact_hits) == 1 and len(seen_by_a.norm_hits) == 2
+    assert len(seen_by_a.exact_hits) == 1
     assert len(seen_by_a.fingerprint_hits) == 2
     seen_by_b = await store.load(TENANT_B, q)
     assert seen_by_b.conversation is None and not seen_by_b.conversations
-    assert not seen_by_b.tool_hits and not seen_by_b.exact_hits and not seen_by_b.norm_hits
+    assert not seen_by_b.tool_hits and not seen_by_b.exact_hits
     assert not seen_by_b.fingerprint_hits
     assert await store.get_conversation(TENANT_B, res.scid) is None
     # B writing under A's SCID creates B's own conversation and leaves A's untouched
@@ -179,12 +174,13 @@ async def test_health_reports_ok(store: Store, backend: str) -> None:
 
 
 async def test_an_index_entry_two_turns_wrote_is_no_evidence(store: Store) -> None:
-    """The same tool id, text and path recorded by two conversations (a client that numbers its calls itself,
-    agents that say the same words): the entries become ambiguous and find nothing, on every backend, while
+    """The same tool id, thinking text and path recorded by two conversations (a client that numbers its calls
+    itself, two conversations with the same prompt): the entries become ambiguous and find nothing, on every
+    backend, while
     each conversation's own unique entries still find it; the same turn written again (a retry) or re-pointed
     at its fork stays unambiguous."""
     x, y = new_scid(), new_scid()
-    shared = {"text": "Let me check the files.", "fingerprint": "fp-shared"}
+    shared = {"thinking": "Let me check the files.", "fingerprint": "fp-shared"}  # each with its own signature
     for scid, tag in ((x, "x"), (y, "y")):
         rec = turn(0, tag=tag, **shared)
         rec.content[2]["id"] = "call_0"
@@ -192,11 +188,12 @@ async def test_an_index_entry_two_turns_wrote_is_no_evidence(store: Store) -> No
         own = turn(1, tag=tag, fingerprint=f"fp-{tag}")
         await store.record(T, TurnWrite(own, scid=scid, expected_position=1))
         await store.record(T, TurnWrite(own, scid=scid, expected_position=1))  # a retry: the same turn
+    own_y = exact_hash("Let me think about y-1.\r\n")
     res = await store.load(T, LoadQuery(tool_ids=["call_0", "toolu_x_1"],
-                                        norm_hashes=[norm_hash("Let me check the files."), norm_hash("Answer y 1.")],
+                                        exact_hashes=[exact_hash("Let me check the files."), own_y],
                                         fingerprints=["fp-shared", "fp-x"]))
     assert set(res.tool_hits) == {"toolu_x_1"} and res.tool_hits["toolu_x_1"].scid == x
-    assert set(res.norm_hits) == {norm_hash("Answer y 1.")} and res.norm_hits[norm_hash("Answer y 1.")].scid == y
+    assert res.exact_hits == {own_y: "sig-y-1=="}
     assert res.fingerprint_hits == {"fp-x": x}
     assert res.ambiguous == 3
     # a fork re-points its turn's entries (the same turn): not ambiguous

@@ -92,7 +92,6 @@ def test_index_entries_and_pairs() -> None:
     entries = hashing.index_entries(content)
     assert entries.tool_ids == ("toolu_1",)
     assert entries.exact == ((hashing.exact_hash("t1"), "s1"),)  # empty text is not indexed
-    assert set(entries.norm) == {hashing.norm_hash(t) for t in ("t1", "unsigned", "hello world")}
     assert TurnRecord(content=content).verified_pair() == VerifiedPair("t1", "s1")
     assert TurnRecord(content=content[:1]).verified_pair() == VerifiedPair("", "omitted-sig")
 
@@ -134,7 +133,7 @@ def test_conversation_keys_share_one_slot_and_index_keys_spread() -> None:
     # a tenant's index entries fall in INDEX_BUCKETS hash tags: spread over 16 slots (no hot slot),
     # yet few enough that a load reads them with one script call per bucket
     index_keys = [keys.tool_key(tenant, f"toolu_{i}") for i in range(500)]
-    index_keys += [keys.norm_key(tenant, f"{i:064x}") for i in range(500)]
+    index_keys += [keys.exact_key(tenant, f"{i:064x}") for i in range(500)]
     assert len({key_slot(k.encode()) for k in index_keys}) == keys.INDEX_BUCKETS
     assert len({keys.hash_tag(k) for k in index_keys}) == keys.INDEX_BUCKETS
     other = keys.tenant_prefix(b"s", "other")

@@ -194,7 +194,7 @@ async def test_anything_not_held_goes_to_the_store(make_store: MakeStore, case: 
     for i, rec in enumerate(recs):
         await store.record(T, TurnWrite(rec, scid=scid, expected_position=i))
     replayed, tenant, query_scid, hint = digests(*recs), T, scid, None
-    tool_ids, norms = ["toolu_t_2"], ["0" * 64]
+    tool_ids, exact = ["toolu_t_2"], ["0" * 64]
     if case == "unknown digest":
         replayed[1] = replay_digest([{"type": "text", "text": "edited by the client"}]) or b""
     elif case == "another worker's turn":
@@ -208,7 +208,7 @@ async def test_anything_not_held_goes_to_the_store(make_store: MakeStore, case: 
         tenant = TENANT_B
     elif case == "no digests":
         replayed = []
-    query = LoadQuery(scid=query_scid, tool_ids=tool_ids, norm_hashes=norms, hint_scid=hint, replayed=replayed)
+    query = LoadQuery(scid=query_scid, tool_ids=tool_ids, exact_hashes=exact, hint_scid=hint, replayed=replayed)
     res = await store.load(tenant, query)
     assert res.round_trips >= 1
     assert res == await cold_load(make_store, store, query, tenant)

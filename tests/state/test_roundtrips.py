@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from state.hashing import exact_hash, norm_hash
+from state.hashing import exact_hash
 from state.keys import new_scid
 from state.resp import _Connection
 from state.store import LoadQuery, Store, TurnWrite
@@ -59,7 +59,7 @@ async def _replayed_history(store: Store) -> tuple[str, LoadQuery]:
         scid=scid,
         tool_ids=[f"toolu_t_{i}" for i in range(N)],
         exact_hashes=[exact_hash(f"Let me think about t-{i}.\r\n") for i in range(N)],
-        norm_hashes=[norm_hash(f"Answer t {i}.") for i in range(N)],
+        fingerprints=[f"fp-{i}" for i in range(N)],
     )
     return scid, query
 
@@ -77,7 +77,7 @@ async def test_500_turn_history_loads_in_one_pipelined_round_trip(
     assert res.round_trips == 1
     assert getattr(store, "round_trips", 0) - before_store == 1
     assert res.conversation is not None and len(res.conversation.turns) == N
-    assert len(res.tool_hits) == N and len(res.exact_hits) == N and len(res.norm_hits) == N
+    assert len(res.tool_hits) == N and len(res.exact_hits) == N
     assert all(loc.scid == scid for loc in res.tool_hits.values())
     if backend == "redis":
         assert sends.total == 1, sends.sends  # one write on one connection: one pipeline
