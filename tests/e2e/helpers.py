@@ -28,6 +28,15 @@ class LoopResult:
     requests: int = 0
 
 
+def send(client: anthropic.Anthropic, params: dict[str, Any], *, stream: bool) -> tuple[anthropic.types.Message, Any]:
+    """One ``messages`` request, streamed or not: (the answer, the response headers)."""
+    if stream:
+        with client.messages.stream(**params) as s:
+            return s.get_final_message(), s.response.headers
+    raw = client.messages.with_raw_response.create(**params)
+    return raw.parse(), raw.headers
+
+
 def tool_results(message: anthropic.types.Message) -> list[dict[str, Any]]:
     return [{"type": "tool_result", "tool_use_id": b.id, "content": f"sunny in {b.input}"}
             for b in message.content if b.type == "tool_use"]

@@ -34,7 +34,7 @@ import anthropic
 import pytest
 
 from gateway.toolchain import NO_RESULT
-from tests.e2e.helpers import WEATHER_TOOL, block_dicts, tool_results
+from tests.e2e.helpers import WEATHER_TOOL, block_dicts, send, tool_results
 from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 from tests.pairwise import stream_header_params
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port
@@ -110,13 +110,7 @@ class Loop:
                                   "messages": copy.deepcopy(messages), "extra_headers": extra}
         if thinking is not None:
             params["thinking"] = thinking
-        if self.stream:
-            with client.messages.stream(**params) as s:
-                answer = s.get_final_message()
-                headers = s.response.headers
-        else:
-            raw = client.messages.with_raw_response.create(**params)
-            answer, headers = raw.parse(), raw.headers
+        answer, headers = send(client, params, stream=self.stream)
         assert headers.get(SCID), "every response carries the conversation id"
         self.scid = headers[SCID]
         self.answers.append(answer)

@@ -17,7 +17,7 @@ from typing import Any
 
 import anthropic
 
-from tests.e2e.helpers import WEATHER_TOOL, block_dicts, tool_results
+from tests.e2e.helpers import WEATHER_TOOL, block_dicts, send, tool_results
 
 MODEL = "claude-opus-4-5"
 THINKING = {"type": "enabled", "budget_tokens": 2048}
@@ -47,13 +47,7 @@ def _one_conversation(client: anthropic.Anthropic, w: Worker, stream: bool, roun
                                   "messages": history, "extra_headers": {SCID: scid} if scid else {}}
         w.requests += 1
         try:
-            if stream:
-                with client.messages.stream(**params) as s:
-                    answer = s.get_final_message()
-                    headers = s.response.headers
-            else:
-                raw = client.messages.with_raw_response.create(**params)
-                answer, headers = raw.parse(), raw.headers
+            answer, headers = send(client, params, stream=stream)
         except Exception as e:  # every failure is the finding: record it, start a new conversation
             w.errors.append(f"{type(e).__name__}: {str(e)[:200]}")
             return

@@ -43,7 +43,7 @@ import openai
 import orjson
 import pytest
 
-from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, tool_results
+from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
 from tests.e2e.rewrites import ANTHROPIC, EDIT, strings
 from tests.gemini.helpers import CLAUDE, DEEPSEEK, GEMINI, OPENROUTER, ask, gateway_env, tool_messages
 from tests.gemini.manglings import NATIVE, OPENAI
@@ -181,13 +181,7 @@ def play_anthropic(conv: Conv, urls: list[str], key: str) -> None:
                 "messages": ANTHROPIC[b.mangle](history),
                 "extra_headers": {SCID: conv.scids[-1]} if b.header and conv.scids else {}}
             conv.requests += 1
-            if b.stream:
-                with client.messages.stream(**params) as s:
-                    answer = s.get_final_message()
-                    headers = s.response.headers
-            else:
-                raw = client.messages.with_raw_response.create(**params)
-                answer, headers = raw.parse(), raw.headers
+            answer, headers = send(client, params, stream=b.stream)
             conv.scids.append(headers[SCID])
             if answer.content and answer.content[0].type == "thinking":
                 conv.thinking_answers += 1
