@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import functools
+import socket
 import ssl
+import subprocess
 from typing import Any
 
 import pytest
@@ -38,3 +40,45 @@ def pytest_configure(config: pytest.Config) -> None:
 
     ssl.create_default_context = create_default_context  # type: ignore[assignment]
     config.add_cleanup(lambda: setattr(ssl, "create_default_context", original))
+
+
+# ------------------------------------------------------------------ tiers
+# ``unit``: no child process, no socket (``pytest -m unit``, run first by CI, well under a minute). Every other
+# test is ``process``: it uses a fixture below (directly or through its own fixtures), or a store backend
+# parameter that is a real Redis, or says so with ``@pytest.mark.process``. A unit test that opens a socket or
+# starts a process fails (``_unit_guard``): the tier cannot quietly grow slow.
+PROCESS_FIXTURES = frozenset({
+    "sim", "gateways", "gateway", "redis_server", "redis_url", "redis_cluster", "redis_cluster_url", "cluster6",
+    "restartable_redis", "provider_gateway", "provider_pair", "private_redis", "hostile_gw", "seeded"})
+PROCESS_BACKENDS = frozenset({"redis", "cluster"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        process = (item.get_closest_marker("process") is not None
+                   or not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+                   or params.get("backend") in PROCESS_BACKENDS)
+        item.add_marker(pytest.mark.process if process else pytest.mark.unit)
+
+
+class UnitTierViolation(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a unit test, connecting or binding a socket or starting a process is a failure (mark the test
+    ``process`` instead)."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(what: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise UnitTierViolation(f"a unit test {what}: mark it @pytest.mark.process")
+        return call
+
+    monkeypatch.setattr(socket.socket, "connect", refuse("connected a socket"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("connected a socket"))
+    monkeypatch.setattr(socket.socket, "bind", refuse("bound a socket"))
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a process"))

@@ -150,6 +150,7 @@ def test_every_resource_validates_against_kubernetes_1_30(scenario: tuple[str, A
                 kubernetes_validate.validate(doc, KUBE, strict=True)
 
 
+@pytest.mark.process
 def test_kubernetes_validate_cli_strict(scenario: tuple[str, Any, Any], tmp_path: Path) -> None:
     """The same through the command line the README names (one multi-document file)."""
     cli = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
@@ -340,6 +341,7 @@ def test_ingress_streams_and_monitoring() -> None:
     assert netpol["spec"]["policyTypes"] == ["Ingress", "Egress"]
 
 
+@pytest.mark.process
 def test_prometheus_rule_embeds_the_alert_rules(tmp_path: Path) -> None:
     source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
     values = load_values("ingress-servicemonitor-values.yaml")

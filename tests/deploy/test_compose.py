@@ -169,6 +169,7 @@ def test_every_bind_mount_source_exists(compose: dict[str, Any]) -> None:
 
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed (Debian package haproxy)")
+@pytest.mark.process
 def test_haproxy_accepts_the_configuration() -> None:
     done = subprocess.run(["haproxy", "-c", "-f", str(DEPLOY / "haproxy.cfg")], capture_output=True, text=True,
                           timeout=30, check=False)
@@ -178,6 +179,7 @@ def test_haproxy_accepts_the_configuration() -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian package prometheus)")
+@pytest.mark.process
 def test_promtool_accepts_the_scrape_configuration() -> None:
     done = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                           capture_output=True, text=True, timeout=30, check=False)

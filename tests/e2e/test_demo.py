@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.process
 def test_demo_before_after_table() -> None:
     out = subprocess.run([sys.executable, "-m", "gateway", "demo"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

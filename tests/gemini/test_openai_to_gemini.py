@@ -102,6 +102,7 @@ def test_bypass_off_sends_the_unsigned_step_as_text(gateways: GatewayFactory, si
     assert _actions(gw, "tool_loop_textualized") == 1 and _actions(gw, "signature_bypass") == 0
 
 
+@pytest.mark.process
 def test_an_undocumented_bypass_value_stops_the_server_at_startup() -> None:
     env = {**os.environ, "GATEWAY_GEMINI_SIGNATURE_BYPASS": "my-own-signature"}
     out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,

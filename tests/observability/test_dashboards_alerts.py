@@ -232,6 +232,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not insta
 
 
 @needs_promtool
+@pytest.mark.process
 def test_promtool_check_rules() -> None:
     out = subprocess.run([PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
     assert out.returncode == 0, out.stdout + out.stderr
@@ -262,6 +263,7 @@ def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]]) -> None:
 
 
 @needs_promtool
+@pytest.mark.process
 def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
     up, bucket = "gateway_upstream_errors_total", "gateway_time_to_first_byte_seconds_bucket"
     store = "gateway_store_operation_seconds_bucket"
@@ -299,6 +301,7 @@ def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
 
 
 @needs_promtool
+@pytest.mark.process
 def test_scid_hit_ratio_alert_ignores_foreign_lookups(tmp_path: Path) -> None:
     """A "foreign" lookup (a header naming a conversation of another tenant) is refused as it should
     be; it says nothing about the store. Neither the ratio nor the traffic floor counts it: a client

@@ -263,6 +263,7 @@ async def _post(url: str, body: dict[str, Any]) -> tuple[httpx.Response, str]:
     return resp, scrape
 
 
+@pytest.mark.process
 async def test_upstream_400_with_e2_text_counts_invalid_signature(
         fake_upstream: tuple[str, dict[str, Any]]) -> None:
     url, answer = fake_upstream
@@ -281,6 +282,7 @@ async def test_upstream_400_with_e2_text_counts_invalid_signature(
         == before + 1
 
 
+@pytest.mark.process
 async def test_in_stream_error_event_is_classified(fake_upstream: tuple[str, dict[str, Any]]) -> None:
     url, answer = fake_upstream
     answer.update(status=200, ctype="text/event-stream", body=(
@@ -296,6 +298,7 @@ async def test_in_stream_error_event_is_classified(fake_upstream: tuple[str, dic
     assert value("gateway_inflight_streams") == 0
 
 
+@pytest.mark.process
 async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[str, dict[str, Any]]) -> None:
     url, _ = fake_upstream
     before = value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx")

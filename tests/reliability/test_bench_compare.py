@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.process
 def test_compare_short_form_runs_and_reports_every_section(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "compare.py"), "--samples", "3", "--repeats", "2",
                            "--sizes", "3", "--concurrency", "4", "--duration", "1", "--no-litellm",

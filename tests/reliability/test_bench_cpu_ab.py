@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.process
 def test_cpu_ab_short_form_reports_every_target(stream: bool) -> None:
     targets = ["bare", ".", ".:GATEWAY_REDIS_URL="]
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_ab.py"), ",".join(targets),
@@ -30,6 +31,7 @@ def test_cpu_ab_short_form_reports_every_target(stream: bool) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.process
 def test_a_target_that_is_not_a_tree_fails() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_ab.py"), "/nonexistent-tree",
                            "--requests", "2", "--rounds", "1"],

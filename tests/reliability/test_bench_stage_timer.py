@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mangled", [False, True])
+@pytest.mark.process
 def test_stage_timer_short_form_times_every_stage(mangled: bool) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "stage_timer.py"), "--turns", "3", "--requests", "4",
                            *(["--mangled"] if mangled else [])],

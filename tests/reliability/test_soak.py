@@ -42,6 +42,7 @@ def check(result: dict[str, Any]) -> None:
     assert result["ok"] and result["turns_ok"] > 0
 
 
+@pytest.mark.process
 def test_soak_short(tmp_path: Path) -> None:
     result = soak(tmp_path, "--loops", "30", "--duration", "14", "--ttl", "3", "--warmup", "5", timeout=55)
     check(result)

@@ -78,6 +78,7 @@ def leaky_store(leak: Callable[[], BaseException] | None, reply: list[Any] | Non
 
 
 @pytest.mark.parametrize("leak", sorted(LEAKS))
+@pytest.mark.process
 async def test_every_store_call_turns_a_leaked_exception_into_store_unavailable(leak: str) -> None:
     store = leaky_store(LEAKS[leak])
     await store.start()  # never raises
@@ -94,6 +95,7 @@ async def test_every_store_call_turns_a_leaked_exception_into_store_unavailable(
     await store.close()
 
 
+@pytest.mark.process
 async def test_a_malformed_reply_is_unavailable_not_a_crash() -> None:
     # a LOAD reply whose meta hash has an odd number of items: zip(strict=True) raises ValueError
     store = leaky_store(None, reply=[[[b"start"], []]])
@@ -107,6 +109,7 @@ async def test_a_malformed_reply_is_unavailable_not_a_crash() -> None:
 @pytest.mark.parametrize("leak", [lambda: RedisConnectionError("Connection closed by server."),
                                   LEAKS["attribute_error"], lambda: ClusterDownError("CLUSTERDOWN")],
                          ids=["closed by server", "leaked writer", "cluster down"])
+@pytest.mark.process
 async def test_a_dropped_connection_is_retried_once(leak: Callable[[], BaseException]) -> None:
     """A failover closes the old master's connections: the round trip is replayed once (idempotent)."""
     failures = [1]
@@ -120,6 +123,7 @@ async def test_a_dropped_connection_is_retried_once(leak: Callable[[], BaseExcep
     await store.close()
 
 
+@pytest.mark.process
 async def test_a_cluster_round_trip_is_retried_twice() -> None:
     """On a Cluster the client may need a moment to learn the new topology: two retries (50, 200 ms)."""
     failures = [2]
@@ -134,6 +138,7 @@ async def test_a_cluster_round_trip_is_retried_twice() -> None:
     await store.close()
 
 
+@pytest.mark.process
 async def test_cancellation_is_not_a_failure() -> None:
     import asyncio
 

@@ -12,6 +12,7 @@ from gateway.streaming.sse import SSEDecoder
 from tests.sim.helpers import HEADERS, request
 
 
+@pytest.mark.process
 async def test_hold_relays_first_events_before_release(live_sim: str) -> None:
     body = request("x [[sim:hold]] [[sim:tools=1]]", stream=True)
     seen: list[str] = []
@@ -37,6 +38,7 @@ async def test_hold_relays_first_events_before_release(live_sim: str) -> None:
     assert seen[-1] == "message_stop"
 
 
+@pytest.mark.process
 async def test_release_frees_streams_that_began_before_it(live_sim: str) -> None:
     """Whether the release lands before or after the stream reaches its hold point, it ends promptly."""
     async with httpx.AsyncClient(base_url=live_sim, timeout=5) as c:
@@ -51,6 +53,7 @@ async def test_release_frees_streams_that_began_before_it(live_sim: str) -> None
         assert resp.status_code == 200 and resp.text.rstrip().endswith('data: {"type":"message_stop"}')
 
 
+@pytest.mark.process
 async def test_drop_closes_connection_mid_body(live_sim: str) -> None:
     async with httpx.AsyncClient(base_url=live_sim, timeout=5) as c:
         for stream in (True, False):

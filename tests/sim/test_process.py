@@ -8,10 +8,12 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.sim.helpers import HEADERS, free_port, request
 
 
+@pytest.mark.process
 def test_run_sim_serves_and_stops_on_sigterm() -> None:
     port = free_port()
     code = ("from gateway.sim.app import SimConfig, run_sim; "

@@ -36,6 +36,7 @@ def table_after(lines: list[str], header: str) -> list[list[str]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.process
 def test_store_bench_short_form_reports_every_backend_and_size() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "store_bench.py"), "--samples", str(SAMPLES),
                            "--cluster"], capture_output=True, text=True, timeout=100, check=False, cwd=ROOT)

