@@ -19,17 +19,24 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics, records, splice
 from gateway.endpoints import augment, chat, gemini, messages
-from gateway.errors import Dialect, GatewayError, new_request_id, render_error
+from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.hints import ConversationHints
 from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
 from gateway.routing import Router
 from gateway.settings import Settings
+from gateway.surfaces import SURFACES, dialect_for_path
 from gateway.upstream import Upstream
 from state import codec
 from state.store import Store
 
 log = logging.getLogger("thinkgate")
+
+
+# Each surface's handler, by its label (``gateway.surfaces``: the table the routes are made from)
+HANDLERS = {"messages": messages.messages, "count_tokens": messages.count_tokens,
+            "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
+            "chat_stream": augment.chat_stream, "conversation_export": augment.conversation}
 
 
 @dataclass(slots=True)
@@ -44,14 +51,6 @@ class Gateway:
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
-
-
-def dialect_for_path(path: str) -> Dialect:
-    if path.startswith("/v1/chat/completions"):
-        return "openai"
-    if path.startswith(("/v1beta", "/v1/models/")):
-        return "gemini"
-    return "anthropic"
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:
@@ -173,14 +172,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             if gw.store is not None:
                 await gw.store.close()
 
-    routes = [
-        Route("/v1/messages", messages.messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
-        Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
-        Route("/v1beta/models/{rest:path}", gemini.generate_content, methods=["POST"]),
-        Route("/v1/models/{rest:path}", gemini.generate_content, methods=["POST"]),
-        Route("/gateway/chat-stream", augment.chat_stream, methods=["POST"]),
-        Route("/gateway/conversations/{scid}", augment.conversation, methods=["GET"]),
+    routes = [Route(path, HANDLERS[s.label], methods=[s.method]) for s in SURFACES for path in s.routes]
+    routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
+from gateway.surfaces import SURFACES, surface_for_path
 from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -49,16 +50,8 @@ log = logging.getLogger("thinkgate.metrics")
 
 # ------------------------------------------------------------------ closed label sets
 
-ENDPOINT_PATHS: tuple[tuple[str, str], ...] = (  # path prefix -> endpoint label; first match wins
-    ("/v1/messages/count_tokens", "count_tokens"),
-    ("/v1/messages", "messages"),
-    ("/v1/chat/completions", "chat_completions"),
-    ("/v1beta/", "generate_content"),
-    ("/gateway/chat-stream", "chat_stream"),
-    ("/gateway/conversations/", "conversation_export"),
-)
 INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # not counted, not logged at INFO
-ENDPOINTS = frozenset({label for _, label in ENDPOINT_PATHS} | {"other"})
+ENDPOINTS = frozenset({s.label for s in SURFACES} | {"other"})  # the surfaces' labels (``gateway.surfaces``)
 UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "none",
                        "other"})
 STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
@@ -102,7 +95,8 @@ def endpoint_of(path: str) -> str | None:
     """The endpoint label for a request path; ``None`` for the gateway's own internal endpoints."""
     if path in INTERNAL_PATHS:
         return None
-    return next((name for prefix, name in ENDPOINT_PATHS if path.startswith(prefix)), "other")
+    surface = surface_for_path(path)
+    return surface.label if surface is not None else "other"
 
 
 # ------------------------------------------------------------------ the metrics

@@ -20,7 +20,7 @@ import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
-from gateway import identity, metrics, pipeline
+from gateway import identity, metrics, pipeline, surfaces
 from gateway.endpoints.chat import UPSTREAM_DIALECTS, Call
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import ClientError, GatewayError, bad_request
@@ -40,7 +40,7 @@ STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 async def chat_stream(request: HTTPRequest) -> Response:
     gw = gateway_of(request)
-    ex = await exchange_from(request, endpoint="chat_stream", dialect="augment")
+    ex = await exchange_from(request, surfaces.CHAT_STREAM)
     metrics.bind(ex)
     decoded: list[augment.ChatRequest] = []
 

@@ -25,7 +25,7 @@ import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
-from gateway import identity, metrics, pipeline
+from gateway import identity, metrics, pipeline, surfaces
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.endpoints.gemini import gemini_headers
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
@@ -138,7 +138,7 @@ def _route(ex: pipeline.Exchange, gw: Gateway,
 
 async def chat_completions(request: HTTPRequest) -> Response:
     gw = gateway_of(request)
-    ex = await exchange_from(request, endpoint="chat_completions", dialect="openai")
+    ex = await exchange_from(request, surfaces.CHAT_COMPLETIONS)
     metrics.bind(ex)
     routed: list[Call] = []
     decode, encode = _route(ex, gw, routed)

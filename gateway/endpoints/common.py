@@ -8,6 +8,7 @@ from starlette.requests import Request as HTTPRequest
 
 from gateway.errors import ClientError
 from gateway.pipeline import Exchange
+from gateway.surfaces import Surface
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -43,12 +44,12 @@ def client_headers(request: HTTPRequest) -> dict[str, str]:
     return out
 
 
-async def exchange_from(request: HTTPRequest, *, endpoint: str, dialect: str) -> Exchange:
+async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
     raw = await read_body(request, gw.settings.max_body_bytes)
     return Exchange(
-        endpoint=endpoint,
-        dialect=dialect,
+        endpoint=surface.label,
+        dialect=surface.dialect,
         request_id=request.state.request_id,
         headers=client_headers(request),
         query=request.url.query,

@@ -22,7 +22,7 @@ import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
-from gateway import identity, metrics, pipeline
+from gateway import identity, metrics, pipeline, surfaces
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
 from gateway.protocols import gemini
@@ -50,7 +50,7 @@ async def generate_content(request: HTTPRequest) -> Response:
     if action not in ACTIONS or not model:
         raise ClientError(404, f"models/{request.path_params['rest']} is not found for API version v1beta, or "
                                "is not supported", "not_found_error")
-    ex = await exchange_from(request, endpoint="generate_content", dialect="gemini")
+    ex = await exchange_from(request, surfaces.GENERATE_CONTENT)
     metrics.bind(ex)
     stream = action == "streamGenerateContent"
     caps = gw.router.caps_for(model)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
-from gateway import metrics, pipeline
+from gateway import metrics, pipeline, surfaces
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import GatewayError
 from gateway.identity import SCID_HEADER
@@ -24,7 +24,7 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 async def messages(request: HTTPRequest) -> Response:
     gw = gateway_of(request)
-    ex = await exchange_from(request, endpoint="messages", dialect="anthropic")
+    ex = await exchange_from(request, surfaces.MESSAGES)
     metrics.bind(ex)
     await pipeline.prepare(ex, gw)
     assert ex.request is not None
@@ -58,7 +58,7 @@ async def messages(request: HTTPRequest) -> Response:
 async def count_tokens(request: HTTPRequest) -> Response:
     """Plain passthrough: body and headers forwarded, upstream answer returned."""
     gw = gateway_of(request)
-    ex = await exchange_from(request, endpoint="count_tokens", dialect="anthropic")
+    ex = await exchange_from(request, surfaces.COUNT_TOKENS)
     pipeline.parse_json(ex.raw_body)  # reject non-JSON early, in the client's dialect
     resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", ex.raw_body,
                                                 forward_request_headers(ex.headers), ex.query)

@@ -1,0 +1,51 @@
+"""The client surfaces: every path thinkgate serves a client protocol on, in one table.
+
+A surface is one client protocol's endpoint: its metric label (also the ``Exchange``'s ``endpoint``), its
+dialect (``Exchange.dialect``: the protocol's requests and stream events), the envelope its errors are rendered
+in, the route paths the app serves it on and the path prefixes whose
+requests belong to it (so an unknown path under a surface's prefix gets that surface's error shape and metric
+label). The app's routes, the error dialect of a path and the metrics' endpoint labels are all read from here,
+so they cannot drift apart. Data only: the handlers are bound to the labels in ``gateway.app``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import Dialect
+
+
+@dataclass(frozen=True, slots=True)
+class Surface:
+    label: str                   # the metric's endpoint label and ``Exchange.endpoint``
+    dialect: str                 # the client protocol (``Exchange.dialect``)
+    routes: tuple[str, ...]      # starlette route paths
+    prefixes: tuple[str, ...]    # path prefixes that belong to it (first match in ``SURFACES`` order wins)
+    method: str = "POST"
+    errors: Dialect = "anthropic"  # the envelope of the errors the app renders for it (``errors.render_error``)
+
+
+COUNT_TOKENS = Surface("count_tokens", "anthropic", ("/v1/messages/count_tokens",), ("/v1/messages/count_tokens",))
+MESSAGES = Surface("messages", "anthropic", ("/v1/messages",), ("/v1/messages",))
+CHAT_COMPLETIONS = Surface("chat_completions", "openai", ("/v1/chat/completions",), ("/v1/chat/completions",),
+                           errors="openai")
+GENERATE_CONTENT = Surface("generate_content", "gemini", ("/v1beta/models/{rest:path}", "/v1/models/{rest:path}"),
+                           ("/v1beta", "/v1/models/"), errors="gemini")
+# Augment's JSON errors (before its stream starts) are Anthropic-shaped; errors within the stream are its own lines
+CHAT_STREAM = Surface("chat_stream", "augment", ("/gateway/chat-stream",), ("/gateway/chat-stream",))
+CONVERSATION_EXPORT = Surface("conversation_export", "anthropic", ("/gateway/conversations/{scid}",),
+                              ("/gateway/conversations/",), method="GET")
+
+SURFACES: tuple[Surface, ...] = (COUNT_TOKENS, MESSAGES, CHAT_COMPLETIONS, GENERATE_CONTENT, CHAT_STREAM,
+                                 CONVERSATION_EXPORT)
+
+
+def surface_for_path(path: str) -> Surface | None:
+    """The surface a request path belongs to (None: none, e.g. ``/healthz``)."""
+    return next((s for s in SURFACES if path.startswith(s.prefixes)), None)
+
+
+def dialect_for_path(path: str) -> Dialect:
+    """The dialect an error on ``path`` is rendered in: its surface's, Anthropic's for any other path."""
+    surface = surface_for_path(path)
+    return surface.errors if surface is not None else "anthropic"

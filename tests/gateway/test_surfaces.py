@@ -1,0 +1,43 @@
+"""The surface table (``gateway.surfaces``) is the one source of the app's client routes, the error dialect of a
+path and the metrics' endpoint labels: they cannot drift apart (as ``/v1/models/`` once did: served as Gemini,
+counted as ``other``)."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.routing import Route
+
+from gateway import metrics
+from gateway.app import HANDLERS, create_app
+from gateway.settings import Settings
+from gateway.surfaces import SURFACES, dialect_for_path, surface_for_path
+
+
+def _concrete(route: str) -> str:
+    return re.sub(r"\{[^}]+\}", "gemini-3-pro-preview:generateContent", route)
+
+
+def test_every_route_of_a_surface_is_labelled_and_rendered_as_that_surface() -> None:
+    for s in SURFACES:
+        for route in s.routes:
+            path = _concrete(route)
+            assert surface_for_path(path) is s, path
+            assert metrics.endpoint_of(path) == s.label and s.label in metrics.ENDPOINTS
+            assert dialect_for_path(path) == s.errors
+
+
+def test_the_gemini_path_without_beta_is_generate_content_not_other() -> None:
+    path = "/v1/models/gemini-3-pro-preview:streamGenerateContent"
+    assert metrics.endpoint_of(path) == "generate_content" and dialect_for_path(path) == "gemini"
+    assert metrics.endpoint_of("/v1beta/unknown") == "generate_content"  # its error shape and label: Gemini's
+    assert metrics.endpoint_of("/nowhere") == "other" and dialect_for_path("/nowhere") == "anthropic"
+    assert metrics.endpoint_of("/healthz") is None
+
+
+def test_the_apps_client_routes_are_the_tables() -> None:
+    app = create_app(Settings(), store=None, upstreams={})
+    served = {(r.path, next(iter(set(r.methods or ()) - {"HEAD"})), r.endpoint) for r in app.routes
+              if isinstance(r, Route) and surface_for_path(_concrete(r.path)) is not None}
+    assert served == {(path, s.method, HANDLERS[s.label]) for s in SURFACES for path in s.routes}
+    assert set(HANDLERS) == {s.label for s in SURFACES}
