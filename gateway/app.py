@@ -7,7 +7,6 @@ import gc
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,12 +17,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics, records, splice
+from gateway.deps import Gateway
 from gateway.endpoints import augment, chat, gemini, messages
 from gateway.errors import GatewayError, new_request_id, render_error
-from gateway.hints import ConversationHints
 from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
-from gateway.routing import Router
 from gateway.settings import Settings
 from gateway.surfaces import SURFACES, dialect_for_path
 from gateway.upstream import Upstream
@@ -37,20 +35,6 @@ log = logging.getLogger("thinkgate")
 HANDLERS = {"messages": messages.messages, "count_tokens": messages.count_tokens,
             "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
             "chat_stream": augment.chat_stream, "conversation_export": augment.conversation}
-
-
-@dataclass(slots=True)
-class Gateway:
-    """The app's dependencies, reachable from handlers as ``request.app.state.gateway``."""
-
-    settings: Settings
-    upstreams: dict[str, Upstream]
-    store: Store | None = None
-    router: Router = field(default_factory=Router)
-    draining: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
-    hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
-    replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:

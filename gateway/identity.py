@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gateway.credentials import credential_of
 from gateway.paths import Known, path_fingerprint
 from gateway.protocols.canonical import Message, assistant_indexes
 from gateway.repair import lookup_hashes
@@ -20,17 +21,6 @@ from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
 
 SCID_HEADER = "x-ag-conversation-id"
-
-
-def credential_of(headers: Mapping[str, str]) -> str | None:
-    key = headers.get("x-api-key") or headers.get("x-goog-api-key")
-    if key:
-        return key
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return None
 
 
 def tenant_of(secret: str, headers: Mapping[str, str]) -> str | None:

@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from gateway.pipeline import Exchange
+    from gateway.exchange import Exchange
 
 ACCESS_LOGGER = "thinkgate.access"
 FORMATS = ("json", "text")

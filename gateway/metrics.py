@@ -37,7 +37,7 @@ from gateway.surfaces import SURFACES, surface_for_path
 from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
 
 if TYPE_CHECKING:
-    from gateway.pipeline import Exchange
+    from gateway.exchange import Exchange
     from state.records import ConversationState
     from state.store import TurnWrite
 

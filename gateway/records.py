@@ -101,7 +101,7 @@ def load_block(d: dict[str, JSON]) -> Block:
     if not isinstance(prov, dict):
         return anthropic.decode_block(d, "record")
     rest = {k: v for k, v in d.items() if k != PROVIDER_KEY}
-    origin = prov.get("origin") if isinstance(prov.get("origin"), str) else CLIENT
+    origin = named if isinstance(named := prov.get("origin"), str) else CLIENT
     sig = ProviderSig(origin, prov["value"]) if "value" in prov else None
     if rest.get("type") == "thought":
         text = rest.get("thinking")

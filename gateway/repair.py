@@ -32,6 +32,7 @@ The client's user messages define the path: repair never adds or removes turns.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import operator
 import re
@@ -485,11 +486,15 @@ def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
     if wire is not None:
         # exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream (encoders
         # splice it), its blocks are built only if a later stage needs them
-        r.restore_raw(wire, lambda turn=turn: list(turn.content), turn.replay_digest)
+        r.restore_raw(wire, functools.partial(_blocks, turn), turn.replay_digest)
         r.verbatim = True
     else:
         r.content = blocks
     return r
+
+
+def _blocks(turn: RecordedTurn) -> list[Block]:
+    return list(turn.content)
 
 
 def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev: RecordedTurn | None,

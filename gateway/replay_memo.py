@@ -160,7 +160,7 @@ def one_to_one(decode_one: DecodeOne) -> Resume:
         n = len(raw)
         new = [decode_one(v, n + j) for j, v in enumerate(tail)]
         if all(map(operator.is_not, kept, itertools.repeat(None))):  # all as they were (the common case)
-            return kept + new  # type: ignore[operator]
+            return kept + new  # type: ignore[return-value]
         return [m if m is not None else decode_one(raw[i], i) for i, m in enumerate(kept)] + new
     return resume
 

@@ -115,7 +115,7 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
         if not sep or not prefix or not target:
             raise RouteError(f"GATEWAY_ROUTES: {entry!r} is not PREFIX=TARGET")
         if target in KINDS:
-            routes.append(Route(prefix, target, target))  # type: ignore[arg-type]
+            routes.append(Route(prefix, target, target))
             continue
         flavor, at, url = target.partition("@")
         if not at or flavor not in FLAVORS or not url.startswith(("http://", "https://")):

@@ -128,7 +128,7 @@ def _worker(config: Config, sockets: Sockets | None = None, shutdown_event: Even
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(hypercorn_workers.worker_serve(
-            wrap_app(drain, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,
+            wrap_app(drain, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,  # type: ignore[arg-type]
             shutdown_trigger=partial(drain.until_drained, shutdown_event)))
 
 

@@ -49,7 +49,7 @@ def message_json(m: Message) -> bytes:
             and kept[3] == m.role:
         return kept[4]
     shared = raw is not None and m.raw_recorded and not m.extra
-    if shared:
+    if shared and raw is not None:
         hit = _recorded.get(raw)
         if hit is not None and hit[0] == m.role:
             return hit[1]

@@ -164,11 +164,8 @@ def _renamed_repeats(msgs: list[Message]) -> list[Action]:
         results: list[Block] = []
         for b in nxt.content:
             queue = queues.get(b.tool_use_id) if isinstance(b, ToolResultBlock) else None
-            if queue:
-                new = queue.pop(0)
-                if new:
-                    b = dataclasses.replace(b, tool_use_id=new)
-            results.append(b)
+            new = queue.pop(0) if queue else ""
+            results.append(dataclasses.replace(b, tool_use_id=new) if new and isinstance(b, ToolResultBlock) else b)
         nxt.content = results
     return actions
 

@@ -52,7 +52,7 @@ DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (~6 KB each 
 def pack(obj: Any, *, compress_min: int | None = COMPRESS_MIN_BYTES) -> bytes:
     """Encode ``obj`` with a version byte; compress when large and worth it (``None`` = never)."""
     try:
-        body = msgpack.packb(obj, use_bin_type=True, unicode_errors="surrogatepass")
+        body: bytes = msgpack.packb(obj, use_bin_type=True, unicode_errors="surrogatepass")
     except (TypeError, ValueError, OverflowError) as exc:
         raise CodecError(f"cannot encode: {exc}") from exc
     if compress_min is not None and len(body) >= compress_min:
@@ -77,6 +77,7 @@ def unpack(data: bytes) -> Any:
         raise CodecError("not an encoded value (too short or not bytes)")
     version = data[0]
     try:
+        body: bytes | memoryview
         if version == VERSION_MSGPACK:
             body = memoryview(data)[1:]
         elif version == VERSION_ZLIB:

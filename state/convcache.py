@@ -77,7 +77,7 @@ class CachedConversation:
             return None
         by_ids = self.state.turns_by_tool_ids(tool_ids)
         found = [r if r is not None else f for r, f in zip(out, by_ids, strict=True)]
-        return found if all(map(operator.is_not, found, itertools.repeat(None))) else None
+        return found if all(map(operator.is_not, found, itertools.repeat(None))) else None  # type: ignore[return-value]
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,

@@ -50,7 +50,7 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                            load_cache_bytes=load_cache_bytes)
     breaker = CircuitBreaker(failure_threshold, cooldown_seconds, clock)
     timeout_s = timeout_ms / 1000
-    common = {
+    common: dict[str, Any] = {
         "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
         # one immediate retry on a fresh connection (a pooled socket may be dead after a Redis
         # restart); the whole call stays bounded by timeout_ms.

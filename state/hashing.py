@@ -73,7 +73,8 @@ def _canonical(obj: Any) -> Any:
 
 def canonical_packb(obj: Any) -> bytes:
     """Deterministic msgpack: map keys sorted recursively, tuples as arrays, strings surrogate-safe."""
-    return msgpack.packb(_canonical(obj), use_bin_type=True, unicode_errors="surrogatepass")
+    packed: bytes = msgpack.packb(_canonical(obj), use_bin_type=True, unicode_errors="surrogatepass")
+    return packed
 
 
 def compute_turn_id(content: Sequence[Mapping[str, Any]], prefix_fingerprint: str | None = None) -> str:

@@ -6,7 +6,7 @@ Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.hashing`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,5 +213,6 @@ def _add_thinking(found: dict[Any, TurnRecord | None], rec: TurnRecord) -> None:
             found[exact] = None if found.get(exact, rec) is not rec else rec  # a text two turns have names neither
 
 
-_LOOKUPS = {"_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
-            "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set, "_by_thinking": _add_thinking}
+_LOOKUPS: dict[str, Callable[[dict[Any, Any], TurnRecord], None]] = {
+    "_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
+    "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set, "_by_thinking": _add_thinking}

@@ -50,13 +50,14 @@ def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
     for args in commands:
         add(b"*%d\r\n" % len(args))
         for a in args:
-            kind = type(a)
+            kind = type(a)  # (exact types first: the common cases, without isinstance's subclass walk)
+            b: bytes
             if kind is bytes:
-                b = a
+                b = a  # type: ignore[assignment]
             elif kind is str:
                 b = a.encode()  # type: ignore[union-attr]
             elif kind is int:
-                b = b"%d" % a
+                b = b"%d" % a  # type: ignore[str-format]
             else:
                 b = _arg(a)
             add(b"$%d\r\n%b\r\n" % (len(b), b))
@@ -165,10 +166,9 @@ class RespNode:
                  username: str | None = None, password: str | None = None) -> None:
         self._address = (host, port)
         self._path = path
-        self._handshake = [c for c in (
-            ["AUTH", *([username] if username else []), password] if password else None,
-            ["SELECT", db] if db else None,
-        ) if c is not None]
+        auth: list[Arg] | None = ["AUTH", *([username] if username else []), password] if password else None
+        select: list[Arg] | None = ["SELECT", db] if db else None
+        self._handshake: list[list[Arg]] = [c for c in (auth, select) if c is not None]
         self._idle: list[_Connection] = []
         self._closed = False
         self.connections_made = 0
@@ -181,7 +181,8 @@ class RespNode:
         kw = pool.connection_kwargs
         if kw.get("credential_provider") is not None or kw.get("protocol") not in (None, 2, "2"):
             return None
-        common = {"db": int(kw.get("db") or 0), "username": kw.get("username"), "password": kw.get("password")}
+        common: dict[str, Any] = {"db": int(kw.get("db") or 0), "username": kw.get("username"),
+                                  "password": kw.get("password")}
         if pool.connection_class is Connection and type(pool) is ConnectionPool:  # not Sentinel's subclass
             return cls(host=kw.get("host", "localhost"), port=int(kw.get("port", 6379)), **common)
         if pool.connection_class is UnixDomainSocketConnection and kw.get("path"):

@@ -3,7 +3,7 @@
 Chat-stream: the Augment request is decoded to canonical, runs the common pipeline (identify,
 load, repair/sanitize, rebuild the history from the records when the client names a known
 conversation and replays none), goes to the upstream the routing table names (Anthropic Messages,
-Gemini or OpenAI-compatible, through the chat surface's ``UPSTREAM_DIALECTS``; other upstreams'
+Gemini or OpenAI-compatible, through ``dialects.UPSTREAM_DIALECTS``; other upstreams'
 streams are translated to canonical events) as a stream, and comes back as NDJSON chunks
 (``gateway.protocols.augment_stream``: every upstream's reasoning, Anthropic thinking or another
 family's thought summaries, streams as THINKING nodes, never as text). The conversation id is the
@@ -21,21 +21,17 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
 from gateway import identity, metrics, pipeline, surfaces
-from gateway.endpoints.chat import UPSTREAM_DIALECTS, Call
+from gateway.dialects import UPSTREAM_DIALECTS, Call, record_stream, relay_headers, route
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import ClientError, GatewayError, bad_request
 from gateway.export import FORMATS, export_conversation
-from gateway.identity import SCID_HEADER
 from gateway.protocols import augment, augment_stream
-from gateway.protocols.canonical import Request, Turn
+from gateway.protocols.canonical import Request
 from gateway.records import lift_turn
 from gateway.streaming.relay import relay_sse
 from gateway.streaming.translate import TranslatedStream
 from state.keys import is_valid_scid
 from state.store import StoreError
-
-STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
 
 
 async def chat_stream(request: HTTPRequest) -> Response:
@@ -48,10 +44,7 @@ async def chat_stream(request: HTTPRequest) -> Response:
 
     def decode(body: Any) -> Request:
         chat = augment.decode_chat_request(body)
-        caps = gw.router.caps_for(chat.request.model)
-        if caps.kind not in UPSTREAM_DIALECTS or caps.upstream not in gw.upstreams:
-            raise bad_request(f"model {chat.request.model!r} routes to the {caps.upstream} upstream, which "
-                              "is not configured")
+        caps = route(gw.router, gw.upstreams, chat.request.model)
         if is_valid_scid(chat.conversation_id):
             ex.header_scid = chat.conversation_id  # the X-AG-Conversation-Id header still wins
         ex.upstream = caps.upstream
@@ -66,12 +59,12 @@ async def chat_stream(request: HTTPRequest) -> Response:
     await pipeline.prepare(ex, gw, decode, encode)
     chat, call = decoded[0], routed[0]
     dialect = UPSTREAM_DIALECTS[call.caps.kind]
-    headers = dialect.headers(ex.headers)  # one auth rule per upstream dialect (endpoints/chat.py)
+    headers = dialect.headers(ex.headers)  # one auth rule per upstream dialect
     path, _, query = dialect.path(call).partition("?")
     upstream = gw.upstreams[call.caps.upstream]
     resp = await upstream.post(path, ex.outgoing, headers, query)
     metrics.observe_upstream(upstream.name, resp.status)
-    out_headers = {SCID_HEADER: ex.scid} if ex.scid else {}
+    out_headers = relay_headers({}, ex.scid)
     if resp.status != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
         body = await resp.read()
         metrics.observe_upstream_body(upstream.name, resp.status, body)
@@ -83,13 +76,11 @@ async def chat_stream(request: HTTPRequest) -> Response:
         return Response(body, status_code=resp.status, headers=out_headers,
                         media_type=resp.headers.get("content-type", "application/json"))
 
-    async def on_complete(turn: Turn) -> None:
-        await pipeline.record(ex, gw, lift_turn(turn))
-
     encoder = augment_stream.StreamEncoder(chat.tool_meta, tool_use_start=chat.tool_use_start)
     source: Any = TranslatedStream(resp, dialect.translator(call)) if dialect.translator is not None else resp
-    return StreamingResponse(relay_sse(source, encoder, on_complete=on_complete), status_code=200,
-                             headers={**STREAM_HEADERS, **out_headers}, media_type=augment_stream.MEDIA_TYPE)
+    return StreamingResponse(relay_sse(source, encoder, on_complete=record_stream(ex, gw, lift_turn)),
+                             status_code=200, headers=relay_headers({}, ex.scid, stream=True),
+                             media_type=augment_stream.MEDIA_TYPE)
 
 
 async def conversation(request: HTTPRequest) -> Response:

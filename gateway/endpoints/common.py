@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.requests import Request as HTTPRequest
 
+from gateway.deps import Gateway
 from gateway.errors import ClientError
-from gateway.pipeline import Exchange
+from gateway.exchange import Exchange
 from gateway.surfaces import Surface
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
 
 TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
 
 
 def gateway_of(request: HTTPRequest) -> Gateway:
-    return request.app.state.gateway  # type: ignore[no-any-return]
+    gw: Gateway = request.app.state.gateway
+    return gw
 
 
 async def read_body(request: HTTPRequest, limit: int) -> bytes:

@@ -15,18 +15,19 @@ and ``?key=`` are forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
-from gateway import identity, metrics, pipeline, surfaces
+from gateway import metrics, pipeline, surfaces
+from gateway.credentials import credential_of
+from gateway.dialects import gemini_headers, record_stream, relay_headers, route
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
 from gateway.protocols import gemini
-from gateway.protocols.canonical import Request, Turn
+from gateway.protocols.canonical import Request
 from gateway.protocols.gemini_parts import deterministic_ids
 from gateway.protocols.gemini_stream import GeminiTranslator, NativeStreamEncoder
 from gateway.records import lift_turn
@@ -35,13 +36,6 @@ from gateway.streaming.relay import relay_sse
 from gateway.streaming.translate import TranslatedStream
 
 ACTIONS = ("generateContent", "streamGenerateContent")
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
-    """The client's key as ``x-goog-api-key`` (a ``?key=`` query is forwarded with the query)."""
-    key = client.get("x-goog-api-key") or identity.credential_of(client)
-    return {"x-goog-api-key": key} if key else {}
 
 
 async def generate_content(request: HTTPRequest) -> Response:
@@ -53,12 +47,9 @@ async def generate_content(request: HTTPRequest) -> Response:
     ex = await exchange_from(request, surfaces.GENERATE_CONTENT)
     metrics.bind(ex)
     stream = action == "streamGenerateContent"
-    caps = gw.router.caps_for(model)
-    if caps.kind != "gemini" or caps.upstream not in gw.upstreams:
-        raise ClientError(400, f"model {model} is not served by a Gemini upstream", "invalid_request_error",
-                          "model_not_supported")
+    caps = route(gw.router, gw.upstreams, model, kinds=("gemini",))
     ex.upstream = caps.upstream
-    if identity.credential_of(ex.headers) is None and request.query_params.get("key"):
+    if credential_of(ex.headers) is None and request.query_params.get("key"):
         ex.headers["x-goog-api-key"] = request.query_params["key"]  # the tenant comes from the credential
 
     def decode(body: Any) -> Request:
@@ -74,7 +65,7 @@ async def generate_content(request: HTTPRequest) -> Response:
     upstream = gw.upstreams[caps.upstream]
     resp = await upstream.post(f"/v1beta/models/{model}:{action}", ex.outgoing, gemini_headers(ex.headers), query)
     metrics.observe_upstream(upstream.name, resp.status)
-    headers = {identity.SCID_HEADER: ex.scid} if ex.scid else {}
+    headers = relay_headers({}, ex.scid)
     if resp.status != 200 or not stream or not resp.headers.get("content-type", "").startswith("text/event-stream"):
         body = await resp.read()
         metrics.observe_upstream_body(upstream.name, resp.status, body)
@@ -88,14 +79,10 @@ async def generate_content(request: HTTPRequest) -> Response:
             turn = None  # relayed, just not recorded
         if turn is not None:
             await pipeline.record(ex, gw, turn)
-            if ex.scid:
-                headers[identity.SCID_HEADER] = ex.scid
+            headers = relay_headers(headers, ex.scid)
         return Response(body, status_code=200, headers=headers, media_type="application/json")
 
-    async def on_complete(turn: Turn) -> None:
-        await pipeline.record(ex, gw, lift_turn(turn))
-
     source: Any = TranslatedStream(resp, GeminiTranslator(origin=origin, mint=mint, model=model), raw_events=True)
-    relay = relay_sse(source, NativeStreamEncoder(sse=sse), on_complete=on_complete)
-    return StreamingResponse(relay, status_code=200, headers={**SSE_HEADERS, **headers},
+    relay = relay_sse(source, NativeStreamEncoder(sse=sse), on_complete=record_stream(ex, gw, lift_turn))
+    return StreamingResponse(relay, status_code=200, headers=relay_headers({}, ex.scid, stream=True),
                              media_type="text/event-stream" if sse else "application/json")

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
 from gateway import metrics, pipeline, surfaces
+from gateway.deps import Gateway
+from gateway.dialects import record_stream, relay_headers
 from gateway.endpoints.common import exchange_from, gateway_of
 from gateway.errors import GatewayError
-from gateway.identity import SCID_HEADER
+from gateway.exchange import Exchange
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import Turn
 from gateway.streaming.relay import relay_sse
 from gateway.upstream import forward_request_headers
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
-
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 async def messages(request: HTTPRequest) -> Response:
@@ -41,18 +35,10 @@ async def messages(request: HTTPRequest) -> Response:
             await _record_body(ex, gw, body)
             body = pipeline.with_gateway_meta(body, ex.scid)
             headers.pop("content-length", None)
-        if ex.scid:
-            headers[SCID_HEADER] = ex.scid
-        return Response(body, status_code=resp.status, headers=headers)
-
-    async def on_complete(turn: Turn) -> None:
-        await pipeline.record(ex, gw, turn)
-
-    headers.update(SSE_HEADERS)
-    if ex.scid:
-        headers[SCID_HEADER] = ex.scid
-    relay = relay_sse(resp, anthropic.StreamEncoder(ex.scid), on_complete=on_complete)
-    return StreamingResponse(relay, status_code=200, headers=headers, media_type=None)
+        return Response(body, status_code=resp.status, headers=relay_headers(headers, ex.scid))
+    relay = relay_sse(resp, anthropic.StreamEncoder(ex.scid), on_complete=record_stream(ex, gw))
+    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
+                             media_type=None)
 
 
 async def count_tokens(request: HTTPRequest) -> Response:
@@ -67,7 +53,7 @@ async def count_tokens(request: HTTPRequest) -> Response:
     return Response(body, status_code=resp.status, headers=resp.headers)
 
 
-async def _record_body(ex: pipeline.Exchange, gw: Gateway, body: bytes) -> None:
+async def _record_body(ex: Exchange, gw: Gateway, body: bytes) -> None:
     try:
         turn = anthropic.decode_turn(pipeline.parse_json(body))
     except GatewayError:  # an upstream body we cannot read is relayed, just not recorded

@@ -201,8 +201,8 @@ def decode_turn(body: Any, *, origin: str, mint: Mint, model: str) -> Turn:
         raise bad_request("upstream answer is not a JSON object")
     cands = body.get("candidates")
     cand = cands[0] if isinstance(cands, list) and cands and isinstance(cands[0], dict) else {}
-    content = cand.get("content") if isinstance(cand.get("content"), dict) else {}
-    parts = content.get("parts") if isinstance(content.get("parts"), list) else []
+    content = found if isinstance(found := cand.get("content"), dict) else {}
+    parts = listed if isinstance(listed := content.get("parts"), list) else []
     blocks = blocks_from_parts(parts, origin, mint)
     called = any(isinstance(b, ToolUseBlock) for b in blocks)
     return Turn(id=str(body.get("responseId") or ""), model=str(body.get("modelVersion") or model),

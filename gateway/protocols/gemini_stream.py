@@ -71,7 +71,7 @@ class GeminiTranslator:
                 "stop_sequence": None, "usage": usage(chunk.get("usageMetadata"))}})
         cands = chunk.get("candidates")
         cand = cands[0] if isinstance(cands, list) and cands and isinstance(cands[0], dict) else {}
-        content = cand.get("content") if isinstance(cand.get("content"), dict) else {}
+        content = found if isinstance(found := cand.get("content"), dict) else {}
         for part in content.get("parts") or ():
             events += self._part(part)
         if cand.get("finishReason"):

@@ -257,8 +257,8 @@ def responses_to_chat(body: dict[str, JSON]) -> dict[str, JSON]:
         elif t == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")})
         elif t == "reasoning":
-            parts = [p.get("text") for key in ("content", "summary") for p in item.get(key) or ()
-                     if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            parts = [text for key in ("content", "summary") for p in item.get(key) or ()
+                     if isinstance(p, dict) and isinstance(text := p.get("text"), str)]
             reasoning = "\n\n".join(parts) or None
             continue
         else:

@@ -180,8 +180,8 @@ class StreamEncoder:
         err = data.get("error")
         err = err if isinstance(err, dict) else {}
         self.failed = True
-        message = err.get("message") if isinstance(err.get("message"), str) else "upstream stream failed"
-        etype = err.get("type") if isinstance(err.get("type"), str) else "api_error"
+        message = text if isinstance(text := err.get("message"), str) else "upstream stream failed"
+        etype = kind if isinstance(kind := err.get("type"), str) else "api_error"
         return frame(openai_error_body(502, message, etype))
 
     def _reasoning_text(self, text: JSON) -> bytes:

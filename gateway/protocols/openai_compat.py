@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
+from gateway.credentials import credential_of
 from gateway.errors import bad_request
-from gateway.identity import credential_of
 from gateway.protocols.canonical import (
     JSON,
     Block,
@@ -171,7 +171,7 @@ def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
         raise bad_request("upstream answer has no choices")
     choice = body["choices"][0] if isinstance(body["choices"][0], dict) else {}
-    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    msg = found if isinstance(found := choice.get("message"), dict) else {}
     blocks: list[Block] = []
     thought = reasoning_text(msg)
     if thought:
@@ -191,7 +191,7 @@ def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
         csig = signature_from_openai_extra(call.get("extra_content"))
         blocks.append(ToolUseBlock(str(call.get("id") or ""), fn["name"], args,
                                    sig=ProviderSig(origin, csig) if csig else None))
-    u = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    u = usage if isinstance(usage := body.get("usage"), dict) else {}
     return Turn(id=str(body.get("id") or ""), model=str(body.get("model") or model), content=blocks,
                 stop_reason=STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
                 usage={"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0)},

@@ -160,7 +160,7 @@ class CompatTranslator:
     def _call(self, call: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
         n = call.get("index", len(self.tools))
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = found if isinstance(found := call.get("function"), dict) else {}
         if n not in self.tools:
             block: dict[str, JSON] = {"type": "tool_use", "id": str(call.get("id") or f"call_{n}"),
                                       "name": str(fn.get("name") or ""), "input": {}}

@@ -192,7 +192,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
             continue
         if profile == OPENROUTER and ours:
             want = minter.opaque(OPENROUTER, model, ids)
-            details = m.get("reasoning_details") if isinstance(m.get("reasoning_details"), list) else []
+            details = listed if isinstance(listed := m.get("reasoning_details"), list) else []
             if not any(isinstance(d, dict) and d.get("type") == "reasoning.encrypted" and d.get("data") == want
                        and d.get("format") == FORMAT for d in details):
                 raw = _OPENROUTER_RAW + orjson.dumps(google_error(400, rule16_message(VERTEX, name, k)),

@@ -274,8 +274,8 @@ def _check_tool_pairing(msgs: list[Msg]) -> Violation | None:
             allowed = set(prev.tool_use_ids()) if prev is not None and prev.role == "assistant" else set()
             unexpected = [(j, tid) for j, tid in results if tid not in allowed]
             if unexpected:
-                ids = ", ".join(tid for _, tid in unexpected)
-                return _v(13, _MSG_13.format(i=m.i, j=unexpected[0][0], ids=ids))
+                listed = ", ".join(tid for _, tid in unexpected)
+                return _v(13, _MSG_13.format(i=m.i, j=unexpected[0][0], ids=listed))
     return None
 
 

@@ -219,7 +219,7 @@ def test_errors_before_streaming(gateway: ServerProcess) -> None:
     assert r.status_code == 400 and "model" in r.json()["error"]["message"]
     r = httpx.post(gateway.url + "/gateway/chat-stream", json={"model": "gpt-4o", "message": "hi"},
                    headers=key)  # no GATEWAY_OPENAI_BASE_URL: no OpenAI-compatible upstream
-    assert r.status_code == 400 and "not configured" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "no upstream configured for model gpt-4o" in r.json()["error"]["message"]
     # The upstream's own refusal keeps its status and body.
     overloaded = chat(gateway.url, {"model": MODEL, "message": "[[sim:fault=overloaded]] hi"}, key)
     assert overloaded.status == 529 and overloaded.body["error"]["type"] == "overloaded_error"

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import pipeline
+from gateway import dialects, pipeline
 from gateway.app import Gateway
 from gateway.endpoints import chat
 from gateway.errors import ClientError
@@ -252,7 +252,7 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
             # reuses the previous body's message JSON
             assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
             assert ex.memo.resumed >= 1 and ex.spliced is not None, (step, ex.memo)
-        answer = await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
         turn = anthropic.decode_turn(answer)
@@ -273,5 +273,5 @@ async def test_a_responses_shaped_body_is_served_and_not_kept(gateways: tuple[Ga
     ex = _exchange({"model": "claude-opus-4-5", "max_output_tokens": 1024, "input": "hello"})()
     await _prepare(ex, with_memo)
     assert ex.memo is None
-    await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
+    await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
     assert len(with_memo.replay_memo) == 0

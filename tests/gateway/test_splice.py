@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import pipeline, splice
+from gateway import dialects, pipeline, splice
 from gateway.app import Gateway
 from gateway.endpoints import chat
 from gateway.protocols import anthropic, openai_chat
@@ -184,7 +184,7 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
         assert ex.changed and ex.upstream == "anthropic"
         if step >= 2:
             assert ex.memo is not None and counted[-1] == 2, counted
-        answer = await relay_and_record(with_memo, ex, chat.anthropic_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
         message = openai_chat.encode_completion(anthropic.decode_turn(answer), created=0)["choices"][0]["message"]
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"result {step} " * 200}

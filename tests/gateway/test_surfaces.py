@@ -41,3 +41,22 @@ def test_the_apps_client_routes_are_the_tables() -> None:
               if isinstance(r, Route) and surface_for_path(_concrete(r.path)) is not None}
     assert served == {(path, s.method, HANDLERS[s.label]) for s in SURFACES for path in s.routes}
     assert set(HANDLERS) == {s.label for s in SURFACES}
+
+
+def test_one_routing_rule_with_one_error_for_every_surface() -> None:
+    """``dialects.route``: a model is served when its upstream is configured and of a kind the surface calls;
+    else the same 400 ``model_not_supported`` whatever the surface (it was written three times, three texts)."""
+    from gateway.dialects import route
+    from gateway.errors import ClientError
+    from gateway.routing import Router
+
+    router = Router()
+    assert route(router, {"anthropic"}, "claude-opus-4-5").upstream == "anthropic"
+    for configured, kinds in (({"gemini"}, ("anthropic", "gemini", "openai")), ({"anthropic"}, ("gemini",))):
+        try:
+            route(router, configured, "claude-opus-4-5", kinds)
+        except ClientError as e:
+            assert (e.status, e.code) == (400, "model_not_supported")
+            assert e.message == "no upstream configured for model claude-opus-4-5 that this endpoint can call"
+        else:
+            raise AssertionError("routed to an upstream the surface cannot call")

@@ -90,7 +90,7 @@ def test_google_error_envelope_for_own_and_relayed_errors(client: genai.Client, 
     with pytest.raises(errors.APIError) as e:
         client.models.generate_content(model="claude-opus-4-5", contents="hi")
     assert e.value.code == 400 and e.value.status == "INVALID_ARGUMENT"
-    assert "not served by a Gemini upstream" in (e.value.message or "")
+    assert "no upstream configured for model claude-opus-4-5 that this endpoint can call" in (e.value.message or "")
 
 
 def test_stream_without_alt_sse_is_a_json_array(gw: ServerProcess, sim: Sim) -> None:

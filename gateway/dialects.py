@@ -1,0 +1,128 @@
+"""The upstream dialects: how thinkgate calls each kind of upstream, in one table, and the one routing rule.
+
+An ``UpstreamDialect`` holds what differs per upstream protocol: its path, the headers it takes from the client's,
+the request encoder, the turn decoder, the stream translator (None: its stream is canonical already) and the error
+reader. ``route`` is the one place that decides whether a model can be served from a surface: the routing table
+names its upstream (``gateway.routing``), and that upstream must be configured and of a kind the surface calls.
+Surfaces (``gateway.endpoints``) call upstreams through this table only; no endpoint imports another.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway import identity, pipeline
+from gateway.credentials import credential_of
+from gateway.deps import Gateway
+from gateway.errors import ClientError, GatewayError, upstream_error
+from gateway.exchange import Exchange
+from gateway.protocols import anthropic, gemini, openai_compat
+from gateway.protocols.canonical import JSON, Request, Turn
+from gateway.protocols.gemini_stream import GeminiTranslator
+from gateway.protocols.openai_compat_stream import CompatTranslator
+from gateway.routing import ModelCaps, Router, origin_of
+from gateway.streaming.translate import Translator
+from gateway.upstream import forward_request_headers
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One routed request: the model's capabilities and the origin its answer's signatures get."""
+
+    caps: ModelCaps
+    req: Request
+
+    @property
+    def origin(self) -> str:
+        return origin_of(self.caps, self.req.model)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamDialect:
+    path: Callable[[Call], str]
+    headers: Callable[[Mapping[str, str]], dict[str, str]]  # client headers -> upstream headers
+    encode: Callable[[Call, Exchange], bytes]              # the request body for this upstream
+    decode_turn: Callable[[Any, Call], Turn]
+    translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
+    error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
+
+
+def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's key as ``x-goog-api-key`` (a ``?key=`` query is forwarded with the query)."""
+    key = client.get("x-goog-api-key") or credential_of(client)
+    return {"x-goog-api-key": key} if key else {}
+
+
+def anthropic_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The bearer credential becomes ``x-api-key`` (OAuth tokens stay bearer); ``anthropic-*`` pass."""
+    out = {k: v for k, v in forward_request_headers(client).items() if k != "authorization"}
+    cred = credential_of(client)
+    if cred and cred.startswith("sk-ant-oat"):
+        out.pop("x-api-key", None)
+        out["authorization"] = f"Bearer {cred}"
+    elif cred:
+        out["x-api-key"] = cred
+    out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    return out
+
+
+def random_ids(k: int, name: str, args: JSON) -> str:
+    """Gemini calls carry no id: OpenAI clients get a fresh one per call (recorded with the turn)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def _gemini_path(call: Call) -> str:
+    action = "streamGenerateContent?alt=sse" if call.req.is_stream else "generateContent"
+    return f"/v1beta/models/{call.req.model}:{action}"
+
+
+UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
+    "anthropic": UpstreamDialect(
+        lambda c: "/v1/messages", anthropic_headers, lambda c, ex: pipeline.anthropic_body(ex, c.req),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error),
+    "gemini": UpstreamDialect(
+        _gemini_path, gemini_headers, lambda c, ex: orjson.dumps(gemini.encode_request(c.req)),
+        lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=random_ids, model=c.req.model),
+        lambda c: GeminiTranslator(origin=c.origin, mint=random_ids, model=c.req.model), upstream_error),
+    "openai": UpstreamDialect(
+        lambda c: "/chat/completions", openai_compat.upstream_headers,
+        lambda c, ex: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
+        lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
+        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error),
+}
+
+
+def route(router: Router, configured: Collection[str], model: str,
+          kinds: Collection[str] = tuple(UPSTREAM_DIALECTS)) -> ModelCaps:
+    """The model's capabilities when a surface that calls upstreams of ``kinds`` can serve it: the routing table
+    names its upstream, which is ``configured`` and of one of those kinds. Else a 400 ``model_not_supported``."""
+    caps = router.caps_for(model)
+    if caps.kind not in kinds or caps.upstream not in configured:
+        raise ClientError(400, f"no upstream configured for model {model} that this endpoint can call",
+                          "invalid_request_error", "model_not_supported")
+    return caps
+
+
+def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool = False) -> dict[str, str]:
+    """The headers of an answer relayed to the client: ``headers``, the conversation id, and for a stream the
+    headers that keep proxies from buffering it."""
+    out = {**headers, **SSE_HEADERS} if stream else dict(headers)
+    if scid:
+        out[identity.SCID_HEADER] = scid
+    return out
+
+
+def record_stream(ex: Exchange, gw: Gateway, lift: Callable[[Turn], Turn] | None = None
+                  ) -> Callable[[Turn], Any]:
+    """The relay's ``on_complete``: record the finished turn (``lift``: from a translated stream's events)."""
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
+    return on_complete

@@ -1,0 +1,47 @@
+"""``Exchange``: everything one client request carries through the pipeline (shared vocabulary of the stages,
+the endpoints, the metrics and the logs, so none of them imports another to name it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.actions import Action
+from gateway.protocols.canonical import Request, Turn
+from gateway.replay_memo import Ticket
+from gateway.splice import Spliced
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Everything one client request carries through the pipeline."""
+
+    endpoint: str
+    dialect: str                     # the client's (surface) dialect
+    request_id: str
+    headers: dict[str, str]          # client headers, lowercase names
+    query: str
+    raw_body: bytes
+    upstream: str = "anthropic"      # the upstream dialect (routing table)
+    request: Request | None = None
+    tenant: str | None = None        # HMAC prefix of the credential, never the credential
+    previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)
+    header_scid: str | None = None
+    scid: str | None = None          # the conversation this exchange belongs to (sent back)
+    via: str = "none"
+    expected_position: int | None = None
+    fork: bool = False               # record on a fork: the client's path left the recorded one
+    prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message
+    stateful: bool = False           # records were consulted (store up, state machine on)
+    actions: list[Action] = field(default_factory=list)
+    changed: bool = False            # repair/sanitize changed the request
+    in_place: bool = True            # ... and may have changed a message in place (no kept JSON: ``splice``)
+    outgoing: bytes = b""            # the encoded upstream body
+    turn: Turn | None = None         # the finished assistant turn
+    recorded: bool = False
+    memo: Ticket | None = None       # this request's decoded messages, for the replay memo
+    spliced: Spliced | None = None  # the previous request's encoded messages, unchanged since (``encode``)
+
+    @property
+    def betas(self) -> frozenset[str]:
+        raw = self.headers.get("anthropic-beta", "")
+        return frozenset(b.strip() for b in raw.split(",") if b.strip())
