@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway import metrics, records, splice
-from gateway.deps import Gateway
+from gateway import metrics
+from gateway.deps import Gateway, WorkerCaches
 from gateway.endpoints import augment, chat, gemini, messages
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.replay_memo import ReplayMemo
@@ -25,7 +25,6 @@ from gateway.retry import RetryPolicy
 from gateway.settings import Settings
 from gateway.surfaces import SURFACES, dialect_for_path
 from gateway.upstream import Upstream
-from state import codec
 from state.store import Store
 
 log = logging.getLogger("thinkgate")
@@ -122,7 +121,7 @@ def default_store(settings: Settings) -> Store | None:
         log.info("no GATEWAY_REDIS_URL: using the embedded in-process store (single process only)")
     return open_store(settings.redis_url, ttl_seconds=settings.state_ttl_seconds,
                       max_turns=settings.state_max_turns, timeout_ms=settings.store_timeout_ms,
-                      load_cache_bytes=max(0, settings.load_cache_mb) << 20)
+                      load_cache_bytes=max(0, settings.load_cache_mb) << 20, decoded_turns=settings.decoded_turn_cache)
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
@@ -130,13 +129,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     settings = settings or Settings.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
                  store=metrics.instrument_store(store if store is not None else default_store(settings)),
-                 replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None)
+                 replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None,
+                 caches=WorkerCaches.sized(settings.decoded_turn_cache))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        codec.set_turn_cache_entries(settings.decoded_turn_cache)
-        records.set_content_cache_entries(settings.decoded_turn_cache)
-        splice.set_recorded_entries(settings.decoded_turn_cache)
         for up in gw.upstreams.values():
             await up.start()
         if gw.store is not None:

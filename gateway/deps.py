@@ -6,11 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
+from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
 from gateway.routing import Router
 from gateway.settings import Settings
+from gateway.splice import RecordedJson
 from gateway.upstream import Upstream
+from state.codec import DEFAULT_TURN_CACHE_ENTRIES
+from state.lru import ObjectLru
 from state.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCaches:
+    """The gateway's per-worker caches of stored records, in one object the app owns, sized from
+    ``GATEWAY_DECODED_TURN_CACHE`` (no module-level cache anywhere). The store keeps its own (decoded turns,
+    loaded conversations: ``state``); the replay memo and the conversation hints are ``Gateway``'s fields."""
+
+    records: RecordCaches        # records as repair sees them (``records.RecordCaches``)
+    recorded_json: RecordedJson  # a recorded turn's upstream JSON (``splice.message_json``)
+
+    @classmethod
+    def sized(cls, entries: int) -> WorkerCaches:
+        return cls(RecordCaches(entries), ObjectLru(entries))
 
 
 @dataclass(slots=True)
@@ -25,3 +43,4 @@ class Gateway:
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
+    caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))

@@ -49,7 +49,7 @@ class Call:
 class UpstreamDialect:
     path: Callable[[Call], str]
     headers: Callable[[Mapping[str, str]], dict[str, str]]  # client headers -> upstream headers
-    encode: Callable[[Call, Exchange], bytes]              # the request body for this upstream
+    encode: Callable[[Call, Exchange, Gateway], bytes]     # the request body for this upstream
     decode_turn: Callable[[Any, Call], Turn]
     translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
     error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
@@ -86,15 +86,15 @@ def _gemini_path(call: Call) -> str:
 
 UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
     "anthropic": UpstreamDialect(
-        lambda c: "/v1/messages", anthropic_headers, lambda c, ex: pipeline.anthropic_body(ex, c.req),
+        lambda c: "/v1/messages", anthropic_headers, lambda c, ex, gw: pipeline.anthropic_body(ex, c.req, gw),
         lambda body, c: anthropic.decode_turn(body), None, upstream_error),
     "gemini": UpstreamDialect(
-        _gemini_path, gemini_headers, lambda c, ex: orjson.dumps(gemini.encode_request(c.req)),
+        _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
         lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=random_ids, model=c.req.model),
         lambda c: GeminiTranslator(origin=c.origin, mint=random_ids, model=c.req.model), upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
-        lambda c, ex: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
+        lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error),
 }

@@ -163,7 +163,7 @@ _MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, A
 def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) -> None:
     assert ex.request is not None
     req = ex.request
-    recs = records_from(result, ex.scid) if result is not None else Records()
+    recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
     rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
     if rebuilt is not None:
         req.messages = rebuilt[0]
@@ -289,21 +289,21 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
     return paths.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
 
 
-def encode(ex: Exchange) -> None:
+def encode(ex: Exchange, gw: Gateway) -> None:
     """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded, splicing the JSON
     of messages encoded before (``gateway.splice``) when no stage changed a message in place."""
     if not ex.changed and ex.dialect == ex.upstream == "anthropic":
         ex.outgoing = ex.raw_body
         return
     assert ex.request is not None
-    ex.outgoing = anthropic_body(ex, ex.request)
+    ex.outgoing = anthropic_body(ex, ex.request, gw)
 
 
-def anthropic_body(ex: Exchange, req: Request) -> bytes:
+def anthropic_body(ex: Exchange, req: Request, gw: Gateway) -> bytes:
     """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
     if ex.in_place:
         return orjson.dumps(anthropic.encode_request(req))
-    body, spliced = splice.encode_request(req, ex.spliced)
+    body, spliced = splice.encode_request(req, ex.spliced, gw.caches.recorded_json)
     if ex.memo is not None:  # for the next request, which starts with these messages
         ex.memo.carried = dataclasses.replace(ex.memo.carried, encoded=spliced)
     return body
@@ -326,7 +326,7 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
         result = await load(ex, gw)
         repair_and_sanitize(ex, gw, result)
         if encoder is None:
-            encode(ex)
+            encode(ex, gw)
         else:
             assert ex.request is not None
             ex.outgoing = encoder(ex.request)

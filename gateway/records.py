@@ -174,54 +174,66 @@ def lift_turn(turn: Turn) -> Turn:
     return turn
 
 
-# Stored records' content as canonical blocks, per worker, by record object. A conversation's records come
-# back as the same objects on every load (``state.codec``'s decoded-turn cache), and a mangled replay
-# restores each of its turns from them on every request: decoding their blocks again (``load_block``: build
-# and check each one) was most of that restore. Blocks built from a record are never changed in place
-# (repair emits them as they are; a stage that changes a block replaces it, and the lists holding them are
-# the request's own), so every request may share them. An entry holds its record, so no other object takes
-# its ``id`` while the entry lives.
-_content_cache: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(codec.DEFAULT_TURN_CACHE_ENTRIES)
+class RecordCaches:
+    """A worker's stored records as repair sees them (one object the app owns: ``deps.WorkerCaches``).
 
+    - ``blocks``: a record's content as canonical blocks, by record object. A conversation's records come back
+      as the same objects on every load (the store's decoded-turn cache), and a mangled replay restores each of
+      its turns from them on every request: decoding their blocks again (``load_block``: build and check each
+      one) was most of that restore. Blocks built from a record are never changed in place (repair emits them
+      as they are; a stage that changes a block replaces it, and the lists holding them are the request's own),
+      so every request may share them. An entry holds its record, so no other object takes its ``id`` while
+      the entry lives.
+    - ``turns``: the ``_StoredTurn`` of a record in a conversation: a long conversation's replay matches hundreds
+      of turns on every request, the same records each time; a ``_StoredTurn`` never changes after it is made.
+    ``entries`` bounds each (``GATEWAY_DECODED_TURN_CACHE``, as the store's decoded-turn cache whose records it
+    follows); 0 turns them off.
+    """
 
-def record_blocks(rec: TurnRecord) -> tuple[Block, ...]:
-    """A stored record's content as canonical blocks (shared: nobody may change them)."""
-    blocks = _content_cache.get(rec)
-    if blocks is None:
-        blocks = tuple(load_block(b) for b in rec.content)
-        _content_cache.put(rec, blocks)
-    return blocks
+    __slots__ = ("blocks", "turns")
 
+    def __init__(self, entries: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
+        self.blocks: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(entries)
+        self.turns: ObjectLru[TurnRecord, _StoredTurn] = ObjectLru(entries)
 
-def shared_records() -> list[tuple[TurnRecord, tuple[Block, ...]]]:
-    """The records whose blocks this worker shares, with those blocks (oldest first)."""
-    return _content_cache.items()
+    def record_blocks(self, rec: TurnRecord) -> tuple[Block, ...]:
+        """A stored record's content as canonical blocks (shared: nobody may change them)."""
+        blocks = self.blocks.get(rec)
+        if blocks is None:
+            blocks = tuple(load_block(b) for b in rec.content)
+            self.blocks.put(rec, blocks)
+        return blocks
 
+    def stored_turn(self, scid: str, rec: TurnRecord) -> _StoredTurn:
+        turn = self.turns.get(rec)
+        if turn is None or turn.scid != scid:
+            turn = _StoredTurn(scid, rec, self)
+            self.turns.put(rec, turn)
+        return turn
 
-def set_content_cache_entries(entries: int) -> None:
-    """How many records' blocks (and repair's views of them) this worker keeps (``GATEWAY_DECODED_TURN_CACHE``,
-    as the store's decoded-turn cache whose records it follows); 0 turns it off."""
-    _content_cache.resize(entries)
-    _turns.resize(entries)
+    def shared(self) -> list[tuple[TurnRecord, tuple[Block, ...]]]:
+        """The records whose blocks this worker shares, with those blocks (oldest first)."""
+        return self.blocks.items()
 
 
 class _StoredTurn(RecordedTurn):
     """A stored record as repair sees it: its content and prompt decoded on first use (one object per
     matched turn, no loader closures: a long conversation's replay matches hundreds by digest)."""
 
-    __slots__ = ("_record",)
+    __slots__ = ("_caches", "_record")
 
-    def __init__(self, scid: str, rec: TurnRecord) -> None:
+    def __init__(self, scid: str, rec: TurnRecord, caches: RecordCaches) -> None:
         super().__init__(scid, rec.position if rec.position is not None else -1,
                          provider=load_fields(rec.provider) if rec.provider else None,
                          replay_digest=rec.replay_digest, path=rec.prefix_fingerprint)
         self._content = None
         self._record = rec
+        self._caches = caches
 
     @property
     def content(self) -> tuple[Block, ...]:
         if self._content is None:
-            self._content = record_blocks(self._record)
+            self._content = self._caches.record_blocks(self._record)
         return self._content
 
     @property
@@ -235,28 +247,16 @@ class _StoredTurn(RecordedTurn):
         return self._record.content if self._record.replay_digest else None
 
 
-# Stored records as repair sees them, per worker, by record object and conversation: a long conversation's
-# replay matches hundreds of turns on every request, the same records each time. A ``_StoredTurn`` is never
-# changed after it is made (its blocks are the shared ``record_blocks``), so every request may share it.
-_turns: ObjectLru[TurnRecord, _StoredTurn] = ObjectLru(codec.DEFAULT_TURN_CACHE_ENTRIES)
-
-
-def _stored_turn(scid: str, rec: TurnRecord) -> _StoredTurn:
-    turn = _turns.get(rec)
-    if turn is None or turn.scid != scid:
-        turn = _StoredTurn(scid, rec)
-        _turns.put(rec, turn)
-    return turn
-
-
-def records_from(result: LoadResult, scid: str | None) -> Records:
+def records_from(result: LoadResult, scid: str | None, caches: RecordCaches | None = None) -> Records:
+    """What repair works on of a load (``caches``: the worker's, shared between its requests; None: none)."""
+    caches = caches if caches is not None else RecordCaches(0)
     cache: dict[tuple[str, str], RecordedTurn] = {}
 
     def recorded(loc_scid: str, rec: TurnRecord) -> RecordedTurn:
         key = (loc_scid, rec.turn_id)
         hit = cache.get(key)
         if hit is None:
-            hit = cache[key] = _stored_turn(loc_scid, rec)
+            hit = cache[key] = caches.stored_turn(loc_scid, rec)
         return hit
 
     def resolve(hits: dict[str, Location]) -> dict[str, RecordedTurn]:

@@ -27,37 +27,32 @@ import orjson
 
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request
-from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.lru import ObjectLru
 
 # a recorded turn's JSON (a message restored from its record, undecoded, extra empty) by the record's list
-# it was encoded from (which the decoded-turn cache holds too), with the role it was encoded with
-_recorded: ObjectLru[list[Any], tuple[str, bytes]] = ObjectLru(DEFAULT_TURN_CACHE_ENTRIES)
+# it was encoded from (which the decoded-turn cache holds too), with the role it was encoded with: a worker's
+# (``deps.WorkerCaches.recorded_json``)
+RecordedJson = ObjectLru[list[Any], tuple[str, bytes]]
 
 
-def set_recorded_entries(entries: int) -> None:
-    """How many recorded turns' JSON this worker keeps (``GATEWAY_DECODED_TURN_CACHE``); 0 turns it off."""
-    _recorded.resize(entries)
-
-
-def message_json(m: Message) -> bytes:
-    """``m`` as Anthropic JSON: kept bytes while ``m`` is what they were made from, else encoded (and kept)."""
+def message_json(m: Message, recorded: RecordedJson | None = None) -> bytes:
+    """``m`` as Anthropic JSON: kept bytes while ``m`` is what they were made from, else encoded (and kept);
+    a recorded turn's from ``recorded`` when another request encoded it already."""
     raw = m.raw_blocks
     source = m.source
     kept = m.encoded
     if kept is not None and kept[0] is source and kept[1] == m.extra and kept[2] is m.content_was_string \
             and kept[3] == m.role:
         return kept[4]
-    shared = raw is not None and m.raw_recorded and not m.extra
-    if shared and raw is not None:
-        hit = _recorded.get(raw)
+    shared = recorded is not None and raw is not None and m.raw_recorded and not m.extra
+    if shared and recorded is not None and raw is not None:
+        hit = recorded.get(raw)
         if hit is not None and hit[0] == m.role:
             return hit[1]
     data = orjson.dumps(anthropic.encode_message(m))
     m.encoded = (source, m.extra, m.content_was_string, m.role, data)
-    if shared:
-        assert raw is not None
-        _recorded.put(raw, (m.role, data))
+    if shared and recorded is not None and raw is not None:
+        recorded.put(raw, (m.role, data))
     return data
 
 
@@ -75,7 +70,8 @@ _MARK = b"\x00"  # orjson escapes control characters in strings: a raw NUL is on
 _MAX_CHUNKS = 16  # a long conversation's chunks are joined into one now and then
 
 
-def encode_request(req: Request, prefix: Spliced | None = None) -> tuple[bytes, Spliced]:
+def encode_request(req: Request, prefix: Spliced | None = None,
+                   recorded: RecordedJson | None = None) -> tuple[bytes, Spliced]:
     """The request's Anthropic body, its messages spliced from ``message_json``; with what it carried for the
     next request. ``prefix``: the previous request's, when the caller vouches that its messages, where they
     are the first of ``req``'s as the same objects, are unchanged since it encoded them: their JSON is taken
@@ -86,15 +82,15 @@ def encode_request(req: Request, prefix: Spliced | None = None) -> tuple[bytes, 
     if prefix is not None and 0 < k <= len(msgs) and all(map(operator.is_, msgs[:k], prefix.messages)):
         chunks = list(prefix.chunks)
         if len(msgs) > k:
-            chunks.append(b",".join(map(message_json, msgs[k:])))
+            chunks.append(b",".join(message_json(m, recorded) for m in msgs[k:]))
         if len(chunks) > _MAX_CHUNKS:
             chunks = [b",".join(chunks)]
     else:
-        chunks = [b",".join(map(message_json, msgs))] if msgs else []
+        chunks = [b",".join(message_json(m, recorded) for m in msgs)] if msgs else []
     skeleton = orjson.dumps(anthropic.request_fields(req, orjson.Fragment(b"[" + _MARK + b"]")))
     at = skeleton.find(_MARK)
     if at < 0:  # (a parameter named like the messages replaced them: encoded as the whole request is)
-        return orjson.dumps(anthropic.encode_request(req, lambda m: orjson.Fragment(message_json(m)))), \
+        return orjson.dumps(anthropic.encode_request(req, lambda m: orjson.Fragment(message_json(m, recorded)))), \
             Spliced([], [])
     parts = [skeleton[:at]]
     for c in chunks:

@@ -16,10 +16,10 @@ A stored turn is the array ``[turn_id, content, provider, model, upstream, diale
 prefix_fingerprint, prompt, replay_digest]``; ``prompt`` and ``replay_digest`` are optional when decoding
 (older records lack them) and decoders ignore further trailing fields so newer writers stay readable.
 
-Decoded turns are cached per process (``decode_turn``), keyed by the stored bytes and position: a
-conversation's older turns come back with every load, byte for byte the same, and decoding them again
-(inflate, unpack, validate) was a third of a long conversation's load. Records are immutable by contract,
-so every caller may share one decoded record; nobody mutates ``content`` or ``prompt``.
+Decoded turns can be cached (``decode_turn``'s ``cache``, a ``TurnCache`` the store owns), keyed by the stored
+bytes and position: a conversation's older turns come back with every load, byte for byte the same, and decoding
+them again (inflate, unpack, validate) was a third of a long conversation's load. Records are immutable by
+contract, so every caller may share one decoded record; nobody mutates ``content`` or ``prompt``.
 
 Index values are small and read by the hundred per load, so they are never compressed: a signature (the
 exact-text index: its key is the SHA-256 of the text, so the text itself is not stored again; values of
@@ -102,26 +102,21 @@ def encode_turn(record: TurnRecord) -> bytes:
     ])
 
 
-_turn_cache: Lru[tuple[bytes, int | None], TurnRecord] = Lru(DEFAULT_TURN_CACHE_ENTRIES)
+TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (stored bytes, position)
 
 
-def set_turn_cache_entries(entries: int) -> None:
-    """How many decoded turns this process keeps (``GATEWAY_DECODED_TURN_CACHE``); 0 turns it off."""
-    _turn_cache.resize(entries)
-
-
-def decode_turn(data: bytes, position: int | None = None) -> TurnRecord:
-    """Decode a stored turn; ``position`` is supplied by the caller (it is not part of the bytes).
-
-    Served from the per-process cache when the same bytes were decoded before (see the module doc).
-    """
+def decode_turn(data: bytes, position: int | None = None, cache: TurnCache | None = None) -> TurnRecord:
+    """Decode a stored turn; ``position`` is supplied by the caller (it is not part of the bytes). Served from
+    ``cache`` when the same bytes were decoded before at that position (see the module doc)."""
     if isinstance(data, bytearray | memoryview):
         data = bytes(data)
+    if cache is None:
+        return _decode_turn(data, position)
     key = (data, position)
-    rec = _turn_cache.get(key)
+    rec = cache.get(key)
     if rec is None:
         rec = _decode_turn(data, position)
-        _turn_cache.put(key, rec)
+        cache.put(key, rec)
     return rec
 
 

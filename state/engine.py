@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError
+from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, LuaScript
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
@@ -83,9 +84,11 @@ class EngineStore:
 
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
-                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
+                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
         """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
-        stored bytes of the cached turns; 0 = off, every load transfers the whole turn list)."""
+        stored bytes of the cached turns; 0 = off, every load transfers the whole turn list). ``decoded_turns``:
+        how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off)."""
         if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
             raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
         self.ttl_seconds = int(ttl_seconds)
@@ -93,6 +96,7 @@ class EngineStore:
         self.max_fetch = int(max_fetch)
         self._wall = wall_clock
         self.conversation_cache = ConversationCache(load_cache_bytes)
+        self.decoded_turns: codec.TurnCache = Lru(decoded_turns)
 
     # -- backend hooks -------------------------------------------------------------------------
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -144,7 +148,7 @@ class EngineStore:
                     reply: Any) -> tuple[ConversationState | None, int]:
         """LOAD reply -> (conversation or None, undecodable items); keeps the cache in step."""
         try:
-            conv, bad, entry = _parse_conversation(scid, reply, known)
+            conv, bad, entry = _parse_conversation(scid, reply, known, self.decoded_turns)
         except Exception:
             self.conversation_cache.put(tenant, scid, None)
             raise
@@ -368,7 +372,7 @@ def _position(rec: TurnRecord) -> int:
     return -1 if rec.position is None else rec.position
 
 
-def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
+def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None, decoded: codec.TurnCache,
                         ) -> tuple[ConversationState | None, int, CachedConversation | None]:
     """LOAD reply + the cache entry its ARGV named -> (conversation or None, number of undecodable items,
     the cache entry to keep or None).
@@ -413,7 +417,7 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         if not blob:
             continue  # a gap: a position the store never received
         try:
-            turns.append(codec.decode_turn(blob, first_new + i))
+            turns.append(codec.decode_turn(blob, first_new + i, decoded))
         except CodecError:
             undecodable.append(first_new + i)
             continue

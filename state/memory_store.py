@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from state import keys
+from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import EngineStore, Eval, Exists, Op, SetEx
 from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD
@@ -76,9 +76,10 @@ class MemoryStore(EngineStore):
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  max_keys: int | None = 1_000_000, clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
+                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
-                         wall_clock=wall_clock, load_cache_bytes=load_cache_bytes)
+                         wall_clock=wall_clock, load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns)
         self._ks = _Keyspace(clock, max_keys)
         self.round_trips = 0
 

@@ -54,7 +54,7 @@ async def chat_stream(request: HTTPRequest) -> Response:
         return chat.request
 
     def encode(req: Request) -> bytes:
-        return UPSTREAM_DIALECTS[routed[0].caps.kind].encode(routed[0], ex)
+        return UPSTREAM_DIALECTS[routed[0].caps.kind].encode(routed[0], ex, gw)
 
     await pipeline.prepare(ex, gw, decode, encode)
     chat, call = decoded[0], routed[0]

@@ -58,7 +58,7 @@ def _route(ex: Exchange, gw: Gateway,
 
     def encode(req: Request) -> bytes:
         call = routed[0]
-        return UPSTREAM_DIALECTS[call.caps.kind].encode(call, ex)
+        return UPSTREAM_DIALECTS[call.caps.kind].encode(call, ex, gw)
 
     return pipeline.ReplayDecoder("openai", decode, resume), encode
 

@@ -43,11 +43,11 @@ def exchange_of(body: dict[str, Any], *, endpoint: str, dialect: str,
                                      headers=dict(headers), query="", raw_body=orjson.dumps(body))
 
 
-def shared_blocks_unchanged() -> int:
-    """Every record's blocks this worker shares between requests (``records.shared_records``) are still
-    exactly what decoding the record gives, so no stage changed a shared block in place. Returns how many
-    records' blocks were checked."""
-    shared = records.shared_records()
+def shared_blocks_unchanged(*workers: Gateway) -> int:
+    """Every record's blocks these workers share between requests (``RecordCaches.shared``) are still exactly
+    what decoding the record gives, so no stage changed a shared block in place. Returns how many records'
+    blocks were checked."""
+    shared = [pair for gw in workers for pair in gw.caches.records.shared()]
     for rec, blocks in shared:
         assert blocks == tuple(records.load_block(b) for b in rec.content), rec.turn_id
     return len(shared)

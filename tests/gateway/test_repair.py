@@ -16,7 +16,7 @@ from gateway.actions import ActionKind
 from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from gateway.records import records_from
+from gateway.records import RecordCaches, records_from
 from gateway.repair import (
     RecordedTurn,
     Records,
@@ -169,10 +169,12 @@ def test_a_mangled_turn_replayed_again_is_restored_by_the_message_that_took_its_
     rec = TurnRecord(content=[thinking, text, call], replay_digest=replay_digest([thinking, text, call]) or b"",
                      position=0)
 
+    caches = RecordCaches()  # the worker's, shared by its requests
+
     def records(r: TurnRecord) -> Records:
         conv = ConversationState(scid=scid, created_at=0, updated_at=0, version=1, turns=(r,), last_verified=None,
                                  first_position=0, next_position=1)
-        return records_from(LoadResult(conversation=conv, conversations={scid: conv}), scid)
+        return records_from(LoadResult(conversation=conv, conversations={scid: conv}), scid, caches)
 
     msgs = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096, "messages": [
         {"role": "user", "content": "weather?"},

@@ -348,7 +348,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         if answer["stop_reason"] != "tool_use":
             break
         answered(history_, answer, f"sunny {step}")
-    checked = shared_blocks_unchanged()
+    checked = shared_blocks_unchanged(*gateways)
     if scenario.startswith("assistant:"):
         # an IDE's mangled replay: repair restores its turns (each a new content list) and the memo still
         # serves every replay after the first, with the same plan as without it (prepare_both_ways)

@@ -260,7 +260,7 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"sunny {step}"}
                     for c in message["tool_calls"]]
-    shared_blocks_unchanged()
+    shared_blocks_unchanged(*gateways)
     if scenario in ("mangled:faithful", "assistant messages split in two", "a system note in the history",
                     "vendor thinking parameter"):
         assert with_memo.replay_memo.hits >= 5, with_memo.replay_memo.hits

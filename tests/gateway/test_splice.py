@@ -16,6 +16,7 @@ from gateway.endpoints import chat
 from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message, TextBlock
 from gateway.upstream import forward_request_headers
+from state.lru import ObjectLru
 from tests.gateway.memo_equivalence import answered, exchange_of, gateway_pair, prepare_both_ways, relay_and_record
 from tests.manglings import MESSAGE_MANGLINGS, mangle_assistants
 
@@ -52,7 +53,7 @@ def test_the_previous_requests_messages_are_taken_as_their_json_while_they_are_t
     the whole request gives, and a prefix whose messages are not this request's first is not used."""
     looked: list[Message] = []
     real = splice.message_json
-    monkeypatch.setattr(splice, "message_json", lambda m: looked.append(m) or real(m))
+    monkeypatch.setattr(splice, "message_json", lambda m, recorded=None: looked.append(m) or real(m, recorded))
     req = _request(HISTORY)
     _, prefix = splice.encode_request(req)
     assert prefix.messages == req.messages and len(looked) == 3
@@ -97,12 +98,17 @@ def test_a_recorded_turns_json_is_shared_by_the_messages_restored_from_it() -> N
     a, b = Message("assistant"), Message("assistant")
     for m in (a, b):
         m.restore_raw(wire, lambda: [], b"d")
-    assert splice.message_json(b) is splice.message_json(a)  # the second message: the first's bytes
+    recorded: splice.RecordedJson = ObjectLru(8)  # a worker's (``deps.WorkerCaches``)
+    assert splice.message_json(b, recorded) is splice.message_json(a, recorded)  # the second: the first's bytes
     client = [anthropic.decode_message(HISTORY[1], 1) for _ in range(2)]
     assert client[0].raw_blocks is client[1].raw_blocks and not client[0].raw_recorded  # the client's own list
-    assert splice.message_json(client[1]) is not splice.message_json(client[0])  # only records' JSON is shared
+    # only records' JSON is shared
+    assert splice.message_json(client[1], recorded) is not splice.message_json(client[0], recorded)
     b.extra = {"k": 1}  # not the recorded turn alone any more: encoded for itself
-    assert orjson.loads(splice.message_json(b)) == {"role": "assistant", "content": wire, "k": 1}
+    assert orjson.loads(splice.message_json(b, recorded)) == {"role": "assistant", "content": wire, "k": 1}
+    c = Message("assistant")
+    c.restore_raw(wire, lambda: [], b"d")
+    assert splice.message_json(c) is not splice.message_json(a, recorded)  # no worker cache given: its own bytes
 
 
 @pytest.fixture()
@@ -130,7 +136,7 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
     counted: list[int] = []
     looked: list[Message] = []  # messages whose kept JSON was looked up (not taken with the previous body's)
     real_json = splice.message_json
-    monkeypatch.setattr(splice, "message_json", lambda m: looked.append(m) or real_json(m))
+    monkeypatch.setattr(splice, "message_json", lambda m, recorded=None: looked.append(m) or real_json(m, recorded))
 
     async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
         encoded.clear()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from state import codec
 from state.errors import CodecError, StoreError
 from state.hashing import replay_digest
+from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
 
 # surrogate-free text (hypothesis' default alphabet excludes Cs), biased towards whitespace edge cases
@@ -110,25 +111,41 @@ def test_replay_digest_round_trips_and_older_records_have_none() -> None:
 
 
 def test_decoded_turns_are_cached_by_bytes_and_position() -> None:
+    cache: codec.TurnCache = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
     data = codec.encode_turn(TurnRecord(content=[{"type": "text", "text": "cached"}]))
-    first = codec.decode_turn(data, 3)
-    assert codec.decode_turn(bytes(bytearray(data)), 3) is first  # equal bytes from another read: a hit
-    assert codec.decode_turn(data, 4).position == 4  # the position is part of the key
-    assert codec.decode_turn(bytearray(data), 3) is first
+    first = codec.decode_turn(data, 3, cache)
+    assert codec.decode_turn(bytes(bytearray(data)), 3, cache) is first  # equal bytes from another read: a hit
+    assert codec.decode_turn(data, 4, cache).position == 4  # the position is part of the key
+    assert codec.decode_turn(bytearray(data), 3, cache) is first
+    assert codec.decode_turn(data, 3) is not first and codec.decode_turn(data, 3) == first  # no cache: decoded
 
 
 def test_the_decoded_turn_cache_is_bounded_and_can_be_turned_off() -> None:
     datas = [codec.encode_turn(TurnRecord(content=[{"type": "text", "text": f"t{i}"}])) for i in range(5)]
-    try:
-        codec.set_turn_cache_entries(2)
-        first = [codec.decode_turn(d, 0) for d in datas]
-        assert codec.decode_turn(datas[4], 0) is first[4]  # among the 2 most recent
-        assert codec.decode_turn(datas[0], 0) is not first[0]  # evicted: decoded again, equal
-        assert codec.decode_turn(datas[0], 0) == first[0]
-        codec.set_turn_cache_entries(0)
-        assert codec.decode_turn(datas[1], 0) is not codec.decode_turn(datas[1], 0)
-    finally:
-        codec.set_turn_cache_entries(codec.DEFAULT_TURN_CACHE_ENTRIES)
+    cache: codec.TurnCache = Lru(2)
+    first = [codec.decode_turn(d, 0, cache) for d in datas]
+    assert codec.decode_turn(datas[4], 0, cache) is first[4]  # among the 2 most recent
+    assert codec.decode_turn(datas[0], 0, cache) is not first[0]  # evicted: decoded again, equal
+    assert codec.decode_turn(datas[0], 0, cache) == first[0]
+    off: codec.TurnCache = Lru(0)
+    assert codec.decode_turn(datas[1], 0, off) is not codec.decode_turn(datas[1], 0, off)
+
+
+async def test_a_store_keeps_its_own_decoded_turns() -> None:
+    """Each store (one per worker) owns its decoded-turn cache, sized by ``decoded_turns``: no process-wide one."""
+    from state.memory_store import MemoryStore
+    from state.store import LoadQuery, TurnWrite
+
+    a, b, off = MemoryStore(), MemoryStore(), MemoryStore(decoded_turns=0)
+    for store in (a, b, off):
+        res = await store.record("t", TurnWrite(TurnRecord(content=[{"type": "text", "text": "x"}])))
+        store.conversation_cache.put("t", res.scid, None)  # (not its own append's cached copy: decode it)
+        first = (await store.load("t", LoadQuery(scid=res.scid))).conversation
+        store.conversation_cache.put("t", res.scid, None)
+        again = (await store.load("t", LoadQuery(scid=res.scid))).conversation
+        assert first is not None and again is not None
+        assert (again.turns[0] is first.turns[0]) is (store is not off)
+    assert len(a.decoded_turns) == len(b.decoded_turns) == 1 and a.decoded_turns is not b.decoded_turns
 
 
 def test_empty_thinking_with_signature_round_trips() -> None:

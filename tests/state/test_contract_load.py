@@ -3,6 +3,8 @@ no index (it never names a turn or a conversation)."""
 
 from __future__ import annotations
 
+import re
+
 import redis
 
 from state.hashing import exact_hash
@@ -56,8 +58,8 @@ async def test_text_is_no_index(store: Store, raw_nodes: list[redis.Redis]) -> N
     await store.record(T, TurnWrite(turn(0, text="Let me check the files.", fingerprint="fp-text")))
     names = [k.decode() for node in raw_nodes for k in node.scan_iter(b"tg:*")] if raw_nodes else \
         list(store._ks._data)  # type: ignore[attr-defined]  # the embedded store's keys
-    index = [k for k in names if ":i" in k.split("}", 1)[0]]  # tg:{<tenant>:i<bucket>}:<kind>:<id>
-    assert {k.split("}:", 1)[1].split(":", 1)[0] for k in index} == {"tool", "x", "fp"}
+    index = [m.group(1) for k in names if (m := re.match(r"tg:\{[^:}]+:i\d+\}:([^:]+):", k))]  # tg:{<t>:i<b>}:<kind>:
+    assert set(index) == {"tool", "x", "fp"}, names
 
 
 async def test_exact_hash_is_strict_and_empty_thinking_is_not_indexed(store: Store) -> None:

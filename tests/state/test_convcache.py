@@ -27,6 +27,7 @@ from state.engine import EngineStore, Eval, Op, _parse_conversation
 from state.errors import CodecError
 from state.hashing import replay_digest
 from state.keys import conversation_keys, new_scid
+from state.lru import Lru
 from state.memory_store import MemoryStore
 from state.records import ConversationState
 from state.scripts import LOAD
@@ -321,8 +322,8 @@ async def test_a_reply_that_does_not_continue_the_cache_fails_the_call_and_forge
 def test_a_two_element_reply_is_the_whole_list() -> None:
     blobs = [codec.encode_turn(turn(i)) for i in range(2)]
     flat = [b"created", b"1000", b"updated", b"2000", b"version", b"2", b"start", b"0", b"next", b"2"]
-    conv, bad, entry = _parse_conversation("s" * 22, [flat, blobs], None)
-    assert (conv, bad, entry) == _parse_conversation("s" * 22, [flat, blobs, 0], None)
+    conv, bad, entry = _parse_conversation("s" * 22, [flat, blobs], None, Lru(8))
+    assert (conv, bad, entry) == _parse_conversation("s" * 22, [flat, blobs, 0], None, Lru(8))
     assert conv is not None and bad == 0 and entry == CachedConversation(
         created="1000", start=0, next=2, last_turn_id=turn(1).turn_id, turns=conv.turns,
         sizes=tuple(map(len, blobs)), undecodable=())
