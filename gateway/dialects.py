@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway import identity, pipeline
+from gateway import pipeline
 from gateway.credentials import credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError, GatewayError, upstream_error
@@ -109,20 +109,3 @@ def route(router: Router, configured: Collection[str], model: str,
         raise ClientError(400, f"no upstream configured for model {model} that this endpoint can call",
                           "invalid_request_error", "model_not_supported")
     return caps
-
-
-def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool = False) -> dict[str, str]:
-    """The headers of an answer relayed to the client: ``headers``, the conversation id, and for a stream the
-    headers that keep proxies from buffering it."""
-    out = {**headers, **SSE_HEADERS} if stream else dict(headers)
-    if scid:
-        out[identity.SCID_HEADER] = scid
-    return out
-
-
-def record_stream(ex: Exchange, gw: Gateway, lift: Callable[[Turn], Turn] | None = None
-                  ) -> Callable[[Turn], Any]:
-    """The relay's ``on_complete``: record the finished turn (``lift``: from a translated stream's events)."""
-    async def on_complete(turn: Turn) -> None:
-        await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
-    return on_complete

@@ -18,17 +18,16 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import identity, metrics, pipeline, surfaces
-from gateway.dialects import UPSTREAM_DIALECTS, Call, record_stream, relay_headers, route
-from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.dialects import UPSTREAM_DIALECTS, Call, route
+from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
 from gateway.errors import ClientError, GatewayError, bad_request
 from gateway.export import FORMATS, export_conversation
 from gateway.protocols import augment, augment_stream
 from gateway.protocols.canonical import Request
 from gateway.records import lift_turn
-from gateway.streaming.relay import relay_sse
 from gateway.streaming.translate import TranslatedStream
 from state.keys import is_valid_scid
 from state.store import StoreError
@@ -59,15 +58,10 @@ async def chat_stream(request: HTTPRequest) -> Response:
     await pipeline.prepare(ex, gw, decode, encode)
     chat, call = decoded[0], routed[0]
     dialect = UPSTREAM_DIALECTS[call.caps.kind]
-    headers = dialect.headers(ex.headers)  # one auth rule per upstream dialect
     path, _, query = dialect.path(call).partition("?")
-    upstream = gw.upstreams[call.caps.upstream]
-    resp = await upstream.post(path, ex.outgoing, headers, query)
-    metrics.observe_upstream(upstream.name, resp.status)
+    resp, body = await call_upstream(ex, gw, call.caps.upstream, path, dialect.headers(ex.headers), query, stream=True)
     out_headers = relay_headers({}, ex.scid)
-    if resp.status != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
-        body = await resp.read()
-        metrics.observe_upstream_body(upstream.name, resp.status, body)
+    if body is not None:
         if resp.status == 200:
             raise GatewayError(502, "the upstream answered without streaming", "api_error")
         # request-id, and retry-after / x-should-retry so a client can honour a 429/529's advice
@@ -78,9 +72,7 @@ async def chat_stream(request: HTTPRequest) -> Response:
 
     encoder = augment_stream.StreamEncoder(chat.tool_meta, tool_use_start=chat.tool_use_start)
     source: Any = TranslatedStream(resp, dialect.translator(call)) if dialect.translator is not None else resp
-    return StreamingResponse(relay_sse(source, encoder, on_complete=record_stream(ex, gw, lift_turn)),
-                             status_code=200, headers=relay_headers({}, ex.scid, stream=True),
-                             media_type=augment_stream.MEDIA_TYPE)
+    return stream_answer(ex, gw, source, encoder, {}, augment_stream.MEDIA_TYPE, lift=lift_turn)
 
 
 async def conversation(request: HTTPRequest) -> Response:

@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import metrics, pipeline, surfaces
 from gateway.deps import Gateway
-from gateway.dialects import UPSTREAM_DIALECTS, Call, record_stream, relay_headers, route
-from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.dialects import UPSTREAM_DIALECTS, Call, route
+from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
 from gateway.errors import GatewayError, render_error
 from gateway.exchange import Exchange
 from gateway.protocols import openai_chat
@@ -35,7 +35,6 @@ from gateway.protocols.openai_chat_stream import StreamEncoder
 from gateway.records import lift_turn
 from gateway.routing import ModelCaps
 from gateway.streaming.accumulate import Snapshot
-from gateway.streaming.relay import relay_sse
 from gateway.streaming.translate import TranslatedStream
 
 
@@ -73,19 +72,15 @@ async def chat_completions(request: HTTPRequest) -> Response:
     req = ex.request
     assert req is not None
     call = routed[0]
-    dialect, upstream = UPSTREAM_DIALECTS[call.caps.kind], gw.upstreams[ex.upstream]
+    dialect = UPSTREAM_DIALECTS[call.caps.kind]
     path, _, query = dialect.path(call).partition("?")
-    resp = await upstream.post(path, ex.outgoing, dialect.headers(ex.headers), query)
-    metrics.observe_upstream(upstream.name, resp.status)
+    resp, body = await call_upstream(ex, gw, ex.upstream, path, dialect.headers(ex.headers), query,
+                                     stream=req.is_stream)
     headers = relay_headers({k: v for k, v in resp.headers.items() if k not in ("content-type", "content-length")},
                             ex.scid)
     created = int(time.time())
     exclude = bool(req.surface.get("exclude_reasoning"))
-    streamed = resp.status == 200 and req.is_stream \
-        and resp.headers.get("content-type", "").startswith("text/event-stream")
-    if not streamed:
-        body = await resp.read()
-        metrics.observe_upstream_body(upstream.name, resp.status, body)
+    if body is not None:
         if resp.status != 200:
             status, payload = render_error("openai", dialect.error(resp.status, body))
             return Response(payload, status_code=status, headers=headers, media_type="application/json")
@@ -103,7 +98,5 @@ async def chat_completions(request: HTTPRequest) -> Response:
     encoder = StreamEncoder(snap, created=created, scid=ex.scid, exclude_reasoning=exclude,
                             include_usage=bool(req.surface.get("include_usage")))
     source: Any = TranslatedStream(resp, dialect.translator(call)) if dialect.translator is not None else resp
-    relay = relay_sse(source, encoder, on_complete=record_stream(ex, gw, lift_turn), snapshot=snap)
-    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
-                             media_type="text/event-stream")
+    return stream_answer(ex, gw, source, encoder, headers, "text/event-stream", lift=lift_turn, snapshot=snap)
 

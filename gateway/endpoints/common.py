@@ -1,15 +1,27 @@
-"""Helpers every thin handler shares: the app's dependencies and the request body."""
+"""Helpers every thin handler shares: the app's dependencies, the request body, the upstream call and the
+relay of its answer (the stream branch, its headers and the record of the finished turn, written once)."""
 
 from __future__ import annotations
 
-from starlette.requests import Request as HTTPRequest
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import StreamingResponse
+
+from gateway import metrics, pipeline
 from gateway.deps import Gateway
 from gateway.errors import ClientError
 from gateway.exchange import Exchange
+from gateway.identity import SCID_HEADER
+from gateway.protocols.canonical import Turn
+from gateway.streaming.accumulate import Snapshot
+from gateway.streaming.relay import StreamEncoder, relay_sse
 from gateway.surfaces import Surface
+from gateway.upstream import UpstreamResponse
 
 TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def gateway_of(request: HTTPRequest) -> Gateway:
@@ -52,3 +64,39 @@ async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
         query=request.url.query,
         raw_body=raw,
     )
+
+
+async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, headers: dict[str, str], query: str,
+                        *, stream: bool) -> tuple[UpstreamResponse, bytes | None]:
+    """Post ``ex.outgoing`` to ``upstream``; the answer's body, read, unless it is the stream the client asked for
+    (status 200, ``text/event-stream``): then None, and ``stream_answer`` relays it."""
+    up = gw.upstreams[upstream]
+    resp = await up.post(path, ex.outgoing, headers, query)
+    metrics.observe_upstream(up.name, resp.status)
+    if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
+        return resp, None
+    body = await resp.read()
+    metrics.observe_upstream_body(up.name, resp.status, body)
+    return resp, body
+
+
+def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool = False) -> dict[str, str]:
+    """The headers of an answer relayed to the client: ``headers``, the conversation id, and for a stream the
+    headers that keep proxies from buffering it."""
+    out = {**headers, **SSE_HEADERS} if stream else dict(headers)
+    if scid:
+        out[SCID_HEADER] = scid
+    return out
+
+
+def stream_answer(ex: Exchange, gw: Gateway, source: Any, encoder: StreamEncoder, headers: Mapping[str, str],
+                  media_type: str | None, *, lift: Callable[[Turn], Turn] | None = None,
+                  snapshot: Snapshot | None = None) -> StreamingResponse:
+    """Relay an upstream stream (``source``: the response, or its translation into canonical events) through the
+    client dialect's ``encoder``; the finished turn is recorded (``lift``: from a translated stream's events)."""
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
+
+    relay = relay_sse(source, encoder, on_complete=on_complete, snapshot=snapshot)
+    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
+                             media_type=media_type)

@@ -19,12 +19,12 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import metrics, pipeline, surfaces
 from gateway.credentials import credential_of
-from gateway.dialects import gemini_headers, record_stream, relay_headers, route
-from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.dialects import gemini_headers, route
+from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
 from gateway.protocols import gemini
 from gateway.protocols.canonical import Request
@@ -32,7 +32,6 @@ from gateway.protocols.gemini_parts import deterministic_ids
 from gateway.protocols.gemini_stream import GeminiTranslator, NativeStreamEncoder
 from gateway.records import lift_turn
 from gateway.routing import origin_of
-from gateway.streaming.relay import relay_sse
 from gateway.streaming.translate import TranslatedStream
 
 ACTIONS = ("generateContent", "streamGenerateContent")
@@ -62,13 +61,10 @@ async def generate_content(request: HTTPRequest) -> Response:
     sse = request.query_params.get("alt") == "sse"
     if stream and not sse:  # upstream always streams SSE; the client gets the form it asked for
         query = f"{query}&alt=sse" if query else "alt=sse"
-    upstream = gw.upstreams[caps.upstream]
-    resp = await upstream.post(f"/v1beta/models/{model}:{action}", ex.outgoing, gemini_headers(ex.headers), query)
-    metrics.observe_upstream(upstream.name, resp.status)
+    resp, body = await call_upstream(ex, gw, caps.upstream, f"/v1beta/models/{model}:{action}",
+                                     gemini_headers(ex.headers), query, stream=stream)
     headers = relay_headers({}, ex.scid)
-    if resp.status != 200 or not stream or not resp.headers.get("content-type", "").startswith("text/event-stream"):
-        body = await resp.read()
-        metrics.observe_upstream_body(upstream.name, resp.status, body)
+    if body is not None:
         if resp.status != 200:
             if not gemini.is_google_error(body):
                 _, body = render_error("gemini", upstream_error(resp.status, body))
@@ -83,6 +79,5 @@ async def generate_content(request: HTTPRequest) -> Response:
         return Response(body, status_code=200, headers=headers, media_type="application/json")
 
     source: Any = TranslatedStream(resp, GeminiTranslator(origin=origin, mint=mint, model=model), raw_events=True)
-    relay = relay_sse(source, NativeStreamEncoder(sse=sse), on_complete=record_stream(ex, gw, lift_turn))
-    return StreamingResponse(relay, status_code=200, headers=relay_headers({}, ex.scid, stream=True),
-                             media_type="text/event-stream" if sse else "application/json")
+    return stream_answer(ex, gw, source, NativeStreamEncoder(sse=sse), {},
+                         "text/event-stream" if sse else "application/json", lift=lift_turn)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import metrics, pipeline, surfaces
 from gateway.deps import Gateway
-from gateway.dialects import record_stream, relay_headers
-from gateway.endpoints.common import exchange_from, gateway_of
+from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
 from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.protocols import anthropic
-from gateway.streaming.relay import relay_sse
 from gateway.upstream import forward_request_headers
 
 
@@ -22,23 +20,16 @@ async def messages(request: HTTPRequest) -> Response:
     metrics.bind(ex)
     await pipeline.prepare(ex, gw)
     assert ex.request is not None
-    upstream = gw.upstreams["anthropic"]
-    resp = await upstream.post("/v1/messages", ex.outgoing, forward_request_headers(ex.headers), ex.query)
-    metrics.observe_upstream(upstream.name, resp.status)
+    resp, body = await call_upstream(ex, gw, "anthropic", "/v1/messages", forward_request_headers(ex.headers),
+                                     ex.query, stream=ex.request.is_stream)
     headers = dict(resp.headers)
-    streamed = resp.status == 200 and ex.request.is_stream \
-        and headers.get("content-type", "").startswith("text/event-stream")
-    if not streamed:
-        body = await resp.read()
-        metrics.observe_upstream_body(upstream.name, resp.status, body)
-        if resp.status == 200:
-            await _record_body(ex, gw, body)
-            body = pipeline.with_gateway_meta(body, ex.scid)
-            headers.pop("content-length", None)
-        return Response(body, status_code=resp.status, headers=relay_headers(headers, ex.scid))
-    relay = relay_sse(resp, anthropic.StreamEncoder(ex.scid), on_complete=record_stream(ex, gw))
-    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
-                             media_type=None)
+    if body is None:
+        return stream_answer(ex, gw, resp, anthropic.StreamEncoder(ex.scid), headers, None)
+    if resp.status == 200:
+        await _record_body(ex, gw, body)
+        body = pipeline.with_gateway_meta(body, ex.scid)
+        headers.pop("content-length", None)
+    return Response(body, status_code=resp.status, headers=relay_headers(headers, ex.scid))
 
 
 async def count_tokens(request: HTTPRequest) -> Response:
