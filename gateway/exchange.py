@@ -9,14 +9,15 @@ from gateway.actions import Action
 from gateway.protocols.canonical import Request, Turn
 from gateway.replay_memo import Ticket
 from gateway.splice import Spliced
+from gateway.vocab import ClientDialect, Endpoint, Via
 
 
 @dataclass(slots=True)
 class Exchange:
     """Everything one client request carries through the pipeline."""
 
-    endpoint: str
-    dialect: str                     # the client's (surface) dialect
+    endpoint: Endpoint
+    dialect: ClientDialect           # the client's (surface) dialect
     request_id: str
     headers: dict[str, str]          # client headers, lowercase names
     query: str
@@ -27,7 +28,7 @@ class Exchange:
     previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)
     header_scid: str | None = None
     scid: str | None = None          # the conversation this exchange belongs to (sent back)
-    via: str = "none"
+    via: Via = "none"
     expected_position: int | None = None
     fork: bool = False               # record on a fork: the client's path left the recorded one
     prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message

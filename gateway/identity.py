@@ -17,6 +17,7 @@ from gateway.credentials import credential_of
 from gateway.paths import Known, path_fingerprint
 from gateway.protocols.canonical import Message, assistant_indexes
 from gateway.repair import lookup_hashes
+from gateway.vocab import Via
 from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
 
@@ -105,7 +106,7 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
 @dataclass(frozen=True, slots=True)
 class Identified:
     scid: str | None
-    via: str   # header | tool_id | fingerprint | none
+    via: Via
 
 
 def identify_conversation(result: LoadResult, query: LoadQuery) -> Identified:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.errors import Dialect
+from gateway.vocab import ClientDialect, Endpoint
 
 
 @dataclass(frozen=True, slots=True)
 class Surface:
-    label: str                   # the metric's endpoint label and ``Exchange.endpoint``
-    dialect: str                 # the client protocol (``Exchange.dialect``)
+    label: Endpoint              # the metric's endpoint label and ``Exchange.endpoint``
+    dialect: ClientDialect       # the client protocol (``Exchange.dialect``)
     routes: tuple[str, ...]      # starlette route paths
     prefixes: tuple[str, ...]    # path prefixes that belong to it (first match in ``SURFACES`` order wins)
     method: str = "POST"

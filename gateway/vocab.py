@@ -1,0 +1,11 @@
+"""The gateway's closed vocabularies, as types: a bottom module that imports nothing of the gateway (like
+starlette's ``types.py``), so every layer may name them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ClientDialect = Literal["anthropic", "openai", "gemini", "augment"]  # a client surface's protocol (``surfaces``)
+Endpoint = Literal["messages", "count_tokens", "chat_completions", "generate_content", "chat_stream",
+                   "conversation_export"]  # a surface's label (``surfaces``; the metrics' endpoint label)
+Via = Literal["header", "tool_id", "fingerprint", "none"]  # how the conversation was found (``identity``)
