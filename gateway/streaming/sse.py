@@ -33,8 +33,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> Iterator[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
+        held = b""
+        if buf.endswith(b"\r"):  # the CR of a CRLF the next read completes: one line end, not two
+            buf, held = buf[:-1], b"\r"
         if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            buf = _lf(buf)
         start = 0
         while True:
             end = buf.find(b"\n\n", start)
@@ -45,12 +48,13 @@ class SSEDecoder:
             ev = _parse(raw)
             if ev is not None:
                 yield ev
-        self._buf = buf[start:]
+        self._buf = buf[start:] + held
 
     def flush(self) -> Iterator[SSEEvent]:
         """Events left when the stream ended without a final blank line."""
-        if self._buf.strip():
-            ev = _parse(self._buf + b"\n\n" if not self._buf.endswith(b"\n") else self._buf + b"\n")
+        rest = _lf(self._buf)
+        if rest.strip():
+            ev = _parse(rest + b"\n\n" if not rest.endswith(b"\n") else rest + b"\n")
             if ev is not None:
                 yield ev
         self._buf = b""
@@ -58,6 +62,11 @@ class SSEDecoder:
     @property
     def pending(self) -> bytes:
         return self._buf
+
+
+def _lf(buf: bytes) -> bytes:
+    """Every line end (CRLF, CR, LF) as LF."""
+    return buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def _parse(raw: bytes) -> SSEEvent | None:
