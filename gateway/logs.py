@@ -10,6 +10,7 @@ formatted line passes through ``redact`` (bearer tokens, ``x-api-key`` values, `
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -77,10 +78,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger message key=value ...``."""
+    """``time LEVEL logger message key=value ...``, one line per record: a value a client controls (a model name,
+    a path in a message) can neither start a line of its own nor forge a ``key=value``. Control characters in the
+    message are escaped (``\\xNN``); a field value with anything but plain identifier characters is quoted
+    (JSON string escapes). A traceback keeps its own lines (the server's, indented)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_CONTROL)
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -90,10 +97,16 @@ class TextFormatter(logging.Formatter):
         return redact(line)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}  # str.translate: control characters escaped
+_PLAIN = re.compile(r"[A-Za-z0-9._:/@+,<>-]+")  # a value written as it is (ids, labels, numbers, action counts)
+
+
 def _text_value(v: Any) -> str:
     if isinstance(v, dict):
-        return ",".join(f"{k}:{n}" for k, n in v.items()) or "-"
-    return str(v)
+        text = ",".join(f"{k}:{n}" for k, n in v.items()) or "-"
+    else:
+        text = str(v)
+    return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 def configure(level: str = "INFO", fmt: str = "text", stream: IO[str] | None = None) -> None:

@@ -113,3 +113,25 @@ def test_log_level_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert cli.main(["serve", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "GATEWAY_LOG_LEVEL must be one of" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("model", [
+    "claude\n2026-11-26 10:00:00,000 INFO thinkgate.access request request_id=forged status=200",
+    "claude\r\nstatus=200", "claude status=200", "claude\x1b[2Jcleared", "claude\u2028x", "m\"q\\",
+])
+def test_a_client_value_cannot_forge_a_line_or_a_field_in_the_text_format(model: str) -> None:
+    """The model name is the client's: one line per request whatever it holds, and no ``status=200`` of its own
+    (it is quoted, with JSON escapes); a message with control characters (a client's path) is escaped too."""
+    obs = _observation()
+    assert obs.exchange is not None and obs.exchange.request is not None
+    obs.exchange.request.model = model
+    with configured("INFO", "text") as buf:
+        logs.log_request(obs)
+        logging.getLogger("thinkgate.test").warning("unhandled error on POST %s", "/v1/messages\nFAKE line")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    fields = lines[0].split(" thinkgate.access request ", 1)[1]
+    quoted = json.dumps(model)
+    assert f" model={quoted} " in fields and json.loads(quoted) == model
+    assert fields.count(" status=400") == 1 and " status=200" not in fields.replace(quoted, "")
+    assert lines[1].endswith("unhandled error on POST /v1/messages\\x0aFAKE line")
