@@ -3,6 +3,7 @@ relay of its answer (the stream branch, its headers and the record of the finish
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,11 +47,24 @@ async def read_body(request: HTTPRequest, limit: int) -> bytes:
 
 def client_headers(request: HTTPRequest) -> dict[str, str]:
     """The client's headers by lowercase name. A field sent on several lines (``anthropic-beta`` from a
-    raw client) is combined into one comma-separated value (RFC 9110 section 5.3), not cut to its last line."""
+    raw client) is combined into one comma-separated value (RFC 9110 section 5.3), not cut to its last line.
+    A value with a control character is the client's mistake (RFC 9110 5.5 allows none but HTAB): a 400, before
+    anything is forwarded (the upstream client would refuse to send it)."""
     out: dict[str, str] = {}
     for name, value in request.headers.items():  # starlette lowercases names and keeps repeats
+        check_header_value(name, value)
         out[name] = f"{out[name]}, {value}" if name in out else value
     return out
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_header_value(name: str, value: str) -> None:
+    """400 for a header value (or a value that becomes one, like Gemini's ``?key=``) with a control character."""
+    if _CONTROL.search(value):
+        raise ClientError(400, f"{name}: a header value must not contain control characters",
+                          "invalid_request_error")
 
 
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:

@@ -24,7 +24,14 @@ from starlette.responses import Response
 from gateway import metrics, pipeline, surfaces
 from gateway.credentials import credential_of
 from gateway.dialects import gemini_headers, route
-from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
+from gateway.endpoints.common import (
+    call_upstream,
+    check_header_value,
+    exchange_from,
+    gateway_of,
+    relay_headers,
+    stream_answer,
+)
 from gateway.errors import ClientError, GatewayError, render_error, upstream_error
 from gateway.protocols import gemini
 from gateway.protocols.canonical import Request
@@ -49,6 +56,7 @@ async def generate_content(request: HTTPRequest) -> Response:
     caps = route(gw.router, gw.upstreams, model, kinds=("gemini",))
     ex.upstream = caps.upstream
     if credential_of(ex.headers) is None and request.query_params.get("key"):
+        check_header_value("key", request.query_params["key"])  # it is forwarded as x-goog-api-key
         ex.headers["x-goog-api-key"] = request.query_params["key"]  # the tenant comes from the credential
 
     def decode(body: Any) -> Request:
