@@ -3,10 +3,12 @@ relay of its answer (the stream branch, its headers and the record of the finish
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
@@ -22,6 +24,8 @@ from gateway.surfaces import Surface
 from gateway.upstream import UpstreamResponse
 
 TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+log = logging.getLogger("thinkgate.endpoints")
+CLIENT_CLOSED = 499  # the client went away mid-request (nginx's code): counted as a client fault
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -37,11 +41,16 @@ async def read_body(request: HTTPRequest, limit: int) -> bytes:
         raise ClientError(413, TOO_LARGE, "request_too_large")
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ClientError(413, TOO_LARGE, "request_too_large")
-        parts.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ClientError(413, TOO_LARGE, "request_too_large")
+            parts.append(chunk)
+    except ClientDisconnect:  # the client's doing: a 4xx (499, as nginx counts it), logged once at INFO
+        log.info("client closed the connection while sending its request (%d bytes read)", size)
+        raise ClientError(CLIENT_CLOSED, "the client closed the connection before its request was complete",
+                          "client_closed") from None
     return b"".join(parts)
 
 

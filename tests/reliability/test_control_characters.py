@@ -1,16 +1,18 @@
-"""Client faults are 4xx (issue 22, item 2): a header value with a control character, sent over a raw socket to a
-served gateway, is a 400 in the client's dialect before any upstream call, never a 500 with a traceback (the
-upstream client refused to send it). Gemini's ``?key=``, which becomes a header, too."""
+"""Client faults are 4xx (issue 22, item 2), over raw sockets against a served gateway: a header value with a control
+character is a 400 in the client's dialect before any upstream call, never a 500 with a traceback (the upstream
+client refused to send it), Gemini's ``?key=`` (which becomes a header) too; a client that goes away mid-upload
+is a 499, not a 5xx."""
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.process_fixtures import ServerProcess, Sim
+from tests.process_fixtures import ServerProcess, Sim, metric_sum
 
 BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -53,3 +55,23 @@ def test_a_control_character_in_a_header_is_a_400_in_the_clients_dialect(
         assert err["status"] == "INVALID_ARGUMENT" and err["code"] == 400
     assert sim.stats()["requests"] == before, "nothing reached the upstream"
     assert "Traceback" not in gateway.log()
+
+
+def test_a_client_that_goes_away_mid_upload_is_a_client_fault_not_a_server_error(
+        gateway: ServerProcess, sim: Sim) -> None:
+    """Headers and part of the body, then the connection closed: counted as a 4xx (499), no 5xx, no ERROR line or
+    traceback, nothing sent upstream (issue 22, item 2)."""
+    parts = urlsplit(gateway.url)
+    total = lambda status: metric_sum(gateway, "gateway_requests_total", endpoint="messages", status=status)  # noqa: E731
+    before_4xx, before_5xx, before_up = total("4xx"), total("5xx"), sim.stats()["requests"]
+    log_before = len(gateway.log())
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: sk-gone\r\ncontent-type: application/json\r\n"
+                  b"content-length: 10000\r\n\r\n" + BODY[:20])
+    deadline = time.monotonic() + 10
+    while total("4xx") == before_4xx and time.monotonic() < deadline:
+        time.sleep(0.05)  # (the metric is the event: the worker counts the request once it gave up on the body)
+    assert total("4xx") == before_4xx + 1 and total("5xx") == before_5xx
+    assert sim.stats()["requests"] == before_up
+    tail = gateway.log()[log_before:]
+    assert "Traceback" not in tail and " ERROR " not in tail
