@@ -9,6 +9,7 @@ from typing import Literal
 
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
 from gateway.routing import FLAVORS, RouteError, Router, parse_routes
+from state.factory import check_store_url
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -97,6 +98,11 @@ class Settings:
         _float(kw, "upstream_retry_max_delay_s", get("UPSTREAM_RETRY_MAX_DELAY_S"))
         _int(kw, "max_body_bytes", get("MAX_BODY_BYTES"))
         _str(kw, "redis_url", get("REDIS_URL"))
+        if kw.get("redis_url"):
+            try:
+                check_store_url(str(kw["redis_url"]))
+            except ValueError as e:  # one line at startup, not a traceback from the first worker (issue 22)
+                raise SettingsError(f"GATEWAY_REDIS_URL: {e}") from None
         _str(kw, "secret", get("SECRET"))
         _str(kw, "previous_secret", get("PREVIOUS_SECRET"))
         _int(kw, "state_ttl_seconds", get("STATE_TTL_SECONDS"))

@@ -37,6 +37,15 @@ from state.resp import RespNode
 from state.store import Store
 
 _CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+SCHEMES = ("redis", "rediss", "redis+sentinel", *_CLUSTER_SCHEMES)  # what ``open_store`` opens
+
+
+def check_store_url(url: str) -> None:
+    """ValueError, in one line, for a store URL ``open_store`` cannot open (e.g. ``localhost:6390``: no scheme)."""
+    scheme = urlsplit(url).scheme
+    if scheme not in SCHEMES:
+        raise ValueError(f"unsupported store URL scheme {scheme!r} (use redis://, rediss://, redis+cluster://, "
+                         "redis+sentinel:// or nothing for in-memory)")
 
 
 def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
@@ -58,6 +67,7 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
         # restart); the whole call stays bounded by timeout_ms.
         "retry": Retry(NoBackoff(), 1), "max_connections": max_connections,
     }
+    check_store_url(url)
     parts = urlsplit(url)
     client: Redis | RedisCluster
     also_close: tuple[Redis, ...] = ()
@@ -73,9 +83,8 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password else None, **common,
         )
-    else:
-        raise ValueError(f"unsupported store URL scheme {parts.scheme!r} "
-                         "(use redis://, rediss://, redis+cluster://, redis+sentinel:// or nothing for in-memory)")
+    else:  # (unreachable: ``check_store_url``)
+        raise ValueError(f"unsupported store URL scheme {parts.scheme!r}")
     return RedisStore(client, timeout_ms=timeout_ms, breaker=breaker, ttl_seconds=ttl_seconds,
                       max_turns=max_turns, max_fetch=max_fetch, max_concurrency=max_connections,
                       also_close=also_close, load_cache_bytes=load_cache_bytes, node=node, decoded_turns=decoded_turns)

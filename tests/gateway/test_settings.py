@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from gateway.settings import Settings, SettingsError
@@ -51,3 +55,25 @@ def test_an_undocumented_bypass_value_is_refused_by_name() -> None:
         Settings.from_env({"GATEWAY_GEMINI_SIGNATURE_BYPASS": "Skip_Thought_Signature_Validator"})
     assert str(e.value) == ("GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of skip_thought_signature_validator, "
                             "context_engineering_is_the_way_to_go (the documented bypass values) or off")
+
+
+@pytest.mark.parametrize("url", ["localhost:6390", "http://localhost:6379", "redis//localhost"])
+def test_a_malformed_store_url_is_one_line_at_startup(url: str) -> None:
+    """Not a traceback from the first worker that opens the store (issue 22, item 5): the same rule the store
+    factory applies (``state.factory.check_store_url``)."""
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"GATEWAY_REDIS_URL": url, "GATEWAY_SECRET": "s" * 32})
+    assert str(e.value).startswith("GATEWAY_REDIS_URL: unsupported store URL scheme") and "\n" not in str(e.value)
+    for good in ("redis://localhost:6379/0", "rediss://h:1", "redis+cluster://a:1,b:2", "redis+sentinel://h:1/m"):
+        assert Settings.from_env({"GATEWAY_REDIS_URL": good}).redis_url == good
+
+
+@pytest.mark.process
+def test_a_malformed_store_url_stops_the_server_with_one_line() -> None:
+    env = {**os.environ, "GATEWAY_REDIS_URL": "localhost:6390", "GATEWAY_SECRET": "s" * 32}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "thinkgate: GATEWAY_REDIS_URL: unsupported store URL scheme 'localhost' (use redis://, rediss://, "
+        "redis+cluster://, redis+sentinel:// or nothing for in-memory)"]
