@@ -29,7 +29,6 @@ from gateway.routing import ModelCaps, Router, origin_of
 from gateway.streaming.translate import Translator
 from gateway.upstream import forward_request_headers
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
 
 
