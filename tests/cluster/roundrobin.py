@@ -61,6 +61,12 @@ class RoundRobin:
         self.cursor += 1
         return i, self.clients[i]
 
+    def after(self, i: int) -> tuple[int, anthropic.AsyncAnthropic]:
+        """The replica after ``i``: where a retry goes, so a dead replica is never tried twice in a row
+        (with the shared cursor, concurrent retries could land one conversation on it every time)."""
+        j = (i + 1) % len(self.clients)
+        return j, self.clients[j]
+
     async def close(self) -> None:
         for c in self.clients:
             await c.close()
@@ -115,14 +121,15 @@ async def _send(client: anthropic.AsyncAnthropic, conv: Conversation) -> tuple[a
 
 async def step(rr: RoundRobin, conv: Conversation, *, attempts: int = 8) -> anthropic.types.Message:
     """One turn: send (to the next replica; on a transport failure, again to the one after)."""
+    i, client = rr.next()
     for _ in range(attempts):
-        i, client = rr.next()
         try:
             answer, scid = await _send(client, conv)
         except (*TRANSPORT_ERRORS, CutStream, anthropic.InternalServerError) as e:  # 500: the gateway's own
             rr.failed[i] += 1
             rr.failures.append(f"conversation {conv.index} on replica {i}: {type(e).__name__}")
             conv.retries += 1
+            i, client = rr.after(i)
             continue
         rr.served[i] += 1
         conv.answers.append(answer)
