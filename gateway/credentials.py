@@ -1,17 +1,29 @@
-"""The client's credential, read from its headers (the tenant is derived from it: ``identity.tenant_of``; upstream
-headers carry it on: ``dialects``). Used by protocols and stages alike, so it depends on nothing."""
+"""The client's credential, read from its headers: the one rule both the tenant (``identity.tenant_of``) and every
+upstream's auth header (``dialects``, ``openai_compat``) use, so a request is always recorded under the tenant of
+the key it is billed to. Used by protocols and stages alike, so it depends on nothing but the error type."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.errors import ClientError
+
+CONFLICTING = ("the request carries different API keys in {names}; send one credential "
+               "(x-api-key, x-goog-api-key or Authorization: Bearer)")
+
 
 def credential_of(headers: Mapping[str, str]) -> str | None:
-    key = headers.get("x-api-key") or headers.get("x-goog-api-key")
-    if key:
-        return key
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
+    """The request's API key: ``x-api-key``, ``x-goog-api-key`` or a bearer token. A request that carries two
+    different keys is refused (400): recorded under one and billed to the other is what it would otherwise get."""
+    found: dict[str, str] = {}
+    for name in ("x-api-key", "x-goog-api-key"):
+        value = headers.get(name, "").strip()
+        if value:
+            found[name] = value
+    scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return None
+        found["authorization"] = token.strip()
+    keys = set(found.values())
+    if len(keys) > 1:
+        raise ClientError(400, CONFLICTING.format(names=" and ".join(found)), "invalid_request_error")
+    return keys.pop() if keys else None

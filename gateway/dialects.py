@@ -56,7 +56,7 @@ class UpstreamDialect:
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
     """The client's key as ``x-goog-api-key`` (a ``?key=`` query is forwarded with the query)."""
-    key = client.get("x-goog-api-key") or credential_of(client)
+    key = credential_of(client)
     return {"x-goog-api-key": key} if key else {}
 
 

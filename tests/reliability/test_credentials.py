@@ -1,0 +1,55 @@
+"""One credential, one tenant (issue 22): the key a request is recorded under is the key it is billed to. A request
+whose headers carry two different keys (``x-api-key`` and ``x-goog-api-key``, or a bearer token) is refused with a
+400 in the client's dialect before anything reaches the upstream; the Gemini upstream gets the same key the tenant
+was derived from."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.process_fixtures import ServerProcess, Sim
+
+PROMPT = [{"role": "user", "content": "hi"}]
+
+
+def test_two_keys_on_the_anthropic_surface_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
+    before = sim.stats()["requests"]
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-one", max_retries=0,
+                                 default_headers={"x-goog-api-key": "gk-two"})
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model="claude-opus-4-5", max_tokens=16, messages=PROMPT)  # type: ignore[arg-type]
+    err = e.value.body["error"]  # type: ignore[index]
+    assert err["type"] == "invalid_request_error" and "x-goog-api-key" in err["message"]
+    assert "sk-ant-one" not in err["message"] and "gk-two" not in err["message"]  # the headers, never the keys
+    assert sim.stats()["requests"] == before
+
+
+def test_two_keys_on_the_openai_surface_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
+    before = sim.stats()["requests"]
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-bearer", max_retries=0,
+                           default_headers={"x-api-key": "sk-other"})
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="claude-opus-4-5", messages=PROMPT)  # type: ignore[arg-type]
+    assert "x-api-key and authorization" in e.value.body["message"]  # type: ignore[index]
+    assert sim.stats()["requests"] == before
+
+
+def test_two_keys_on_the_gemini_surface_are_a_400_in_googles_shape(gateway: ServerProcess, sim: Sim) -> None:
+    before = sim.stats()["requests"]
+    r = httpx.post(f"{gateway.url}/v1beta/models/gemini-3-pro-preview:generateContent",
+                   headers={"x-api-key": "sk-one", "x-goog-api-key": "gk-two"},
+                   json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["status"] == "INVALID_ARGUMENT" and "x-api-key and x-goog-api-key" in err["message"]
+    assert sim.stats()["requests"] == before
+
+
+def test_the_same_key_in_two_headers_is_one_credential(gateway: ServerProcess) -> None:
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-same", max_retries=0,
+                                 default_headers={"authorization": "Bearer sk-same"})
+    answer = client.messages.create(model="claude-opus-4-5", max_tokens=16, messages=PROMPT)  # type: ignore[arg-type]
+    assert answer.content
