@@ -24,7 +24,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.server import serve_gateway
 
     with metrics.multiprocess_dir(args.workers):  # before the workers spawn; removed after
-        serve_gateway(host=args.host, port=args.port, workers=args.workers)
+        serve_gateway(host=args.host, port=args.port, workers=args.workers,
+                      keep_alive_s=settings.keep_alive_timeout_s)
     return 0
 
 

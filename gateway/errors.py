@@ -92,7 +92,8 @@ def render_error(dialect: Dialect, err: GatewayError, request_id: str | None = N
 
 def _google_status(status: int) -> str:
     return {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 502: "UNAVAILABLE",
+            408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT",
+            429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 502: "UNAVAILABLE",
             504: "DEADLINE_EXCEEDED"}.get(status, "INTERNAL")
 
 

@@ -31,13 +31,16 @@ from gateway.metrics import INTERNAL_PATHS
 log = logging.getLogger("thinkgate")
 
 
-def _config(host: str, port: int, workers: int) -> Config:
+def _config(host: str, port: int, workers: int, keep_alive_s: float = 75.0) -> Config:
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.worker_class = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     # workers == 1 runs in this process (hypercorn's workers=0); N > 1 spawns N processes.
     config.workers = 0 if workers <= 1 else workers
-    config.keep_alive_timeout = 75
+    # hypercorn's idle timer: between requests on a kept-alive connection, and from the connection's start until
+    # its request headers are complete (a slow-loris client that never finishes them is closed then). Longer
+    # than a load balancer's own idle timeout (60 s on AWS ALB), so the balancer closes first.
+    config.keep_alive_timeout = keep_alive_s
     config.graceful_timeout = 30
     config.accesslog = None
     config.errorlog = "-"
@@ -132,8 +135,8 @@ def _worker(config: Config, sockets: Sockets | None = None, shutdown_event: Even
             shutdown_trigger=partial(drain.until_drained, shutdown_event)))
 
 
-def serve_gateway(host: str, port: int, workers: int = 1) -> None:
-    config = _config(host, port, workers)
+def serve_gateway(host: str, port: int, workers: int = 1, keep_alive_s: float = 75.0) -> None:
+    config = _config(host, port, workers, keep_alive_s)
     config.errorlog = logging.getLogger("hypercorn.error")  # through thinkgate's handler (GATEWAY_LOG_FORMAT)
     config.application_path = "gateway.asgi:app"
     if workers <= 1:

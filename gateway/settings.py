@@ -34,6 +34,8 @@ class Settings:
     upstream_retries: int = 0              # retries before the first byte (429/503/529, refused); gateway.retry
     upstream_retry_max_delay_s: float = 10.0  # longest wait before one retry (a longer retry-after is relayed)
     max_body_bytes: int = 32 * 1024 * 1024
+    body_timeout_s: float = 30.0           # longest a client may take to send its request body (-> 408)
+    keep_alive_timeout_s: float = 75.0     # idle client connection closed after; also the time to send headers
     redis_url: str | None = field(default=None, repr=False)  # may carry a password
     secret: str = field(default=DEFAULT_SECRET, repr=False)
     previous_secret: str | None = field(default=None, repr=False)  # accepted during a secret rotation
@@ -97,6 +99,8 @@ class Settings:
         _int(kw, "upstream_retries", get("UPSTREAM_RETRIES"))
         _float(kw, "upstream_retry_max_delay_s", get("UPSTREAM_RETRY_MAX_DELAY_S"))
         _int(kw, "max_body_bytes", get("MAX_BODY_BYTES"))
+        _float(kw, "body_timeout_s", get("BODY_TIMEOUT_S"))
+        _float(kw, "keep_alive_timeout_s", get("KEEP_ALIVE_TIMEOUT_S"))
         _str(kw, "redis_url", get("REDIS_URL"))
         if kw.get("redis_url"):
             try:

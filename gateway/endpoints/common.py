@@ -3,6 +3,7 @@ relay of its answer (the stream branch, its headers and the record of the finish
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -34,19 +35,25 @@ def gateway_of(request: HTTPRequest) -> Gateway:
     return gw
 
 
-async def read_body(request: HTTPRequest, limit: int) -> bytes:
-    """Read the body, refusing (413) as soon as it passes ``limit`` bytes."""
+async def read_body(request: HTTPRequest, limit: int, deadline_s: float) -> bytes:
+    """Read the body, refusing (413) as soon as it passes ``limit`` bytes, and (408) when it has not all arrived
+    ``deadline_s`` seconds after the headers (a slow-loris client holds a connection and a worker's memory open)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ClientError(413, TOO_LARGE, "request_too_large")
     parts: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ClientError(413, TOO_LARGE, "request_too_large")
-            parts.append(chunk)
+        async with asyncio.timeout(deadline_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ClientError(413, TOO_LARGE, "request_too_large")
+                parts.append(chunk)
+    except TimeoutError:  # the client's doing: a 4xx, logged once at INFO
+        log.info("client did not send its request body within %g s (%d bytes read)", deadline_s, size)
+        raise ClientError(408, f"the request body did not arrive within {deadline_s:g} seconds",
+                          "invalid_request_error", "request_timeout") from None
     except ClientDisconnect:  # the client's doing: a 4xx (499, as nginx counts it), logged once at INFO
         log.info("client closed the connection while sending its request (%d bytes read)", size)
         raise ClientError(CLIENT_CLOSED, "the client closed the connection before its request was complete",
@@ -78,7 +85,7 @@ def check_header_value(name: str, value: str) -> None:
 
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
-    raw = await read_body(request, gw.settings.max_body_bytes)
+    raw = await read_body(request, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
     return Exchange(
         endpoint=surface.label,
         dialect=surface.dialect,
