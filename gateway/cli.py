@@ -13,6 +13,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env()
         settings.check_production()
+        if settings.redis_url:
+            _check_store_credentials(settings.redis_url)
     except SettingsError as e:
         print(f"thinkgate: {e}", file=sys.stderr)
         return 2
@@ -27,6 +29,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_gateway(host=args.host, port=args.port, workers=args.workers,
                       keep_alive_s=settings.keep_alive_timeout_s)
     return 0
+
+
+def _check_store_credentials(url: str) -> None:
+    """A wrong Redis password stops the start (one line, exit 2); an unreachable Redis does not (issue 22)."""
+    import asyncio
+
+    from state.probe import check_credentials
+
+    try:
+        asyncio.run(check_credentials(url))
+    except ValueError as e:
+        raise SettingsError(f"GATEWAY_REDIS_URL: {e}") from None
 
 
 def cmd_sim(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import sys
 import pytest
 
 from gateway.settings import Settings, SettingsError
+from tests.process_fixtures import free_port
+from tests.redis_fixtures import RedisServer
 
 
 def test_from_env_reads_every_documented_variable() -> None:
@@ -77,3 +80,27 @@ def test_a_malformed_store_url_stops_the_server_with_one_line() -> None:
     assert out.stderr.strip().splitlines() == [
         "thinkgate: GATEWAY_REDIS_URL: unsupported store URL scheme 'localhost' (use redis://, rediss://, "
         "redis+cluster://, redis+sentinel:// or nothing for in-memory)"]
+
+
+@pytest.mark.process
+def test_a_store_that_refuses_the_credentials_stops_the_server_with_one_line(redis_server: RedisServer) -> None:
+    """A wrong Redis password started "ready" and served every request statelessly (issue 22, item 5)."""
+    userinfo = "tg-probe:wrong-password"
+    with redis_server.client() as c:
+        c.execute_command("ACL", "SETUSER", "tg-probe", "on", ">right-password", "~*", "+@all")
+    url = redis_server.url.replace("redis://", f"redis://{userinfo}@")
+    env = {**os.environ, "GATEWAY_REDIS_URL": url, "GATEWAY_SECRET": "s" * 32}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("thinkgate: GATEWAY_REDIS_URL: the Redis server refused the credentials in the URL")
+    assert "password" not in line.split("URL", 1)[1].lower()  # never the password itself
+
+
+@pytest.mark.process
+def test_an_unreachable_store_at_start_is_an_outage_not_a_configuration_error() -> None:
+    """The probe does not stop a start whose Redis is down: the gateway serves statelessly until it is back."""
+    from state.probe import check_credentials
+
+    asyncio.run(check_credentials(f"redis://127.0.0.1:{free_port()}/0"))  # returns: no error
