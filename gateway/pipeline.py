@@ -168,7 +168,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     if rebuilt is not None:
         req.messages = rebuilt[0]
     ticket = ex.memo
-    resumed = ticket.carried.repaired if ticket is not None else None
+    off = gw.settings.continuations_off  # the benchmarks' switches (bench/continuations.py)
+    resumed = ticket.carried.repaired if ticket is not None and "carried_repair" not in off else None
     fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
                    resumed if ticket is not None and _carried_holds(ticket, req.messages, resumed, ticket.messages)
                    else None)
@@ -177,7 +178,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
     cleaned = sanitize_from(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas,
-                            _sanitize_seed(ticket, req.messages, fixed))
+                            None if "carried_sanitize" in off else _sanitize_seed(ticket, req.messages, fixed))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
@@ -301,7 +302,7 @@ def encode(ex: Exchange, gw: Gateway) -> None:
 
 def anthropic_body(ex: Exchange, req: Request, gw: Gateway) -> bytes:
     """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
-    if ex.in_place:
+    if ex.in_place or "splice" in gw.settings.continuations_off:
         return orjson.dumps(anthropic.encode_request(req))
     body, spliced = splice.encode_request(req, ex.spliced, gw.caches.recorded_json)
     if ex.memo is not None:  # for the next request, which starts with these messages
