@@ -1,6 +1,6 @@
 """Wall time per request of each pipeline stage, in process, on a long tool loop.
 
-    python bench/stage_timer.py [--turns 100] [--requests 60] [--mangled]
+    python bench/stage_timer.py [--turns 100] [--requests 60] [--mangled] [--set NAME=VALUE ...]
 
 Starts the simulator and a local redis-server as child processes, runs the gateway app in this process over
 an ASGI transport (httpx), plays ``--turns`` rounds of a tool loop so every turn is recorded, then times
@@ -8,7 +8,8 @@ an ASGI transport (httpx), plays ``--turns`` rounds of a tool loop so every turn
 pipeline calls (nested stages are counted in their callers too). Run it from a tree's root to time that
 tree's code (a ``git worktree`` of another commit, with this checkout's virtualenv): the stages that a
 commit does not have are left out. Good for what a change did to one stage; ``bench/cpu_ab.py`` is the
-figure for a served worker.
+figure for a served worker. ``--set GATEWAY_REPLAY_MEMO_MB=0`` (or any other setting) times the gateway
+with it, e.g. with a continuation switched off (``bench/continuations.py``'s ``CONFIGS``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ async def run(args: argparse.Namespace) -> float:
     timed(ReplayMemo, "take")
     timed(ReplayMemo, "keep")
     send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
-    async with in_process_loop(args.turns + args.requests + 5, "stages") as (history, step):
+    settings = dict(s.split("=", 1) for s in args.set)
+    async with in_process_loop(args.turns + args.requests + 5, "stages", **settings) as (history, step):
         for _ in range(args.turns):
             await step(send(history))
         spent.clear()
@@ -82,10 +84,11 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=100)
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--mangled", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a gateway setting (env)")
     args = ap.parse_args()
     total = asyncio.run(run(args))
     print(f"{args.requests} requests after {args.turns} turns ({'mangled' if args.mangled else 'faithful'} replay), "
-          f"wall {total / args.requests * 1e3:.2f} ms per request\n")
+          f"{' '.join(args.set)} wall {total / args.requests * 1e3:.2f} ms per request\n")
     print("| stage | us per request |\n|---|---:|")
     for name, secs in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"| {name} | {secs / args.requests * 1e6:.1f} |")

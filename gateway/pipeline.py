@@ -10,17 +10,15 @@ request is then served statelessly (sanitize only) and nothing is recorded.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import dataclasses
 import logging
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway import identity, metrics, paths, splice
+from gateway import continuation, identity, metrics, paths, splice
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.deps import Gateway
 from gateway.errors import bad_request
@@ -29,9 +27,9 @@ from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, Repaired, RepairResult, put_restored, rebuild_history, repair
-from gateway.replay_memo import Carried, Resume, Ticket, one_to_one
-from gateway.sanitize import Policy, Sanitized, sanitize_from
+from gateway.repair import RecordedTurn, Records, rebuild_history, repair
+from gateway.replay_memo import Resume, one_to_one
+from gateway.sanitize import Policy, sanitize_from
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
 
@@ -151,94 +149,35 @@ async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[L
     return current, found
 
 
-# Actions after which the replay memo may keep the request (``replay_memo``) and ``encode`` may splice the
-# messages' kept JSON (``splice``): each leaves every message as decoded, or gives it a new content list or
-# puts a new message in its place, which both notice by identity. A thinking block kept as it is; a
-# parameter fixed (the request's own params and thinking dicts, built by its decoder, never the parsed
-# body's values); a turn restored from its record (repair puts a new message, the record's, in the client's
-# message's place, and touches no other message).
-_MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED})
-
-
 def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) -> None:
+    """Repair, then sanitize, each from its prior (``continuation``: what it found of the conversation's previous
+    request, when that holds for this one); their outcomes are the next request's priors."""
     assert ex.request is not None
     req = ex.request
     recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
     rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
     if rebuilt is not None:
         req.messages = rebuilt[0]
-    ticket = ex.memo
-    resumed = ticket.carried.repaired if ticket is not None else None
+    ticket, off = ex.memo, gw.settings.continuations_off
     fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
-                   resumed if ticket is not None and _carried_holds(ticket, req.messages, resumed, ticket.messages)
-                   else None)
+                   continuation.repair_prior(ticket, req.messages, off))
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
     cleaned = sanitize_from(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas,
-                            _sanitize_seed(ticket, req.messages, fixed))
+                            continuation.sanitize_prior(ticket, req.messages, fixed, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     kinds = set(map(action_kind, actions))
     ex.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
-    ex.in_place = not kinds <= _MESSAGES_KEPT  # every change repair makes is an action
+    ex.in_place = continuation.changes_in_place(kinds)
     if ex.in_place:
         ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
-    elif ticket is not None:  # what the next request may continue from: the stages' looks at these very messages
-        ticket.resumed, ticket.continued = fixed.resumed, cleaned.continued
-        # repair looked at the ticket's messages (no rebuilt history), and sanitize at them with repair's
-        # restorations in their places (the messages a resumed repair puts there again)
-        same = _same_objects(req.messages, _restored_in(ticket.messages, fixed.restored))
-        previous = ticket.carried
-        ticket.carried = Carried(previous.replayed, fixed.repaired if same else None,
-                                 cleaned.sanitized if same else None)
-        if cleaned.sanitized is not None and previous.encoded is not None and \
-                cleaned.continued == len(previous.encoded.messages):
-            # sanitize continued over exactly the messages the previous request's body carried, and no stage
-            # changed anything: their JSON goes upstream as it is (``splice.encode_request`` checks they are
-            # still the first messages)
-            ex.spliced = previous.encoded
+    elif ticket is not None:
+        ex.spliced = continuation.carry(ticket, req.messages, fixed, cleaned)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
-
-
-def _sanitize_seed(ticket: Ticket | None, msgs: list[Message], fixed: RepairResult) -> Sanitized | None:
-    """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them (``_carried_holds``:
-    the messages it looked at, each in its place: the client's as the memo gave them back, a restored turn's
-    as repair put it there again; not a rebuilt history) and repair found each assistant message among them
-    a recorded turn as relayed again, as it did then."""
-    seed = ticket.carried.sanitized if ticket is not None else None
-    if seed is None or not _carried_holds(ticket, msgs, seed, seed.messages) or \
-            bisect.bisect_left(fixed.verbatim, seed.count) != seed.assistants:
-        return None
-    return seed
-
-
-def _carried_holds(ticket: Ticket | None, msgs: list[Message], carried: Repaired | Sanitized | None,
-                   seen: list[Message]) -> bool:
-    """Whether ``msgs`` start with the very messages a stage's carried look (``replay_memo.Carried``) covers,
-    ``seen`` (the objects that stage looked at): the replay memo gave back every one of them as it was, and the
-    first of ``msgs`` are still those objects (a history rebuilt from the records is not)."""
-    if ticket is None or carried is None or ticket.reused != carried.count or ticket.redecoded:
-        return False
-    k = carried.count
-    return len(msgs) >= k and len(seen) >= k and _same_objects(msgs[:k], seen[:k])
-
-
-def _same_objects(a: list[Message], b: list[Message]) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))
-
-
-def _restored_in(msgs: list[Message], restored: dict[int, Message]) -> list[Message]:
-    """``msgs`` with each restored message in its place."""
-    if not restored:
-        return msgs
-    if next(reversed(restored)) >= len(msgs):  # (in index order) a rebuilt history's: not these messages
-        return []
-    out = list(msgs)
-    put_restored(out, restored)
-    return out
 
 
 def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None, *, rebuilt: bool = False) -> None:
@@ -301,7 +240,7 @@ def encode(ex: Exchange, gw: Gateway) -> None:
 
 def anthropic_body(ex: Exchange, req: Request, gw: Gateway) -> bytes:
     """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
-    if ex.in_place:
+    if ex.in_place or "splice" in gw.settings.continuations_off:
         return orjson.dumps(anthropic.encode_request(req))
     body, spliced = splice.encode_request(req, ex.spliced, gw.caches.recorded_json)
     if ex.memo is not None:  # for the next request, which starts with these messages

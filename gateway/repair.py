@@ -364,11 +364,11 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         res.matched[i] = turn
         taken.add(turn)
         client = m
-        again = m.restored_by
-        if again is not None and again[0] is turn and m.holds(again[1]):
+        again = _restoration(m, turn)
+        if again is not None:
             # the same client JSON restored from the same record on this conversation's previous request
             _learn_id_map(m, turn.content, id_map)
-            m = msgs[i] = again[2]
+            m = msgs[i] = again.message
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
         else:
@@ -377,7 +377,7 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             if not _same(m.peek_content(), restored) or m.provider != turn.provider:
                 m = msgs[i] = _restored(m, turn, restored)
                 if m.verbatim:
-                    client.restored_by = (turn, client.source, m)
+                    client.restored_by = Restoration(turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
@@ -473,8 +473,27 @@ def _resume(resumed: Repaired, cut: int, msgs: list[Message], res: RepairResult)
 
 
 def put_restored(msgs: list[Message], restored: Mapping[int, Message]) -> None:
-    """Each restored message in its place (``RepairResult.restored``: one C-level pass)."""
-    list(map(msgs.__setitem__, restored, restored.values()))
+    """Each restored message in its place (``RepairResult.restored``)."""
+    for i, m in restored.items():
+        msgs[i] = m
+
+
+@dataclass(frozen=True, slots=True)
+class Restoration:
+    """How repair restored a client's message (``Message.restored_by``): from ``turn``, while the message was
+    ``source`` (its ``Message.source``), by putting ``message`` in its place."""
+
+    turn: RecordedTurn
+    source: list[JSON]
+    message: Message
+
+
+def _restoration(m: Message, turn: RecordedTurn) -> Restoration | None:
+    """``m``'s restoration from ``turn`` on an earlier request, while ``m`` is still what it was then."""
+    again = m.restored_by
+    if isinstance(again, Restoration) and again.turn is turn and m.holds(again.source):
+        return again
+    return None
 
 
 def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
@@ -518,8 +537,8 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
                 turn = None  # the messages between do not answer the previous turn alone (one was dropped)
     if turn is None or taken.holds(turn):
         return None
-    again = m.restored_by  # the same client JSON restored from this record before: it agreed then
-    if not (again is not None and again[0] is turn and m.holds(again[1])) and not _agrees(m, turn, by_place):
+    # the same client JSON restored from this record before: it agreed then
+    if _restoration(m, turn) is None and not _agrees(m, turn, by_place):
         return None
     return turn
 

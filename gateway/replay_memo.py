@@ -33,7 +33,7 @@ turns it matched verbatim (``repair.Repaired``), sanitize while repair left them
 (``sanitize.Sanitized``). Messages are only
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
-``pipeline.repair_and_sanitize``). A restored turn takes the client's message's place as a new message
+``continuation.changes_in_place``). A restored turn takes the client's message's place as a new message
 (``repair``; the same one again on the next request, while the client's JSON and the record are the ones it
 was restored from: ``Message.restored_by``), and stages before repair look at an undecoded message's blocks
 without decoding it (``Message.peek_content``), so an IDE's mangled message stays as decoded and the next
@@ -229,7 +229,7 @@ class ReplayMemo:
 
     def keep(self, ticket: Ticket) -> None:
         """Remember the ticket's request for the next request of its conversation. Call only when the
-        request's messages are as ``pipeline.repair_and_sanitize`` allows and its turn was recorded."""
+        request's messages are as ``continuation.changes_in_place`` allows and its turn was recorded."""
         if len(ticket.body) > self.max_bytes or not ticket.messages:
             return
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)

@@ -18,6 +18,9 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+CONTINUATIONS = frozenset({"splice", "carried_repair", "carried_sanitize"})
+
+
 class SettingsError(ValueError):
     pass
 
@@ -45,6 +48,8 @@ class Settings:
     decoded_turn_cache: int = 2048         # decoded stored turns per worker (the store's, deps.WorkerCaches); 0 = off
     load_cache_mb: int = 32                # MiB (stored) of loaded conversations per worker (state.convcache); 0 = off
     replay_memo_mb: int = 16               # MiB (JSON) of decoded histories per worker (gateway.replay_memo); 0 = off
+    # continuations switched off, for the benchmarks (bench/continuations.py): splice, carried_repair, carried_sanitize
+    continuations_off: frozenset[str] = frozenset()
     state_machine_enabled: bool = True
     unverifiable_thinking: Literal["drop", "text"] = "drop"
     fix_thinking_params: bool = True
@@ -115,6 +120,11 @@ class Settings:
         _int(kw, "decoded_turn_cache", get("DECODED_TURN_CACHE"))
         _int(kw, "load_cache_mb", get("LOAD_CACHE_MB"))
         _int(kw, "replay_memo_mb", get("REPLAY_MEMO_MB"))
+        if v := get("CONTINUATIONS_OFF"):
+            off = frozenset(x.strip() for x in v.split(",") if x.strip())
+            if off - CONTINUATIONS:
+                raise SettingsError(f"GATEWAY_CONTINUATIONS_OFF: one or more of {', '.join(sorted(CONTINUATIONS))}")
+            kw["continuations_off"] = off
         _bool(kw, "state_machine_enabled", get("STATE_MACHINE_ENABLED"))
         v = get("UNVERIFIABLE_THINKING")
         if v is not None:

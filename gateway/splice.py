@@ -35,22 +35,36 @@ from state.lru import ObjectLru
 RecordedJson = ObjectLru[list[Any], tuple[str, bytes]]
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedJson:
+    """A message's upstream JSON with what it was encoded from (``Message.encoded``): used while the message
+    still is exactly that."""
+
+    source: list[Any]          # ``Message.source`` then: its undecoded JSON or its content list (by identity)
+    extra: dict[str, Any]
+    content_was_string: bool
+    role: str
+    data: bytes
+
+    def holds_for(self, m: Message) -> bool:
+        return self.source is m.source and self.extra == m.extra and \
+            self.content_was_string is m.content_was_string and self.role == m.role
+
+
 def message_json(m: Message, recorded: RecordedJson | None = None) -> bytes:
     """``m`` as Anthropic JSON: kept bytes while ``m`` is what they were made from, else encoded (and kept);
     a recorded turn's from ``recorded`` when another request encoded it already."""
     raw = m.raw_blocks
-    source = m.source
     kept = m.encoded
-    if kept is not None and kept[0] is source and kept[1] == m.extra and kept[2] is m.content_was_string \
-            and kept[3] == m.role:
-        return kept[4]
+    if isinstance(kept, EncodedJson) and kept.holds_for(m):
+        return kept.data
     shared = recorded is not None and raw is not None and m.raw_recorded and not m.extra
     if shared and recorded is not None and raw is not None:
         hit = recorded.get(raw)
         if hit is not None and hit[0] == m.role:
             return hit[1]
     data = orjson.dumps(anthropic.encode_message(m))
-    m.encoded = (source, m.extra, m.content_was_string, m.role, data)
+    m.encoded = EncodedJson(m.source, m.extra, m.content_was_string, m.role, data)
     if shared and recorded is not None and raw is not None:
         recorded.put(raw, (m.role, data))
     return data

@@ -186,11 +186,11 @@ class Message:
         # the Anthropic decoder); repair accepts a replay matching a recorded turn's digest as is
         self.replay_digest = replay_digest
         self.verbatim = False
-        # the message's upstream JSON as last encoded, with what it was encoded from (``gateway.splice``)
-        self.encoded: tuple[Any, ...] | None = None
-        # (the recorded turn, this message's ``source`` then, the message that took its place) when repair
-        # restored it: a replay's next request restores the same JSON from the same turn with that message
-        self.restored_by: tuple[Any, list[Any], Message] | None = None
+        # the message's upstream JSON as last encoded, with what it was encoded from (``splice.EncodedJson``)
+        self.encoded: Any = None
+        # when repair restored it (``repair.Restoration``): a replay's next request restores the same JSON from
+        # the same turn with the message that took its place then
+        self.restored_by: Any = None
 
     @property
     def content(self) -> list[Block]:

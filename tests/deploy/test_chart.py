@@ -250,6 +250,8 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
 
 ## Set by the Deployment from the Secret (or from redis.url / bundledRedis), not by the ConfigMap.
 FROM_SECRET_OR_REDIS = {"SECRET", "PREVIOUS_SECRET", "REDIS_URL"}
+## Benchmark switches, never set in a deployment (bench/continuations.py).
+BENCH_ONLY = {"CONTINUATIONS_OFF"}
 ## Where the chart's defaults deliberately differ from the gateway's: JSON lines for log collectors,
 ## a drain that covers endpoint removal and long streams (terminationGracePeriodSeconds is 150).
 CHART_DEFAULTS = {"log_format": "json", "drain_delay_s": 10.0, "drain_timeout_s": 120.0}
@@ -268,7 +270,7 @@ def test_chart_sets_every_gateway_setting_with_the_gateways_defaults() -> None:
     Secret), and the chart's defaults are the gateway's, apart from the documented CHART_DEFAULTS."""
     known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
     config = one(render(SECRET), "ConfigMap")["data"]
-    assert {k.removeprefix("GATEWAY_") for k in config} == known - FROM_SECRET_OR_REDIS
+    assert {k.removeprefix("GATEWAY_") for k in config} == known - FROM_SECRET_OR_REDIS - BENCH_ONLY
     assert Settings.from_env(config) == dataclasses.replace(Settings(), **CHART_DEFAULTS)
     assert config["GATEWAY_GEMINI_SIGNATURE_BYPASS"] == "skip_thought_signature_validator"
     assert config["GATEWAY_FIX_THINKING_PARAMS"] == "true"

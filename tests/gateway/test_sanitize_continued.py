@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.pipeline import _sanitize_seed
+from gateway.continuation import sanitize_prior
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.repair import ConversationView, RecordedTurn, Records, RepairResult, repair
@@ -156,15 +156,15 @@ def test_a_seed_is_used_only_for_the_messages_it_was_made_from_as_repair_left_th
     verbatim = RepairResult(verbatim=[1, 3, 5])
     t = _ticket(msgs, 7)
     t.carried = Carried(sanitized=seed)
-    assert _sanitize_seed(t, [*msgs, msgs[0]], verbatim) is seed
-    assert _sanitize_seed(t, msgs, RepairResult(verbatim=[1, 5])) is None  # one no longer matched verbatim
+    assert sanitize_prior(t, [*msgs, msgs[0]], verbatim) is seed
+    assert sanitize_prior(t, msgs, RepairResult(verbatim=[1, 5])) is None  # one no longer matched verbatim
     replaced = [*msgs[:3], anthropic.decode_message(_loop(3)[3], 3), *msgs[4:]]
-    assert _sanitize_seed(t, replaced, verbatim) is None  # repair put a restored message in one's place
+    assert sanitize_prior(t, replaced, verbatim) is None  # repair put a restored message in one's place
     partly = _ticket(msgs, 5)  # the memo gave back only some of the messages as they were
     partly.carried = Carried(sanitized=seed)
-    assert _sanitize_seed(partly, msgs, verbatim) is None
-    assert _sanitize_seed(None, msgs, verbatim) is None
-    assert _sanitize_seed(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
+    assert sanitize_prior(partly, msgs, verbatim) is None
+    assert sanitize_prior(None, msgs, verbatim) is None
+    assert sanitize_prior(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
 
 
 class _Held(ConversationView):

@@ -27,6 +27,12 @@ def test_from_env_reads_every_documented_variable() -> None:
     assert s.fix_thinking_params is False and s.read_timeout_s == 1.5
 
 
+def test_the_benchmarks_switch_continuations_off_by_name() -> None:
+    assert Settings.from_env({}).continuations_off == frozenset()
+    off = Settings.from_env({"GATEWAY_CONTINUATIONS_OFF": "splice, carried_sanitize"}).continuations_off
+    assert off == {"splice", "carried_sanitize"}
+
+
 def test_secrets_are_redacted_in_repr_and_str() -> None:
     s = Settings.from_env({"GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value"})
     for text in (repr(s), str(s), f"{s}"):
@@ -37,7 +43,8 @@ def test_secrets_are_redacted_in_repr_and_str() -> None:
 @pytest.mark.parametrize(("var", "value"), [("GATEWAY_MAX_BODY_BYTES", "lots"),
                                             ("GATEWAY_STATE_MACHINE_ENABLED", "maybe"),
                                             ("GATEWAY_UNVERIFIABLE_THINKING", "forge"),
-                                            ("GATEWAY_GEMINI_SIGNATURE_BYPASS", "forged-signature")])
+                                            ("GATEWAY_GEMINI_SIGNATURE_BYPASS", "forged-signature"),
+                                            ("GATEWAY_CONTINUATIONS_OFF", "splice,memo")])
 def test_bad_values_are_refused(var: str, value: str) -> None:
     with pytest.raises(SettingsError):
         Settings.from_env({var: value})
