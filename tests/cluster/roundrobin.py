@@ -25,7 +25,7 @@ from typing import Any
 import anthropic
 
 from tests.e2e.helpers import WEATHER_TOOL, block_dicts, tool_results
-from tests.manglings import mangle_assistants
+from tests.manglings.anthropic import mangle_assistants
 from tests.process_fixtures import ServerProcess
 
 MODEL = "claude-opus-4-5"

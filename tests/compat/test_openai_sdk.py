@@ -19,7 +19,7 @@ from tests.gemini.helpers import (
     gateway_env,
     run_loop,
 )
-from tests.gemini.manglings import OPENAI
+from tests.manglings.openai import MANGLINGS as OPENAI
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 
 FIELDS = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_opaque", DEEPSEEK: "reasoning_content"}

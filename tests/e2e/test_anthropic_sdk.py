@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from tests.e2e.helpers import run_tool_loop, run_tool_loop_async
-from tests.manglings import mangle_assistants
+from tests.manglings.anthropic import mangle_assistants
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 
 

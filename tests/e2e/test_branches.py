@@ -16,7 +16,7 @@ import anthropic
 import pytest
 
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, tool_results
-from tests.manglings import mangle_assistants
+from tests.manglings.anthropic import mangle_assistants
 from tests.process_fixtures import ServerProcess, Sim
 
 MODEL = "claude-opus-4-5"

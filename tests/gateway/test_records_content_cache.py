@@ -20,7 +20,7 @@ from gateway.repair import repair
 from state.records import TurnRecord
 from state.store import LoadQuery
 from tests.gateway.test_replay_digest import recorded_history
-from tests.manglings import mangle_assistants
+from tests.manglings.anthropic import mangle_assistants
 from tests.state.factories import TENANT_A
 
 

@@ -22,7 +22,7 @@ from gateway.sanitize import Policy, sanitize
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter
 from state.hashing import exact_hash
-from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
+from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
 
 MODEL = "claude-sonnet-4-5"
 MINTER = Minter(b"property-test")

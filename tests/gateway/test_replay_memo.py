@@ -35,7 +35,7 @@ from tests.gateway.memo_equivalence import (
     relay_and_record,
     shared_blocks_unchanged,
 )
-from tests.manglings import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
+from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
 
 SIG = "Eq" + "x" * 60
 KIND, RESUME = "anthropic", one_to_one(anthropic.decode_message)

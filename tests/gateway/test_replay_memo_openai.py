@@ -32,7 +32,7 @@ from tests.gateway.memo_equivalence import (
     relay_and_record,
     shared_blocks_unchanged,
 )
-from tests.openai.manglings import MANGLINGS
+from tests.manglings.openai import BY_UPSTREAM, MANGLINGS
 
 History = list[dict[str, Any]]
 SIG = "Eq" + "x" * 60
@@ -201,7 +201,7 @@ def _thinking_param(h: History, step: int) -> tuple[History, dict[str, Any]]:
 
 
 SCENARIOS: dict[str, Step] = {
-    **{f"mangled:{n}": _mangled(n) for n in MANGLINGS},
+    **{f"mangled:{n}": _mangled(n) for n in BY_UPSTREAM["anthropic"]},  # an Anthropic upstream's fields
     "assistant messages split in two": _split_assistants,
     "a system note in the history": _with_note("system"),
     "a user note after a tool result": _with_note("user"),
@@ -213,7 +213,7 @@ SCENARIOS: dict[str, Step] = {
 # scenarios whose requests continue from the one before (repair, sanitize, the body's message JSON), from which
 # step on (the first replays: the conversation is new; an edit makes the request after it look at everything)
 CONTINUED = {"mangled:faithful": 3, "mangled:drop_reasoning_details": 3, "mangled:drop_reasoning_content": 3,
-             "mangled:drop_reasoning": 3, "mangled:text_entries_only": 3, "mangled:text_entries_only_no_content": 3,
+             "mangled:drop_all_reasoning": 3, "mangled:text_entries_only": 3, "mangled:text_entries_only_no_content": 3,
              "mangled:tool_results_reordered": 3, "earlier tool result edited": 5, "vendor thinking parameter": 3}
 
 

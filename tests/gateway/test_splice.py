@@ -18,7 +18,7 @@ from gateway.protocols.canonical import Message, TextBlock
 from gateway.upstream import forward_request_headers
 from state.lru import ObjectLru
 from tests.gateway.memo_equivalence import answered, exchange_of, gateway_pair, prepare_both_ways, relay_and_record
-from tests.manglings import MESSAGE_MANGLINGS, mangle_assistants
+from tests.manglings.anthropic import MESSAGE_MANGLINGS, mangle_assistants
 
 HEADERS = {"x-api-key": "sk-splice", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 PARAMS = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},

@@ -1,5 +1,5 @@
-"""Pytest plugin: the gateways the Gemini and OpenAI-compatible suites share (session scope, so the
-suites start three gateway processes in all): ``provider_gateway`` (embedded store) and
+"""Pytest plugin: the gateways the Gemini and OpenAI-compatible suites and the acceptance matrix
+(``tests/e2e/test_mangling_matrix.py``) share, session scope: ``provider_gateway`` (embedded store) and
 ``provider_pair`` (two gateways on one redis-server), every upstream kind at the session's simulator."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The acceptance-matrix harness shared by the Gemini and OpenAI-compatible suites: two real gateway
-processes on one real redis-server in front of one simulator; every request of a conversation goes to
-the other gateway than the one before, with or without the SCID header."""
+"""The harness of the acceptance matrix's OpenAI- and Gemini-surface routes (``tests/e2e/test_mangling_matrix.py``),
+shared with the Gemini and OpenAI-compatible suites: two real gateway processes on one real redis-server in front
+of one simulator; every request of a conversation goes to the other gateway than the one before, with or without
+the SCID header."""
 
 from __future__ import annotations
 

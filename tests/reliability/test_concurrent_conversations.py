@@ -46,7 +46,8 @@ import pytest
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
 from tests.e2e.rewrites import ANTHROPIC, EDIT, strings
 from tests.gemini.helpers import CLAUDE, DEEPSEEK, GEMINI, OPENROUTER, ask, gateway_env, tool_messages
-from tests.gemini.manglings import NATIVE, OPENAI
+from tests.manglings.gemini import MANGLINGS as NATIVE
+from tests.manglings.openai import MANGLINGS as OPENAI
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 from tests.reliability.loops import access_lines

@@ -1,4 +1,4 @@
-"""How IDE clients mangle replayed history, as functions over Anthropic wire dicts.
+"""How IDE clients mangle replayed history, as functions over Anthropic Messages wire dicts.
 
 Message-level manglings take one assistant message's content list and return a new
 one; history-level manglings take the whole messages list. Used by the unit,

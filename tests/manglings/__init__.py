@@ -1,0 +1,14 @@
+"""How IDE clients mangle the history they replay, one module per wire shape:
+
+- ``tests.manglings.anthropic``: Anthropic Messages (``content`` block lists): ``MESSAGE_MANGLINGS`` over one
+  assistant message's blocks (``mangle_assistants`` applies one to every replayed assistant message),
+  ``HISTORY_MANGLINGS`` over the whole ``messages`` list.
+- ``tests.manglings.openai``: OpenAI chat messages, whatever the upstream behind them (reasoning fields,
+  ``extra_content`` signatures, tool-call ids and tool messages): ``MANGLINGS``, and ``BY_UPSTREAM``, the ones
+  that touch what each upstream's answers carry.
+- ``tests.manglings.gemini``: Gemini native ``contents`` (parts, thoughts, ``thoughtSignature``): ``MANGLINGS``.
+
+Every mangling returns a mangled copy and leaves its input alone. The acceptance matrix
+(``tests/e2e/test_mangling_matrix.py``) plays them through real gateways; the unit, property and
+equivalence tests use them too.
+"""
