@@ -34,7 +34,16 @@ from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
 from gateway.surfaces import SURFACES, surface_for_path
-from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
+from state.store import (
+    LoadQuery,
+    LoadResult,
+    RecordResult,
+    Store,
+    StoreError,
+    StoreHealth,
+    StoreTimeout,
+    StoreUnavailable,
+)
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
@@ -355,6 +364,8 @@ class InstrumentedStore:
 
 
 def store_error_kind(e: BaseException) -> str:
+    if isinstance(e, StoreTimeout):
+        return "timeout"
     if isinstance(e, StoreUnavailable):
         if e.__cause__ is None:
             return "circuit_open"  # raised before any I/O: the breaker refused the call
