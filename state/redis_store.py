@@ -12,7 +12,8 @@
   when its commands are written (``RespNode``; on redis-py's paths, its ``socket_timeout`` per read), so
   a saturated replica whose event loop runs late does not mistake its own lag for a slow Redis (a reply
   already in the socket is read, not given up on). A round trip that times out is retried once at once,
-  on a fresh connection (every op is idempotent; redis-py's paths retry it in their ``Retry``). The whole
+  on a fresh connection, waiting ``RETRY_PATIENCE`` timeouts for its reply (every op is idempotent;
+  redis-py's paths retry it in their ``Retry``). The whole
   call, queueing for a connection and the worker's own scheduling included, is bounded by
   ``budget_s`` = max(2 s, 8 x ``timeout_ms``).
 - The circuit breaker: a refused, reset or rejected connection (an outage) counts as a failure, and
@@ -60,6 +61,10 @@ _BACKEND_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 START_TIMEOUT_SECONDS = 2.0
 MIN_BUDGET_SECONDS = 2.0  # a whole call's bound, the worker's own queueing included (see module doc)
 BUDGET_TIMEOUTS = 8       # ... or this many store timeouts, if longer
+# The retry of a round trip that timed out waits this many store timeouts for its reply: a Redis paused for a
+# moment (a fork, a slow disk, a SIGSTOP on a box so loaded that 300 ms become 700) is waited out, not
+# mistaken for a missing one (1.25 s in all at the default 250 ms, still inside the call's budget).
+RETRY_PATIENCE = 4
 _TIMEOUTS = (TimeoutError, RedisTimeoutError)  # ReplyTimeout, redis-py's read timeout, the budget's
 RETRY_PAUSES_SECONDS = (0.05, 0.2)
 # Worth one more round trip: the connection went away, or the cluster is moving slots. The
@@ -187,10 +192,10 @@ class RedisStore(EngineStore):
             if sha != script.sha:  # pragma: no cover - would be a redis bug
                 raise RedisError(f"SCRIPT LOAD returned {sha} for {script.name}")
 
-    async def _execute(self, ops: Sequence[Op]) -> list[Any]:
+    async def _execute(self, ops: Sequence[Op], reply_timeout: float | None = None) -> list[Any]:
         self.round_trips += 1
         if self._node is not None:
-            return await self._node.execute([_command(op) for op in ops])
+            return await self._node.execute([_command(op) for op in ops], reply_timeout)
         pipe: Any = self._client.pipeline() if self._cluster else self._client.pipeline(transaction=False)
         for op in ops:
             if isinstance(op, Exists):
@@ -225,10 +230,10 @@ class RedisStore(EngineStore):
         except ReplyTimeout:
             log.info("state store %s: no reply within %.0f ms; retrying the round trip once", self.backend,
                      self.timeout_s * 1000)
-        return await self._attempt_once(ops)
+        return await self._attempt_once(ops, RETRY_PATIENCE * self.timeout_s)
 
-    async def _attempt_once(self, ops: Sequence[Op]) -> list[Any]:
-        replies = await self._execute(ops)
+    async def _attempt_once(self, ops: Sequence[Op], reply_timeout: float | None = None) -> list[Any]:
+        replies = await self._execute(ops, reply_timeout)
         if any(isinstance(r, NoScriptError) for r in replies):
             log.info("state store %s lost its scripts (restart/failover); reloading", self.backend)
             await self._load_scripts()

@@ -230,11 +230,12 @@ class RespNode:
             return cls(path=kw["path"], **common)
         return None
 
-    async def execute(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Send ``commands`` in one write; their replies in order (error replies as exception instances)."""
+    async def execute(self, commands: Sequence[Sequence[Arg]], reply_timeout: float | None = None) -> list[Any]:
+        """Send ``commands`` in one write; their replies in order (error replies as exception instances).
+        ``reply_timeout``: this round trip's, instead of the node's."""
         payload = pack_commands(commands)
         conn = await self._acquire()
-        replies = await conn.roundtrip(payload, len(commands), self.reply_timeout)
+        replies = await conn.roundtrip(payload, len(commands), reply_timeout or self.reply_timeout)
         if self._closed:
             conn.close()
         else:
