@@ -20,6 +20,7 @@ from gateway import metrics
 from gateway.deps import Gateway, WorkerCaches
 from gateway.endpoints import augment, chat, gemini, messages
 from gateway.errors import GatewayError, new_request_id, render_error
+from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
 from gateway.settings import Settings
@@ -138,6 +139,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             await up.start()
         if gw.store is not None:
             await gw.store.start()
+            gw.record_retry = RecordRetry(gw.store)
+            gw.record_retry.start()
         metrics.worker_started(up.name for up in gw.upstreams.values())
         # Long histories allocate many short-lived dicts: keep start-up objects out of the cyclic
         # collector's way and collect young objects less often (p99 is mostly GC pauses otherwise).
@@ -150,6 +153,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             metrics.worker_stopped()
             for up in gw.upstreams.values():
                 await up.close()
+            if gw.record_retry is not None:
+                await gw.record_retry.close()
+                gw.record_retry = None
             if gw.store is not None:
                 await gw.store.close()
 

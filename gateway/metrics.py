@@ -34,7 +34,17 @@ from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
 from gateway.surfaces import SURFACES, surface_for_path
-from state.store import LoadQuery, LoadResult, RecordResult, Store, StoreError, StoreHealth, StoreUnavailable
+from state.store import (
+    CircuitOpen,
+    LoadQuery,
+    LoadResult,
+    RecordResult,
+    Store,
+    StoreError,
+    StoreHealth,
+    StoreTimeout,
+    StoreUnavailable,
+)
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
@@ -80,6 +90,14 @@ _DEGRADING = frozenset({ActionKind.DROPPED, ActionKind.DOWNGRADED_TEXT, ActionKi
                         ActionKind.THINKING_DISABLED})
 STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
+# Why a request was served without state (no load, no repair by record, no record): the store was slow past its
+# timeout and its retry, failed, or its breaker was open; or there is no store (state machine off) or no
+# credential to scope one by. The first three are the operator's concern (alerted), the last two by design.
+STATELESS_REASONS = frozenset({"store_timeout", "store_unavailable", "breaker_open", "no_store", "no_credential",
+                               "other"})
+# queued: a turn whose record failed, handed to the background retry; recorded: the retry stored it;
+# dropped: it gave up after its attempts (or at shutdown); queue_full: not queued, the queue was full
+RECORD_RETRY_OUTCOMES = frozenset({"queued", "recorded", "dropped", "queue_full", "other"})
 
 
 def label(value: object, allowed: frozenset[str]) -> str:
@@ -122,6 +140,8 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_store_errors_total": {"op": STORE_OPS, "kind": STORE_ERROR_KINDS},
     "gateway_store_round_trips_total": {"op": STORE_OPS},
     "gateway_store_circuit_open": {},
+    "gateway_stateless_requests_total": {"reason": STATELESS_REASONS},
+    "gateway_record_retries_total": {"outcome": RECORD_RETRY_OUTCOMES},
 }
 
 
@@ -153,6 +173,10 @@ STORE_ERRORS = _counter("gateway_store_errors_total", "Failed store calls, by ki
 STORE_ROUND_TRIPS = _counter("gateway_store_round_trips_total", "Store round trips (pipelines) of completed calls")
 STORE_CIRCUIT_OPEN = Gauge("gateway_store_circuit_open", "1 while the store circuit is open/half-open, else 0",
                            multiprocess_mode="livemax")
+STATELESS = _counter("gateway_stateless_requests_total", "Requests served without state (no load, repair by record "
+                                                         "or record), by reason")
+RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
+                                                          "by outcome")
 
 # ------------------------------------------------------------------ per-request observation
 
@@ -285,6 +309,29 @@ def observe_replay(hit: bool) -> None:
     _child(REPLAY_MEMO, "hit" if hit else "miss").inc()
 
 
+def stateless_reason(e: BaseException | None, *, credential: bool = True) -> str:
+    """The ``gateway_stateless_requests_total`` reason of a request served without state: ``e`` is the store
+    error its load failed with (None: there was no store, or no credential when ``credential`` is false)."""
+    if e is None:
+        return "no_store" if credential else "no_credential"
+    if isinstance(e, StoreTimeout):
+        return "store_timeout"
+    if isinstance(e, CircuitOpen):
+        return "breaker_open"
+    return "store_unavailable" if isinstance(e, StoreError) else "other"
+
+
+def observe_stateless(reason: str) -> None:
+    """Pipeline, load stage: one request served without state."""
+    _child(STATELESS, label(reason, STATELESS_REASONS)).inc()
+
+
+def observe_record_retry(outcome: str, n: int = 1) -> None:
+    """The background record retry (``gateway.record_retry``)."""
+    if n:
+        _child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
+
+
 def observe_record(result: RecordResult) -> None:
     """Pipeline, record stage."""
     if result.status == "forked":
@@ -355,6 +402,8 @@ class InstrumentedStore:
 
 
 def store_error_kind(e: BaseException) -> str:
+    if isinstance(e, StoreTimeout):
+        return "timeout"
     if isinstance(e, StoreUnavailable):
         if e.__cause__ is None:
             return "circuit_open"  # raised before any I/O: the breaker refused the call
@@ -396,6 +445,10 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
         _child(SCID_LOOKUPS, via, result)
     for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
         _child(STORE_ERRORS, op, kind)
+    for reason in STATELESS_REASONS - {"other"}:
+        _child(STATELESS, reason)
+    for outcome in RECORD_RETRY_OUTCOMES - {"other"}:
+        _child(RECORD_RETRIES, outcome)
     STORE_CIRCUIT_OPEN.set(0)
     if MULTIPROCESS:
         _reap_dead_workers(os.environ[MULTIPROC_ENV])

@@ -31,7 +31,7 @@ from gateway.repair import RecordedTurn, Records, rebuild_history, repair
 from gateway.replay_memo import Resume, one_to_one
 from gateway.sanitize import Policy, sanitize_from
 from state.keys import new_scid
-from state.store import LoadQuery, LoadResult, StoreError, TurnWrite
+from state.store import LoadQuery, LoadResult, StoreError, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.pipeline")
 
@@ -106,6 +106,7 @@ def identify(ex: Exchange) -> None:
 async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
     """One store round trip (two when the conversation had to be found by index)."""
     if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
+        metrics.observe_stateless(metrics.stateless_reason(None, credential=ex.tenant is not None))
         return None
     assert ex.request is not None
     ticket = ex.memo
@@ -125,6 +126,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
             found = identity.identify_conversation(result, query)
     except StoreError as e:
         log.warning("store load failed (%s); serving statelessly", type(e).__name__)
+        metrics.observe_stateless(metrics.stateless_reason(e))
         return None
     ex.stateful = True
     ex.scid, ex.via = found.scid, found.via
@@ -289,7 +291,10 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
         res = await gw.store.record(ex.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
-        log.warning("store record failed (%s); turn not recorded", type(e).__name__)
+        if isinstance(e, StoreUnavailable) and gw.record_retry is not None and gw.record_retry.submit(ex.tenant, write):
+            log.warning("store record failed (%s); turn retried in the background", type(e).__name__)
+        else:
+            log.warning("store record failed (%s); turn not recorded", type(e).__name__)
         return
     metrics.observe_record(res)
     ex.scid = res.scid

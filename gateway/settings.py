@@ -44,7 +44,7 @@ class Settings:
     previous_secret: str | None = field(default=None, repr=False)  # accepted during a secret rotation
     state_ttl_seconds: int = 86400
     state_max_turns: int = 1000
-    store_timeout_ms: int = 100
+    store_timeout_ms: int = 250            # Redis's time to answer a round trip once written (state.redis_store)
     decoded_turn_cache: int = 2048         # decoded stored turns per worker (the store's, deps.WorkerCaches); 0 = off
     load_cache_mb: int = 32                # MiB (stored) of loaded conversations per worker (state.convcache); 0 = off
     replay_memo_mb: int = 16               # MiB (JSON) of decoded histories per worker (gateway.replay_memo); 0 = off

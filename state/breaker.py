@@ -2,6 +2,12 @@
 
 closed --(``failure_threshold`` consecutive failures)--> open --(``cooldown_seconds``)--> half_open
 half_open: exactly one probe call goes through; success -> closed, failure -> open again.
+
+A failure is a backend that refused, reset or rejected us (``on_failure``): a real outage, so the breaker
+opens after ``failure_threshold`` of them in a row. A timeout (``on_timeout``) is a slow backend, not a
+missing one: it counts among the consecutive failures, but opens the breaker only once calls have gone
+unanswered for ``slow_seconds`` (a backend hung for longer than a pause: a 300 ms SIGSTOP, a fork for a
+snapshot, a loaded box, must not make every request of the next ``cooldown_seconds`` stateless).
 While open (or while the probe is in flight), ``acquire()`` returns False and the caller fails fast.
 The clock is injectable (monotonic seconds) so tests move time instead of sleeping.
 """
@@ -17,9 +23,11 @@ BreakerState = Literal["closed", "open", "half_open"]
 
 class CircuitBreaker:
     def __init__(self, failure_threshold: int = 3, cooldown_seconds: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if failure_threshold < 1 or cooldown_seconds < 0:
-            raise ValueError("failure_threshold must be >= 1 and cooldown_seconds >= 0")
+                 clock: Callable[[], float] = time.monotonic, slow_seconds: float = 1.0) -> None:
+        if failure_threshold < 1 or cooldown_seconds < 0 or slow_seconds < 0:
+            raise ValueError("failure_threshold must be >= 1, cooldown_seconds and slow_seconds >= 0")
+        self.slow_seconds = slow_seconds
+        self._slow_since: float | None = None  # when the current run of timeouts began
         self.failure_threshold = failure_threshold
         self.cooldown_seconds = cooldown_seconds
         self._clock = clock
@@ -55,6 +63,18 @@ class CircuitBreaker:
         self._state = "closed"
         self._failures = 0
         self._probing = False
+        self._slow_since = None
+
+    def on_timeout(self) -> None:
+        """The backend did not answer in time: opens the breaker only once the timeouts have lasted
+        ``slow_seconds`` (and ``failure_threshold`` calls failed in a row), or when it was the probe."""
+        now = self._clock()
+        if self._slow_since is None:
+            self._slow_since = now
+        if self._probing or now - self._slow_since >= self.slow_seconds:
+            self.on_failure()
+        else:
+            self._failures += 1
 
     def on_failure(self) -> None:
         self._failures += 1

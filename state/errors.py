@@ -15,5 +15,14 @@ class StoreUnavailable(StoreError):
     """
 
 
+class StoreTimeout(StoreUnavailable):
+    """The backend did not answer a round trip within the store timeout (measured from the write),
+    retried once, or the whole call outlived its budget. A slow store, not a missing one."""
+
+
+class CircuitOpen(StoreUnavailable):
+    """The circuit breaker refused the call without touching the network (the backend failed just now)."""
+
+
 class CodecError(StoreError):
     """Bytes could not be encoded or decoded (unknown version byte, corrupt msgpack, wrong shape)."""

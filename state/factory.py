@@ -32,7 +32,7 @@ from state.breaker import CircuitBreaker
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.convcache import DEFAULT_MAX_BYTES
 from state.memory_store import MemoryStore
-from state.redis_store import RedisStore
+from state.redis_store import RedisStore, budget_seconds
 from state.resp import RespNode
 from state.store import Store
 
@@ -48,8 +48,11 @@ def check_store_url(url: str) -> None:
                          "redis+sentinel:// or nothing for in-memory)")
 
 
+DEFAULT_TIMEOUT_MS = 250  # GATEWAY_STORE_TIMEOUT_MS: Redis's time to answer a round trip once written
+
+
 def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
-               max_turns: int = keys.DEFAULT_MAX_TURNS, timeout_ms: int = 100,
+               max_turns: int = keys.DEFAULT_MAX_TURNS, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                failure_threshold: int = 3, cooldown_seconds: float = 2.0, max_fetch: int = 2,
                max_connections: int = 64, clock: Callable[[], float] = time.monotonic,
                load_cache_bytes: int = DEFAULT_MAX_BYTES, decoded_turns: int = DEFAULT_TURN_CACHE_ENTRIES) -> Store:
@@ -62,9 +65,10 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
     breaker = CircuitBreaker(failure_threshold, cooldown_seconds, clock)
     timeout_s = timeout_ms / 1000
     common: dict[str, Any] = {
-        "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
+        # a read waits timeout_ms for Redis's reply; a connect may also wait for a busy worker's event loop
+        "socket_timeout": timeout_s, "socket_connect_timeout": budget_seconds(timeout_ms),
         # one immediate retry on a fresh connection (a pooled socket may be dead after a Redis
-        # restart); the whole call stays bounded by timeout_ms.
+        # restart, a reply may not have come in time); the whole call stays bounded by the store's budget.
         "retry": Retry(NoBackoff(), 1), "max_connections": max_connections,
     }
     check_store_url(url)
@@ -74,7 +78,7 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
     node: RespNode | None = None
     if parts.scheme in ("redis", "rediss"):
         client = Redis.from_url(url, **common)
-        node = RespNode.for_client(client)
+        node = RespNode.for_client(client, reply_timeout=timeout_s)
     elif parts.scheme == "redis+sentinel":
         client, also_close = _sentinel_master(parts, common)
     elif parts.scheme in _CLUSTER_SCHEMES:

@@ -8,9 +8,19 @@
   cluster the pipeline is split by node and sent to all nodes concurrently; it is still one round
   trip of latency. Scripts are loaded on ``start()`` (SCRIPT LOAD, every primary); a NOSCRIPT reply
   (restarted node, failover) reloads them and replays the pipeline once: every op in it is idempotent.
-- Every store call runs under ``asyncio.timeout(timeout_ms)`` (the whole call, all round trips) and
-  the circuit breaker: any Redis, socket or timeout error becomes ``StoreUnavailable`` and counts as a
-  failure; while the breaker is open calls fail at once without touching the network.
+- ``timeout_ms`` bounds Redis, not the worker: each round trip must be answered within it, measured from
+  when its commands are written (``RespNode``; on redis-py's paths, its ``socket_timeout`` per read), so
+  a saturated replica whose event loop runs late does not mistake its own lag for a slow Redis (a reply
+  already in the socket is read, not given up on). A round trip that times out is retried once at once,
+  on a fresh connection, waiting ``RETRY_PATIENCE`` timeouts for its reply (every op is idempotent;
+  redis-py's paths retry it in their ``Retry``). The whole
+  call, queueing for a connection and the worker's own scheduling included, is bounded by
+  ``budget_s`` = max(2 s, 8 x ``timeout_ms``).
+- The circuit breaker: a refused, reset or rejected connection (an outage) counts as a failure, and
+  ``failure_threshold`` in a row open it; a timeout opens it only once timeouts have lasted
+  ``CircuitBreaker.slow_seconds`` (``on_timeout``). While it is open calls fail at once (``CircuitOpen``)
+  without touching the network. Any Redis or socket error becomes ``StoreUnavailable`` (``StoreTimeout``
+  for a timeout).
 - Any other exception a backend call leaks (redis-py can leak transport internals, e.g. an
   ``AttributeError``/``TypeError`` on a ``None`` writer while a Cluster master fails over, redis-py
   issue #4287; or a reply of an unexpected shape) is also ``StoreUnavailable``, logged with its
@@ -34,13 +44,14 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from state import codec, keys
 from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import Arg, EngineStore, Eval, Exists, Op
-from state.errors import StoreError, StoreUnavailable
-from state.resp import RespNode
+from state.errors import CircuitOpen, StoreError, StoreTimeout, StoreUnavailable
+from state.resp import ReplyTimeout, RespNode
 from state.scripts import ALL_SCRIPTS
 from state.store import StoreHealth
 
@@ -48,11 +59,23 @@ log = logging.getLogger("thinkgate.state")
 T = TypeVar("T")
 _BACKEND_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 START_TIMEOUT_SECONDS = 2.0
+MIN_BUDGET_SECONDS = 2.0  # a whole call's bound, the worker's own queueing included (see module doc)
+BUDGET_TIMEOUTS = 8       # ... or this many store timeouts, if longer
+# The retry of a round trip that timed out waits this many store timeouts for its reply: a Redis paused for a
+# moment (a fork, a slow disk, a SIGSTOP on a box so loaded that 300 ms become 700) is waited out, not
+# mistaken for a missing one (1.25 s in all at the default 250 ms, still inside the call's budget).
+RETRY_PATIENCE = 4
+_TIMEOUTS = (TimeoutError, RedisTimeoutError)  # ReplyTimeout, redis-py's read timeout, the budget's
 RETRY_PAUSES_SECONDS = (0.05, 0.2)
 # Worth one more round trip: the connection went away, or the cluster is moving slots. The
 # AttributeError/TypeError are redis-py transport internals leaking from a connection that was closed
 # under it (redis-py issue #4287); a fresh connection does not have the problem.
 _TRANSIENT = (RedisConnectionError, ClusterDownError, TryAgainError, AttributeError, TypeError)
+
+
+def budget_seconds(timeout_ms: int) -> float:
+    """The bound of a whole store call (see module doc) for a store timeout of ``timeout_ms``."""
+    return max(MIN_BUDGET_SECONDS, BUDGET_TIMEOUTS * timeout_ms / 1000)
 
 
 def _log_unexpected(backend: str, exc: BaseException) -> None:
@@ -63,7 +86,7 @@ def _log_unexpected(backend: str, exc: BaseException) -> None:
 class RedisStore(EngineStore):
     """``Store`` over ``redis.asyncio.Redis`` (backend "redis") or ``RedisCluster`` ("redis-cluster")."""
 
-    def __init__(self, client: Redis | RedisCluster, *, timeout_ms: int = 100,
+    def __init__(self, client: Redis | RedisCluster, *, timeout_ms: int = 250,
                  breaker: CircuitBreaker | None = None, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
                  wall_clock: Callable[[], float] | None = None,
@@ -83,6 +106,7 @@ class RedisStore(EngineStore):
         self._cluster = isinstance(client, RedisCluster)
         self.backend = "redis-cluster" if self._cluster else "redis"
         self.timeout_s = timeout_ms / 1000
+        self.budget_s = budget_seconds(timeout_ms)
         self.breaker = breaker or CircuitBreaker()
         self.round_trips = 0  # pipelines executed (diagnostics; tests count at the socket too)
         # redis-py's async pools raise MaxConnectionsError instead of waiting when exhausted; one
@@ -118,8 +142,11 @@ class RedisStore(EngineStore):
         if not self.breaker.acquire():
             return StoreHealth(False, self.backend, self.breaker.state, "circuit open")
         try:
-            async with asyncio.timeout(self.timeout_s), self._slots:
+            async with asyncio.timeout(self.budget_s), self._slots:
                 await self._client.ping()
+        except _TIMEOUTS:
+            self.breaker.on_timeout()
+            return StoreHealth(False, self.backend, self.breaker.state, "timeout")
         except Exception as exc:  # _BACKEND_ERRORS, or whatever else the client leaks
             self.breaker.on_failure()
             if not isinstance(exc, _BACKEND_ERRORS):
@@ -136,14 +163,16 @@ class RedisStore(EngineStore):
 
     async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         if not self.breaker.acquire():
-            raise StoreUnavailable(f"{self.backend}: circuit open")
+            raise CircuitOpen(f"{self.backend}: circuit open")
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(self.budget_s):
                 result = await fn(*args)
+        except _TIMEOUTS as exc:  # a slow store, not a missing one (``CircuitBreaker.on_timeout``)
+            self.breaker.on_timeout()
+            raise StoreTimeout(f"{self.backend}: timeout") from exc
         except _BACKEND_ERRORS as exc:
             self.breaker.on_failure()
-            kind = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
-            raise StoreUnavailable(f"{self.backend}: {kind}") from exc
+            raise StoreUnavailable(f"{self.backend}: {type(exc).__name__}") from exc
         except StoreError:  # raised on purpose by the engine (e.g. CodecError): not the backend's fault
             self.breaker.on_abandon()
             raise
@@ -163,10 +192,10 @@ class RedisStore(EngineStore):
             if sha != script.sha:  # pragma: no cover - would be a redis bug
                 raise RedisError(f"SCRIPT LOAD returned {sha} for {script.name}")
 
-    async def _execute(self, ops: Sequence[Op]) -> list[Any]:
+    async def _execute(self, ops: Sequence[Op], reply_timeout: float | None = None) -> list[Any]:
         self.round_trips += 1
         if self._node is not None:
-            return await self._node.execute([_command(op) for op in ops])
+            return await self._node.execute([_command(op) for op in ops], reply_timeout)
         pipe: Any = self._client.pipeline() if self._cluster else self._client.pipeline(transaction=False)
         for op in ops:
             if isinstance(op, Exists):
@@ -180,8 +209,10 @@ class RedisStore(EngineStore):
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
         """One pipeline. A connection the server dropped (a restart; a Cluster failover: the old
         master closes its clients while the slots move) is retried after a short pause, once on a
-        single node and twice on a Cluster (the client needs a moment to learn the new topology),
-        always within the call's timeout: every op is idempotent (a replayed append is a "dup")."""
+        single node and twice on a Cluster (the client needs a moment to learn the new topology);
+        a reply that did not come within the store timeout, once at once on a fresh connection
+        (redis-py's paths do that in their own ``Retry``); always within the call's budget: every op
+        is idempotent (a replayed append is a "dup")."""
         pauses = RETRY_PAUSES_SECONDS if self._cluster else RETRY_PAUSES_SECONDS[:1]
         async with self._slots:
             for pause in pauses:
@@ -194,7 +225,15 @@ class RedisStore(EngineStore):
             return await self._attempt(ops)
 
     async def _attempt(self, ops: Sequence[Op]) -> list[Any]:
-        replies = await self._execute(ops)
+        try:
+            return await self._attempt_once(ops)
+        except ReplyTimeout:
+            log.info("state store %s: no reply within %.0f ms; retrying the round trip once", self.backend,
+                     self.timeout_s * 1000)
+        return await self._attempt_once(ops, RETRY_PATIENCE * self.timeout_s)
+
+    async def _attempt_once(self, ops: Sequence[Op], reply_timeout: float | None = None) -> list[Any]:
+        replies = await self._execute(ops, reply_timeout)
         if any(isinstance(r, NoScriptError) for r in replies):
             log.info("state store %s lost its scripts (restart/failover); reloading", self.backend)
             await self._load_scripts()

@@ -16,6 +16,12 @@ connection is its ``ConnectionError``), so
 on redis-py (``for_client`` answers None). The replies are those of ``execute_command``: no response
 callbacks (a SET answers ``b"OK"``, not ``True``).
 
+The store timeout is measured here, from the moment a round trip's commands are written (``reply_timeout``):
+time spent before (waiting for a connection, for the worker's event loop) is not Redis's. And when the timer
+fires but the reply is already waiting in the socket, unread because the worker's event loop was busy (a
+saturated replica runs its timers late and its reads later still), the reply is not given up on: the timer is
+set again (``ReplyTimeout`` only for a reply that has not arrived). The caller's own budget bounds the rest.
+
 A connection serves one round trip at a time and goes back to the pool only after all its replies were
 read; a round trip that does not finish (cancelled, timed out, protocol error) closes its connection,
 so no later round trip can read a stale reply. The caller bounds how many run at once (``RedisStore``'s
@@ -25,6 +31,7 @@ semaphore), and so the number of connections.
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -36,6 +43,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
 from state.engine import Arg
+
+
+class ReplyTimeout(TimeoutError):
+    """Redis did not answer a round trip within ``reply_timeout`` of its write (the reply is not in the socket)."""
 
 
 def pack(args: Sequence[Arg]) -> bytes:
@@ -102,6 +113,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
         self._transport: asyncio.Transport | None = None
+        self._fd = -1
         self._waiter: asyncio.Future[list[Any]] | None = None
         self._expected = 0
         self._replies: list[Any] = []
@@ -109,6 +121,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
@@ -144,37 +158,64 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    async def roundtrip(self, payload: bytes, count: int) -> list[Any]:
+    async def roundtrip(self, payload: bytes, count: int, reply_timeout: float | None = None) -> list[Any]:
+        """Write ``payload`` and await ``count`` replies; ``ReplyTimeout`` when none arrived ``reply_timeout`` seconds
+        after the write (see the module doc)."""
         if self.closed or self._transport is None or self._transport.is_closing():
             raise RedisConnectionError("Connection closed by server.")
-        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[Any]] = loop.create_future()
         self._waiter, self._expected, self._replies = waiter, count, []
+        timer: asyncio.TimerHandle | None = None
         try:
             self._transport.write(payload)
+            if reply_timeout is not None:
+                timer = loop.call_later(reply_timeout, self._expire, waiter, reply_timeout)
             return await waiter
         except BaseException:
             self.close()  # replies may still be on their way: never reuse this socket
             raise
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _expire(self, waiter: asyncio.Future[list[Any]], timeout: float) -> None:
+        if waiter.done() or waiter is not self._waiter:
+            return
+        if self._unread():  # Redis answered in time; the loop has not read it yet: read it, don't give up
+            asyncio.get_running_loop().call_later(timeout, self._expire, waiter, timeout)
+            return
+        waiter.set_exception(ReplyTimeout(f"no reply within {timeout * 1000:.0f} ms of the write"))
+
+    def _unread(self) -> bool:
+        """Bytes waiting in the socket that the event loop has not read yet."""
+        if self._fd < 0:
+            return False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(0))
 
 
 class RespNode:
     """A pool of ``_Connection`` to one Redis node (see module doc)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 6379, path: str | None = None, db: int = 0,
-                 username: str | None = None, password: str | None = None) -> None:
+                 username: str | None = None, password: str | None = None,
+                 reply_timeout: float | None = None) -> None:
+        """``reply_timeout``: seconds Redis has to answer a round trip once it is written (None: no bound here)."""
+        self.reply_timeout = reply_timeout
         self._address = (host, port)
         self._path = path
         auth: list[Arg] | None = ["AUTH", *([username] if username else []), password] if password else None
-        select: list[Arg] | None = ["SELECT", db] if db else None
-        self._handshake: list[list[Arg]] = [c for c in (auth, select) if c is not None]
+        choose_db: list[Arg] | None = ["SELECT", db] if db else None
+        self._handshake: list[list[Arg]] = [c for c in (auth, choose_db) if c is not None]
         self._idle: list[_Connection] = []
         self._closed = False
         self.connections_made = 0
 
     @classmethod
-    def for_client(cls, client: Redis) -> RespNode | None:
+    def for_client(cls, client: Redis, reply_timeout: float | None = None) -> RespNode | None:
         """The node ``client`` talks to, for a plain TCP or unix-socket connection; None for anything else
         (TLS, Sentinel, credential providers...), which stays on redis-py."""
         pool = client.connection_pool
@@ -182,18 +223,19 @@ class RespNode:
         if kw.get("credential_provider") is not None or kw.get("protocol") not in (None, 2, "2"):
             return None
         common: dict[str, Any] = {"db": int(kw.get("db") or 0), "username": kw.get("username"),
-                                  "password": kw.get("password")}
+                                  "password": kw.get("password"), "reply_timeout": reply_timeout}
         if pool.connection_class is Connection and type(pool) is ConnectionPool:  # not Sentinel's subclass
             return cls(host=kw.get("host", "localhost"), port=int(kw.get("port", 6379)), **common)
         if pool.connection_class is UnixDomainSocketConnection and kw.get("path"):
             return cls(path=kw["path"], **common)
         return None
 
-    async def execute(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Send ``commands`` in one write; their replies in order (error replies as exception instances)."""
+    async def execute(self, commands: Sequence[Sequence[Arg]], reply_timeout: float | None = None) -> list[Any]:
+        """Send ``commands`` in one write; their replies in order (error replies as exception instances).
+        ``reply_timeout``: this round trip's, instead of the node's."""
         payload = pack_commands(commands)
         conn = await self._acquire()
-        replies = await conn.roundtrip(payload, len(commands))
+        replies = await conn.roundtrip(payload, len(commands), reply_timeout or self.reply_timeout)
         if self._closed:
             conn.close()
         else:
@@ -218,7 +260,8 @@ class RespNode:
             raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from exc
         self.connections_made += 1
         if self._handshake:
-            for reply in await conn.roundtrip(pack_commands(self._handshake), len(self._handshake)):
+            replies = await conn.roundtrip(pack_commands(self._handshake), len(self._handshake), self.reply_timeout)
+            for reply in replies:
                 if isinstance(reply, Exception):
                     conn.close()
                     raise reply
@@ -231,4 +274,4 @@ class RespNode:
             self._idle.pop().close()
 
 
-__all__ = ["RespNode", "ResponseError", "pack", "pack_commands"]
+__all__ = ["ReplyTimeout", "RespNode", "ResponseError", "pack", "pack_commands"]

@@ -19,8 +19,10 @@ call                   round trips
 ``get_conversation``   1
 =====================  ===========================================================================
 
-Failure model: every call is bounded by ``timeout_ms`` (whole call, all round trips) and raises
-``StoreUnavailable`` on any backend trouble, or at once while the circuit breaker is open. Nothing a
+Failure model: each round trip must be answered within ``timeout_ms`` of its commands being written (a
+round trip that is not is retried once, on a fresh connection); the whole call, queueing in the worker
+included, within a larger budget (``RedisStore``). Any backend trouble raises ``StoreUnavailable``:
+``StoreTimeout`` for a slow backend, ``CircuitOpen`` at once while the circuit breaker is open. Nothing a
 backend does raises anything else, except ``ValueError`` for malformed arguments (a bad tenant, a
 malformed SCID passed to ``record``) and ``CodecError`` for a ``TurnRecord`` that msgpack cannot
 encode (checked before any I/O). Undecodable stored data never raises: it is skipped and counted in
@@ -33,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from state.errors import CodecError, StoreError, StoreUnavailable
+from state.errors import CircuitOpen, CodecError, StoreError, StoreTimeout, StoreUnavailable
 from state.records import ConversationState, Location, TurnRecord
 
 __all__ = [
-    "CodecError", "LoadQuery", "LoadResult", "RecordResult", "Store", "StoreError", "StoreHealth",
-    "StoreUnavailable", "TurnWrite",
+    "CircuitOpen", "CodecError", "LoadQuery", "LoadResult", "RecordResult", "Store", "StoreError", "StoreHealth",
+    "StoreTimeout", "StoreUnavailable", "TurnWrite",
 ]
 
 CircuitState = Literal["closed", "open", "half_open"]

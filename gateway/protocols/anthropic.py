@@ -273,3 +273,6 @@ class StreamEncoder:
 
     def end(self) -> bytes:
         return b""
+
+    def ends(self, data: dict[str, Any]) -> bool:
+        return data.get("type") in ("message_delta", "message_stop")  # the stop reason, the stop

@@ -162,6 +162,9 @@ class StreamEncoder:
     def end(self) -> bytes:
         return b""
 
+    def ends(self, data: dict[str, Any]) -> bool:
+        return data.get("type") in ("message_delta", "message_stop")  # the final node comes at message_stop
+
     # -------------------------------------------------------------- events
 
     def _node(self, ntype: int, content: str = "", **fields: Any) -> dict[str, Any]:

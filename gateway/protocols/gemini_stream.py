@@ -135,6 +135,15 @@ class GeminiTranslator:
         return events
 
 
+def _finishes(raw: str) -> bool:
+    try:
+        chunk = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    cands = chunk.get("candidates") if isinstance(chunk, dict) else None
+    return isinstance(cands, list) and any(isinstance(c, dict) and c.get("finishReason") for c in cands)
+
+
 def _error_type(code: JSON) -> str:
     return {429: "rate_limit_error", 503: "overloaded_error", 400: "invalid_request_error"}.get(
         code if isinstance(code, int) else 500, "api_error")
@@ -170,3 +179,8 @@ class NativeStreamEncoder:
         if self.sse:
             return b""
         return b"]" if self.count else b"[]"
+
+    def ends(self, data: dict[str, Any]) -> bool:
+        """The upstream's chunk with a ``finishReason`` (the last one a Gemini client reads)."""
+        raw = data.get("data") if data.get("type") == UPSTREAM_EVENT else None
+        return isinstance(raw, str) and '"finishReason"' in raw and _finishes(raw)

@@ -82,6 +82,9 @@ class StreamEncoder:
     def end(self) -> bytes:
         return b"" if self.failed else DONE
 
+    def ends(self, data: dict[str, Any]) -> bool:
+        return data.get("type") in ("message_delta", "message_stop")  # the finish_reason chunk, then [DONE]
+
     # ------------------------------------------------------------ events
 
     def _chunk(self, delta: dict[str, JSON], finish: str | None = None, **top: JSON) -> bytes:

@@ -5,7 +5,10 @@
   them (``message_start`` gains ``_gateway``), so unknown events pass through; other
   dialects translate the canonical (Anthropic-shaped) events into their own chunks.
 - The pure accumulator runs alongside; when the stream finished cleanly
-  (``message_stop``, no error event) ``on_complete`` receives the finished turn.
+  (``message_stop``, no error event) ``on_complete`` receives the finished turn, and only then does
+  the client get the end of the answer in its dialect (``StreamEncoder.ends``: ``message_stop``, the
+  ``finish_reason`` chunk and ``[DONE]``, Gemini's last chunk, Augment's final node), since clients stop
+  reading there and may send the conversation's next request at once.
 - An upstream failure mid-stream (connection lost, idle timeout, truncated stream)
   becomes the client dialect's error event, never a silent end of stream.
 - If the client goes away, the generator is closed/cancelled and the upstream
@@ -51,6 +54,11 @@ class StreamEncoder(Protocol):
         """Bytes after a clean end of stream (e.g. ``data: [DONE]``)."""
         ...
 
+    def ends(self, data: dict[str, Any]) -> bool:
+        """Whether the client reads this event's bytes as the end of the answer (a finish reason, a stop
+        event): the relay sends them, and everything after, only once the turn is recorded."""
+        ...
+
 
 async def relay_sse(
     resp: UpstreamResponse,
@@ -61,40 +69,35 @@ async def relay_sse(
 ) -> AsyncIterator[bytes]:
     snap = snapshot if snapshot is not None else Snapshot()
     decoder = SSEDecoder()
+    pump = _Pump(snap, encoder)
     clean = False
-    recorded = False
     try:
         try:
             async for chunk in resp.iter_chunks():
-                before, after = _split(decoder.feed(chunk), snap, encoder, not recorded)
+                before = pump.feed(decoder.feed(chunk))
                 if before:
                     yield before
-                if after is not None:
-                    # Record before the client sees message_stop, so its next request finds the turn.
-                    recorded = True
-                    await _complete(snap, on_complete)
-                    yield after
-            before, after = _split(decoder.flush(), snap, encoder, not recorded)
+                if pump.finished:
+                    yield await pump.record(on_complete)
+            before = pump.feed(decoder.flush())
             if before:
                 yield before
-            if after is not None:
-                recorded = True
-                await _complete(snap, on_complete)
-                yield after
+            if pump.finished:
+                yield await pump.record(on_complete)
         except TimeoutError:
-            yield encoder.error("api_error", "upstream stream timed out")
+            yield pump.release() + encoder.error("api_error", "upstream stream timed out")
             return
         except aiohttp.ClientError as e:
-            yield encoder.error("api_error", f"upstream connection lost: {type(e).__name__}")
+            yield pump.release() + encoder.error("api_error", f"upstream connection lost: {type(e).__name__}")
             return
         except UpstreamProtocolError as e:
-            yield encoder.error("api_error", f"upstream sent an invalid stream: {e}")
+            yield pump.release() + encoder.error("api_error", f"upstream sent an invalid stream: {e}")
             return
         if snap.error is None and not snap.stopped:
-            yield encoder.error("api_error", "upstream stream ended before message_stop")
+            yield pump.release() + encoder.error("api_error", "upstream stream ended before message_stop")
             return
         clean = True
-        tail_bytes = encoder.end()
+        tail_bytes = pump.release() + encoder.end()
         if tail_bytes:
             yield tail_bytes
     finally:
@@ -105,22 +108,48 @@ async def relay_sse(
             resp.close()
 
 
-def _split(events: Iterable[SSEEvent], snap: Snapshot, encoder: StreamEncoder,
-           may_record: bool) -> tuple[bytes, bytes | None]:
-    """The client bytes of one upstream read: (before, after). ``after`` is None unless this read
-    finished the turn (``message_stop``) and it was not recorded yet; then it holds the finishing
-    event and what follows it, which the caller sends only once the turn is recorded. The events
-    before it go out first, so an answer that arrives in one read (a short one, a fast upstream)
-    does not wait for the store before its first byte."""
-    before: list[bytes] = []
-    after: list[bytes] | None = None
-    for ev in events:
-        stopped = snap.stopped
-        out = _fold(ev, snap, encoder)
-        if after is None and may_record and snap.stopped and not stopped:
-            after = []
-        (before if after is None else after).append(out)
-    return b"".join(before), (b"".join(after) if after is not None else None)
+class _Pump:
+    """Folds events into the snapshot and the client's bytes, holding back the end of the answer.
+
+    From the first event the client reads as the end of the answer (``StreamEncoder.ends``: a stop reason,
+    ``message_stop``, Gemini's chunk with a ``finishReason``) the client's bytes are held, across reads,
+    until the turn is recorded (``message_stop`` folded: ``on_complete``): a client stops reading at the
+    finish marker and may send the conversation's next request at once, to any replica, which must find
+    the turn. The events before it go out as they come, so an answer does not wait for the store before
+    its first byte. A stream that fails after the hold began gets the held bytes, then its error."""
+
+    def __init__(self, snap: Snapshot, encoder: StreamEncoder) -> None:
+        self.snap = snap
+        self.encoder = encoder
+        self.held: list[bytes] | None = None
+        self.recorded = False
+
+    def feed(self, events: Iterable[SSEEvent]) -> bytes:
+        """The bytes to send now for ``events``: those before the hold (the rest is held)."""
+        before: list[bytes] = []
+        for ev in events:
+            stopped = self.snap.stopped
+            data, out = _fold(ev, self.snap, self.encoder)
+            if self.held is None and not self.recorded and (
+                    (data is not None and self.encoder.ends(data)) or (self.snap.stopped and not stopped)):
+                self.held = []
+            (before if self.held is None else self.held).append(out)
+        return b"".join(before)
+
+    @property
+    def finished(self) -> bool:
+        """The turn is complete (``message_stop``) and not recorded yet."""
+        return self.snap.stopped and not self.recorded
+
+    async def record(self, on_complete: OnComplete | None) -> bytes:
+        """Record the finished turn; then the held end of the answer may go."""
+        self.recorded = True
+        await _complete(self.snap, on_complete)
+        return self.release()
+
+    def release(self) -> bytes:
+        held, self.held = self.held, None
+        return b"".join(held) if held else b""
 
 
 async def _complete(snap: Snapshot, on_complete: OnComplete | None) -> None:
@@ -129,12 +158,12 @@ async def _complete(snap: Snapshot, on_complete: OnComplete | None) -> None:
         await on_complete(turn)
 
 
-def _fold(ev: SSEEvent, snap: Snapshot, encoder: StreamEncoder) -> bytes:
+def _fold(ev: SSEEvent, snap: Snapshot, encoder: StreamEncoder) -> tuple[dict[str, Any] | None, bytes]:
     try:
         data = orjson.loads(ev.data) if ev.data else None
     except orjson.JSONDecodeError:
-        return encoder.passthrough(ev)  # not JSON: nothing to accumulate
+        return None, encoder.passthrough(ev)  # not JSON: nothing to accumulate
     if not isinstance(data, dict):
-        return encoder.passthrough(ev)
+        return None, encoder.passthrough(ev)
     accumulate(data, snap)
-    return encoder.event(data, ev)
+    return data, encoder.event(data, ev)

@@ -225,6 +225,7 @@ def test_required_alerts() -> None:
     assert "gateway_store_circuit_open" in by_name["ThinkgateStoreCircuitOpen"]["expr"]
     assert "histogram_quantile(0.99" in by_name["ThinkgateHighLatencyP99"]["expr"]
     assert 'status="5xx"' in by_name["ThinkgateHighErrorRate"]["expr"]
+    assert "gateway_stateless_requests_total" in by_name["ThinkgateStatelessRequests"]["expr"]
 
 
 PROMTOOL = shutil.which("promtool")
@@ -330,6 +331,32 @@ def test_scid_hit_ratio_alert_ignores_foreign_lookups(tmp_path: Path) -> None:
             _alert("ThinkgateScidHitRatioCollapse", "10m"),
             _alert("ThinkgateScidHitRatioCollapse", "40m", {"severity": "warning", "job": "genuine"},
                    {"severity": "warning", "job": "expired"}),
+        ],
+    }]
+    _promtool_test(tmp_path, tests)
+
+
+@needs_promtool
+@pytest.mark.process
+def test_stateless_requests_alert_counts_store_reasons_only(tmp_path: Path) -> None:
+    """``ThinkgateStatelessRequests`` fires when more than 1% of requests go stateless because of the store
+    (timeouts, errors, an open breaker), not for requests stateless by design (no store, no credential)."""
+    stateless, requests = "gateway_stateless_requests_total", "gateway_requests_total"
+    tests = [{
+        "interval": "1m",
+        "input_series": [
+            _series(requests, "0+100x40", job="slow", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(stateless, "0+5x40", job="slow", reason="store_timeout"),
+            _series(stateless, "0x40", job="slow", reason="breaker_open"),
+            _series(requests, "0+100x40", job="design", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(stateless, "0+100x40", job="design", reason="no_store"),
+            _series(stateless, "0+50x40", job="design", reason="no_credential"),
+            _series(requests, "0+1000x40", job="rare", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(stateless, "0+1x40", job="rare", reason="store_unavailable"),
+        ],
+        "alert_rule_test": [
+            _alert("ThinkgateStatelessRequests", "4m"),  # not yet 5 minutes
+            _alert("ThinkgateStatelessRequests", "20m", {"severity": "warning", "job": "slow"}),
         ],
     }]
     _promtool_test(tmp_path, tests)

@@ -10,6 +10,7 @@ record ran at the end of a stream). Every store call now turns any leaked except
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from state.errors import StoreUnavailable
 from state.keys import conversation_keys, new_scid, tenant_prefix
 from state.redis_store import RedisStore
 from state.store import LoadQuery, TurnWrite
-from tests.process_fixtures import GatewayFactory, Sim, free_port
+from tests.process_fixtures import GatewayFactory, Sim, free_port, metric_sum
 from tests.redis_fixtures import RedisServer
 from tests.reliability.hostile import Keyspace
 from tests.reliability.loops import access_lines
@@ -189,7 +190,8 @@ def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: Gate
     """Turn 1 is recorded. Turn 2 streams; the simulator holds it after its first delta (so the load is
     done and the record is still to come), the fault starts, the stream is released. The client still
     gets its whole answer, the access log says ``recorded=false`` and, when the write was refused, the
-    conversation still holds exactly turn 1."""
+    conversation still holds exactly turn 1. Once the fault is over, the background retry records turn 2
+    (issue 22: a turn whose record failed is not lost), and the conversation's export shows both."""
     start, undo = FAULTS[fault]
     secret, key = "record-fail-secret", f"sk-record-fail-{new_scid()}"
     gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": private_redis.url, "GATEWAY_SECRET": secret,
@@ -218,18 +220,28 @@ def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: Gate
             sim.release()
             final = s.get_final_message()
         assert final.stop_reason == "end_turn"  # served whole, just not recorded
+        if fault.startswith("write refused"):
+            with private_redis.client() as c:
+                assert c.llen(keys.turns) == 1 and c.llen(keys.tids) == 1, "the failed turn was stored"
+                after = Keyspace(c).snapshot()
+                changed = {k for k in before.dumps.keys() | after.dumps.keys()
+                           if before.dumps.get(k) != after.dumps.get(k)}
+                assert not changed, f"the failed record wrote {changed}"
     finally:
         undo(private_redis)
+    with private_redis.client() as c:  # the background retry's attempts: 0.1 s, 0.5 s, 1 s, 2 s, 4 s after
+        deadline = time.monotonic() + 15
+        while c.llen(keys.turns) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # another process's doing: nothing to await but its effect
+        assert c.llen(keys.turns) == 2 and c.llen(keys.tids) == 2, "the failed turn was never recorded"
+    export = httpx.get(f"{gw.url}/gateway/conversations/{scid}", headers={"x-api-key": key}, timeout=10)
+    assert export.status_code == 200 and len(export.json()["turns"]) == 2, export.text
+    if fault.startswith("write refused"):  # (a SIGSTOPped Redis may run the first write itself on SIGCONT)
+        assert metric_sum(gw, "gateway_record_retries_total", outcome="recorded") == 1
     gw.stop()  # drains: every access-log line is written
     lines = [rec for rec in access_lines(gw.log_lines()) if rec.get("endpoint") == "messages"]
     assert [(rec["status"], rec["scid"], rec["recorded"]) for rec in lines] == [(200, scid, True),
                                                                                 (200, scid, False)], lines
-    if fault.startswith("write refused"):
-        with private_redis.client() as c:
-            assert c.llen(keys.turns) == 1 and c.llen(keys.tids) == 1, "the failed turn was stored"
-            after = Keyspace(c).snapshot()
-            changed = {k for k in before.dumps.keys() | after.dumps.keys() if before.dumps.get(k) != after.dumps.get(k)}
-            assert not changed, f"the failed record wrote {changed}"
 
 
 _PARAMS: dict[str, Any] = {"model": "claude-opus-4-5", "max_tokens": 4096,

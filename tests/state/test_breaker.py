@@ -64,3 +64,47 @@ def test_abandoned_probe_frees_the_slot() -> None:
 def test_validation() -> None:
     with pytest.raises(ValueError):
         CircuitBreaker(failure_threshold=0)
+
+
+def test_timeouts_open_only_once_they_last_slow_seconds() -> None:
+    """A slow store is not a missing one: a burst of timeouts (every request in flight during a 300 ms pause)
+    leaves the breaker closed; timeouts that go on for ``slow_seconds`` open it."""
+    clock = Clock()
+    b = CircuitBreaker(failure_threshold=3, cooldown_seconds=2, clock=clock, slow_seconds=1.0)
+    for _ in range(20):
+        assert b.acquire()
+        b.on_timeout()
+    clock.t += 0.3
+    assert b.acquire()
+    b.on_success()  # the pause ended: the run of timeouts is over
+    assert b.state == "closed" and b.consecutive_failures == 0
+    for _ in range(5):
+        assert b.acquire()
+        b.on_timeout()
+    clock.t += 0.99
+    b.on_timeout()
+    assert b.state == "closed"
+    clock.t += 0.01
+    b.on_timeout()
+    assert b.state == "open" and b.opened_count == 1
+    assert not b.acquire()
+
+
+def test_hard_failures_still_open_at_the_threshold() -> None:
+    """Refused, reset, rejected: an outage fails fast after ``failure_threshold`` in a row, timeouts or not."""
+    b = CircuitBreaker(failure_threshold=3, cooldown_seconds=2, clock=Clock(), slow_seconds=1.0)
+    b.on_timeout()
+    b.on_failure()
+    assert b.state == "closed"
+    b.on_failure()
+    assert b.state == "open"
+
+
+def test_a_probe_that_times_out_reopens_at_once() -> None:
+    clock = Clock()
+    b = CircuitBreaker(failure_threshold=1, cooldown_seconds=2, clock=clock, slow_seconds=60)
+    b.on_failure()
+    clock.t += 2
+    assert b.acquire() and b.state == "half_open"
+    b.on_timeout()
+    assert b.state == "open" and b.opened_count == 2

@@ -40,11 +40,11 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[SendCounter]:
 
     lean = _Connection.roundtrip
 
-    async def counting_lean(self: _Connection, payload: bytes, count: int) -> list[Any]:
+    async def counting_lean(self: _Connection, payload: bytes, count: int, *rest: Any) -> list[Any]:
         assert self._transport is not None
         peer = self._transport.get_extra_info("peername")
         counter.sends[int(peer[1]) if isinstance(peer, tuple) else 0] += 1
-        return await lean(self, payload, count)
+        return await lean(self, payload, count, *rest)
 
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
     monkeypatch.setattr(_Connection, "roundtrip", counting_lean)
