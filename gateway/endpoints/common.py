@@ -13,6 +13,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
 from gateway import metrics, pipeline
+from gateway.credentials import credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError
 from gateway.exchange import Exchange
@@ -79,11 +80,17 @@ def check_header_value(name: str, value: str) -> None:
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
     raw = await read_body(request, gw.settings.max_body_bytes)
+    headers = client_headers(request)
+    if surface.key_query is not None and credential_of(headers) is None:
+        param, header = surface.key_query  # (Gemini's ?key=): the tenant comes from it, and it is forwarded
+        if key := request.query_params.get(param):
+            check_header_value(param, key)
+            headers[header] = key
     return Exchange(
         endpoint=surface.label,
         dialect=surface.dialect,
         request_id=request.state.request_id,
-        headers=client_headers(request),
+        headers=headers,
         query=request.url.query,
         raw_body=raw,
     )
