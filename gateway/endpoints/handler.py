@@ -38,7 +38,7 @@ from gateway.surfaces import Surface
 from gateway.upstream import UpstreamResponse
 
 JSON = "application/json"
-ANTHROPIC = ModelCaps("anthropic")  # what an unrouted surface calls
+UNROUTED = ModelCaps("anthropic")  # what a surface that does not route calls (``Codec.kinds`` None)
 Relay = tuple[StreamEncoder, str | None, Snapshot | None]  # a stream's encoder, media type, and the snapshot it reads
 
 
@@ -79,7 +79,7 @@ class Codec:
 
     def routed(self, req: Request) -> Request:
         """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called."""
-        caps = ANTHROPIC if self.kinds is None else route(self.gw.router, self.gw.upstreams, req.model, self.kinds)
+        caps = UNROUTED if self.kinds is None else route(self.gw.router, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
         self.call = Call(caps, req)
         return req
