@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.deps import Gateway, WorkerCaches
-from gateway.endpoints import augment, chat, gemini, messages
+from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
@@ -32,9 +32,9 @@ log = logging.getLogger("thinkgate")
 
 
 # Each surface's handler, by its label (``gateway.surfaces``: the table the routes are made from)
-HANDLERS = {"messages": messages.messages, "count_tokens": messages.count_tokens,
+HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_tokens,
             "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
-            "chat_stream": augment.chat_stream, "conversation_export": augment.conversation}
+            "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export}
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:

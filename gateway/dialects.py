@@ -23,6 +23,7 @@ from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.exchange import Exchange
 from gateway.protocols import anthropic, gemini, openai_compat
 from gateway.protocols.canonical import JSON, Request, Turn
+from gateway.protocols.gemini_parts import Mint
 from gateway.protocols.gemini_stream import GeminiTranslator
 from gateway.protocols.openai_compat_stream import CompatTranslator
 from gateway.routing import ModelCaps, Router, origin_of
@@ -32,12 +33,19 @@ from gateway.upstream import forward_request_headers
 ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
 
 
+def random_ids(k: int, name: str, args: JSON) -> str:
+    """Ids for the calls of an upstream that names none (Gemini): a fresh one per call, recorded with the turn."""
+    return "call_" + secrets.token_hex(12)
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One routed request: the model's capabilities and the origin its answer's signatures get."""
+    """One routed request: the model's capabilities, the origin its answer's signatures get, and the ids its
+    answer's calls get when the upstream names none (a surface whose clients replay without ids picks its own)."""
 
     caps: ModelCaps
     req: Request
+    mint: Mint = random_ids
 
     @property
     def origin(self) -> str:
@@ -73,11 +81,6 @@ def anthropic_headers(client: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def random_ids(k: int, name: str, args: JSON) -> str:
-    """Gemini calls carry no id: OpenAI clients get a fresh one per call (recorded with the turn)."""
-    return "call_" + secrets.token_hex(12)
-
-
 def _gemini_path(call: Call) -> str:
     action = "streamGenerateContent?alt=sse" if call.req.is_stream else "generateContent"
     return f"/v1beta/models/{call.req.model}:{action}"
@@ -89,8 +92,8 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         lambda body, c: anthropic.decode_turn(body), None, upstream_error),
     "gemini": UpstreamDialect(
         _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
-        lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=random_ids, model=c.req.model),
-        lambda c: GeminiTranslator(origin=c.origin, mint=random_ids, model=c.req.model), upstream_error),
+        lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model),
+        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
         lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),

@@ -2,9 +2,9 @@
 
 A surface is one client protocol's endpoint: its metric label (also the ``Exchange``'s ``endpoint``), its
 dialect (``Exchange.dialect``: the protocol's requests and stream events), the envelope its errors are rendered
-in, the route paths the app serves it on and the path prefixes whose
-requests belong to it (so an unknown path under a surface's prefix gets that surface's error shape and metric
-label). The app's routes, the error dialect of a path and the metrics' endpoint labels are all read from here,
+in, the route paths the app serves it on, the path prefixes whose requests belong to it (so an unknown path under a
+surface's prefix gets that surface's error shape and metric label) and, for Gemini, the query parameter a client
+key may come in. The app's routes, the error dialect of a path and the metrics' endpoint labels are all read from here,
 so they cannot drift apart. Data only: the handlers are bound to the labels in ``gateway.app``.
 """
 
@@ -24,6 +24,8 @@ class Surface:
     prefixes: tuple[str, ...]    # path prefixes that belong to it (first match in ``SURFACES`` order wins)
     method: str = "POST"
     errors: Dialect = "anthropic"  # the envelope of the errors the app renders for it (``errors.render_error``)
+    # (query parameter, header): a client key sent in the query, taken as that header when no other is sent
+    key_query: tuple[str, str] | None = None
 
 
 COUNT_TOKENS = Surface("count_tokens", "anthropic", ("/v1/messages/count_tokens",), ("/v1/messages/count_tokens",))
@@ -31,7 +33,7 @@ MESSAGES = Surface("messages", "anthropic", ("/v1/messages",), ("/v1/messages",)
 CHAT_COMPLETIONS = Surface("chat_completions", "openai", ("/v1/chat/completions",), ("/v1/chat/completions",),
                            errors="openai")
 GENERATE_CONTENT = Surface("generate_content", "gemini", ("/v1beta/models/{rest:path}", "/v1/models/{rest:path}"),
-                           ("/v1beta", "/v1/models/"), errors="gemini")
+                           ("/v1beta", "/v1/models/"), errors="gemini", key_query=("key", "x-goog-api-key"))
 # Augment's JSON errors (before its stream starts) are Anthropic-shaped; errors within the stream are its own lines
 CHAT_STREAM = Surface("chat_stream", "augment", ("/gateway/chat-stream",), ("/gateway/chat-stream",))
 CONVERSATION_EXPORT = Surface("conversation_export", "anthropic", ("/gateway/conversations/{scid}",),

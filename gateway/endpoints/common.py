@@ -14,6 +14,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
 from gateway import metrics, pipeline
+from gateway.credentials import CONFLICTING, credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError
 from gateway.exchange import Exchange
@@ -86,11 +87,21 @@ def check_header_value(name: str, value: str) -> None:
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
     raw = await read_body(request, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
+    headers = client_headers(request)
+    if surface.key_query is not None and (key := request.query_params.get(surface.key_query[0])):
+        param, header = surface.key_query  # (Gemini's ?key=): the tenant comes from it, and it is forwarded
+        check_header_value(param, key)
+        cred = credential_of(headers)
+        if cred is None:
+            headers[header] = key
+        elif cred != key:  # one credential, one tenant (``credentials``): not billed to one, recorded under another
+            raise ClientError(400, CONFLICTING.format(names=f"the ?{param}= query and the headers"),
+                              "invalid_request_error")
     return Exchange(
         endpoint=surface.label,
         dialect=surface.dialect,
         request_id=request.state.request_id,
-        headers=client_headers(request),
+        headers=headers,
         query=request.url.query,
         raw_body=raw,
     )

@@ -1,52 +1,39 @@
-"""Anthropic ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (thin handlers)."""
+"""Anthropic ``POST /v1/messages``: every model goes to the Anthropic upstream (no routing); an untouched request goes
+as the client sent it, the answer comes back as the upstream sent it (its headers; ``_gateway`` in a JSON answer)."""
 
 from __future__ import annotations
 
-from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from gateway import metrics, pipeline, surfaces
-from gateway.deps import Gateway
-from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
-from gateway.errors import GatewayError
-from gateway.exchange import Exchange
+from gateway import pipeline, surfaces
+from gateway.endpoints.handler import Codec, Relay, endpoint
 from gateway.protocols import anthropic
-from gateway.upstream import forward_request_headers
+from gateway.protocols.canonical import Turn
+from gateway.upstream import UpstreamResponse, forward_request_headers
 
 
-async def messages(request: HTTPRequest) -> Response:
-    gw = gateway_of(request)
-    ex = await exchange_from(request, surfaces.MESSAGES)
-    metrics.bind(ex)
-    await pipeline.prepare(ex, gw)
-    assert ex.request is not None
-    resp, body = await call_upstream(ex, gw, "anthropic", "/v1/messages", forward_request_headers(ex.headers),
-                                     ex.query, stream=ex.request.is_stream)
-    headers = dict(resp.headers)
-    if body is None:
-        return stream_answer(ex, gw, resp, anthropic.StreamEncoder(ex.scid), headers, None)
-    if resp.status == 200:
-        await _record_body(ex, gw, body)
-        body = pipeline.with_gateway_meta(body, ex.scid)
-        headers.pop("content-length", None)
-    return Response(body, status_code=resp.status, headers=relay_headers(headers, ex.scid))
+class Messages(Codec):
+    surface = surfaces.MESSAGES
+    kinds = None  # not routed: every model goes to the Anthropic upstream
+    media_type, hides, lifts = None, frozenset(), False  # the upstream's answer, with all its headers
+
+    def decoder(self) -> pipeline.ReplayDecoder:
+        return pipeline.ANTHROPIC
+
+    def encoder(self) -> None:
+        return None  # ``pipeline.encode``: byte for byte unless a stage changed the request
+
+    def target(self) -> tuple[str, dict[str, str], str]:
+        return "/v1/messages", forward_request_headers(self.ex.headers), self.ex.query
+
+    def relays(self, body: bytes) -> bool:
+        return True
+
+    def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
+        return self.respond(pipeline.with_gateway_meta(body, self.ex.scid), 200, self.headers(resp), None)
+
+    def stream(self) -> Relay:
+        return anthropic.StreamEncoder(self.ex.scid), None, None
 
 
-async def count_tokens(request: HTTPRequest) -> Response:
-    """Plain passthrough: body and headers forwarded, upstream answer returned."""
-    gw = gateway_of(request)
-    ex = await exchange_from(request, surfaces.COUNT_TOKENS)
-    pipeline.parse_json(ex.raw_body)  # reject non-JSON early, in the client's dialect
-    resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", ex.raw_body,
-                                                forward_request_headers(ex.headers), ex.query)
-    body = await resp.read()
-    metrics.observe_upstream_body("anthropic", resp.status, body)
-    return Response(body, status_code=resp.status, headers=resp.headers)
-
-
-async def _record_body(ex: Exchange, gw: Gateway, body: bytes) -> None:
-    try:
-        turn = anthropic.decode_turn(pipeline.parse_json(body))
-    except GatewayError:  # an upstream body we cannot read is relayed, just not recorded
-        return
-    await pipeline.record(ex, gw, turn)
+messages = endpoint(Messages)

@@ -228,8 +228,9 @@ def _exchange(body: dict[str, Any]) -> Callable[[], pipeline.Exchange]:
 
 
 async def _prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
-    decode, encode = chat._route(ex, gw, [])
-    await pipeline.prepare(ex, gw, decode, encode)
+    codec = chat.ChatCompletions(gw)
+    codec.ex = ex
+    await codec.prepare()
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -175,8 +175,9 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
 
     async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
         encoded.clear()
-        decode, encode = chat._route(ex, gw, [])
-        await pipeline.prepare(ex, gw, decode, encode)
+        codec = chat.ChatCompletions(gw)
+        codec.ex = ex
+        await codec.prepare()
         if gw.replay_memo is not None:
             counted.append(len(encoded))
 

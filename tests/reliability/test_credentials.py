@@ -17,9 +17,9 @@ PROMPT = [{"role": "user", "content": "hi"}]
 
 def test_two_keys_on_the_anthropic_surface_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
     before = sim.stats()["requests"]
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-one", max_retries=0,
-                                 default_headers={"x-goog-api-key": "gk-two"})
-    with pytest.raises(anthropic.BadRequestError) as e:
+    with anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-one", max_retries=0,
+                             default_headers={"x-goog-api-key": "gk-two"}) as client, \
+            pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="claude-opus-4-5", max_tokens=16, messages=PROMPT)  # type: ignore[arg-type]
     err = e.value.body["error"]  # type: ignore[index]
     assert err["type"] == "invalid_request_error" and "x-goog-api-key" in err["message"]
@@ -29,9 +29,8 @@ def test_two_keys_on_the_anthropic_surface_are_a_400(gateway: ServerProcess, sim
 
 def test_two_keys_on_the_openai_surface_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
     before = sim.stats()["requests"]
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-bearer", max_retries=0,
-                           default_headers={"x-api-key": "sk-other"})
-    with pytest.raises(openai.BadRequestError) as e:
+    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-bearer", max_retries=0,
+                       default_headers={"x-api-key": "sk-other"}) as client, pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="claude-opus-4-5", messages=PROMPT)  # type: ignore[arg-type]
     assert "x-api-key and authorization" in e.value.body["message"]  # type: ignore[index]
     assert sim.stats()["requests"] == before
@@ -49,7 +48,19 @@ def test_two_keys_on_the_gemini_surface_are_a_400_in_googles_shape(gateway: Serv
 
 
 def test_the_same_key_in_two_headers_is_one_credential(gateway: ServerProcess) -> None:
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-same", max_retries=0,
-                                 default_headers={"authorization": "Bearer sk-same"})
-    answer = client.messages.create(model="claude-opus-4-5", max_tokens=16, messages=PROMPT)  # type: ignore[arg-type]
+    with anthropic.Anthropic(base_url=gateway.url, api_key="sk-same", max_retries=0,
+                             default_headers={"authorization": "Bearer sk-same"}) as client:
+        answer = client.messages.create(model="claude-opus-4-5", max_tokens=16,
+                                        messages=PROMPT)  # type: ignore[arg-type]
     assert answer.content
+
+
+def test_a_gemini_key_query_that_differs_from_the_header_key_is_a_400(gateway: ServerProcess, sim: Sim) -> None:
+    """``?key=`` is forwarded with the query: beside a different header key, Google would bill one and thinkgate
+    record under the other."""
+    before = sim.stats()["requests"]
+    r = httpx.post(f"{gateway.url}/v1beta/models/gemini-3-pro-preview:generateContent?key=gk-query",
+                   headers={"x-goog-api-key": "gk-header"},
+                   json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status_code == 400 and "?key= query and the headers" in r.json()["error"]["message"]
+    assert sim.stats()["requests"] == before
