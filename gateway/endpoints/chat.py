@@ -32,6 +32,7 @@ from gateway.protocols import openai_chat
 from gateway.protocols.canonical import Message, Request
 from gateway.protocols.openai_chat_messages import continue_messages
 from gateway.protocols.openai_chat_stream import StreamEncoder
+from gateway.protocols.params import DROPPED_PARAMS
 from gateway.records import lift_turn
 from gateway.routing import ModelCaps
 from gateway.streaming.accumulate import Snapshot
@@ -46,7 +47,9 @@ def _route(ex: Exchange, gw: Gateway,
 
     def decode(body: Any, replayed: list[Message] | None) -> Request:
         caps = caps_of(body)
-        req = openai_chat.decode_request(body, provider_fields=caps.kind == "openai", replayed=replayed)
+        req = openai_chat.decode_request(body, provider_fields=caps.kind == "openai", replayed=replayed,
+                                         route=caps.kind, drop_unsupported=gw.settings.drop_unsupported_params)
+        metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), caps.kind)
         caps = route(gw.router, gw.upstreams, req.model)
         ex.upstream = caps.upstream
         routed.append(Call(caps, req))
