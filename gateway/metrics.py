@@ -1,8 +1,9 @@
 """Every Prometheus metric thinkgate exports, their closed label sets (``LABELS``; unknown values
 become "other", so no label carries a key, SCID, tenant or model text) and the one-line calls that
 feed them: ``ObserveMiddleware`` (app), ``bind`` / ``observe_upstream*`` (endpoints),
-``observe_stream_error`` (relay), ``observe_lookup`` / ``observe_actions`` / ``observe_record``
-(pipeline), ``InstrumentedStore`` (app), ``worker_started`` / ``worker_stopped`` (lifespan).
+``observe_dropped_params`` (chat completions), ``observe_stream_error`` (relay), ``observe_lookup`` /
+``observe_actions`` / ``observe_record`` (pipeline), ``InstrumentedStore`` (app), ``worker_started`` /
+``worker_stopped`` (lifespan).
 
 Multi-worker: under ``PROMETHEUS_MULTIPROC_DIR`` (``thinkgate serve --workers N`` creates it, see
 ``multiprocess_dir``) workers write to files there and ``/metrics`` merges them all; counters of
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
+from gateway.protocols.params import REFUSABLE, metric_label
 from gateway.surfaces import SURFACES, surface_for_path
 from state.store import (
     CircuitOpen,
@@ -89,6 +91,10 @@ _RESTORING = frozenset({ActionKind.RESTORED, ActionKind.SIGNATURE_RESTORED, Acti
 _DEGRADING = frozenset({ActionKind.DROPPED, ActionKind.DOWNGRADED_TEXT, ActionKind.TOOL_LOOP_TEXTUALIZED,
                         ActionKind.THINKING_DISABLED})
 STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
+# a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``protocols.params``)
+# or "other", and the kind of upstream it could not go to
+DROPPED_PARAMS = REFUSABLE
+PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "other"})
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
 # timeout and its retry, failed, or its breaker was open; or there is no store (state machine off) or no
@@ -142,6 +148,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_store_circuit_open": {},
     "gateway_stateless_requests_total": {"reason": STATELESS_REASONS},
     "gateway_record_retries_total": {"outcome": RECORD_RETRY_OUTCOMES},
+    "gateway_params_dropped_total": {"param": DROPPED_PARAMS, "route": PARAM_ROUTES},
 }
 
 
@@ -171,6 +178,9 @@ REPLAY_MEMO = _counter("gateway_replay_memo_total",
 STORE_OP_SECONDS = _histogram("gateway_store_operation_seconds", "Store call duration", _STORE_LATENCY)
 STORE_ERRORS = _counter("gateway_store_errors_total", "Failed store calls, by kind")
 STORE_ROUND_TRIPS = _counter("gateway_store_round_trips_total", "Store round trips (pipelines) of completed calls")
+PARAMS_DROPPED = _counter("gateway_params_dropped_total",
+                          "Chat completions parameters dropped (GATEWAY_DROP_UNSUPPORTED_PARAMS) because the "
+                          "model's upstream cannot honour them")
 STORE_CIRCUIT_OPEN = Gauge("gateway_store_circuit_open", "1 while the store circuit is open/half-open, else 0",
                            multiprocess_mode="livemax")
 STATELESS = _counter("gateway_stateless_requests_total", "Requests served without state (no load, repair by record "
@@ -330,6 +340,18 @@ def observe_record_retry(outcome: str, n: int = 1) -> None:
     """The background record retry (``gateway.record_retry``)."""
     if n:
         _child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
+
+
+def observe_dropped_params(names: object, route: str) -> None:
+    """Endpoints (chat completions): the parameters decoding dropped; counted, and logged by name (never a value;
+    a name the table does not know is logged quoted and cut, and counted as "other")."""
+    if not isinstance(names, list) or not names:
+        return
+    r = label(route, PARAM_ROUTES)
+    for name in names:
+        _child(PARAMS_DROPPED, metric_label(str(name)), r).inc()
+    shown = ", ".join(n if n in DROPPED_PARAMS else repr(str(n)[:40]) for n in names[:20])
+    log.info("dropped parameters the %s upstream cannot honour (GATEWAY_DROP_UNSUPPORTED_PARAMS): %s", r, shown)
 
 
 def observe_record(result: RecordResult) -> None:

@@ -53,6 +53,7 @@ class Settings:
     state_machine_enabled: bool = True
     unverifiable_thinking: Literal["drop", "text"] = "drop"
     fix_thinking_params: bool = True
+    drop_unsupported_params: bool = False  # chat completions parameters an upstream cannot honour: 400, or dropped
     gemini_signature_bypass: str = BYPASS_SIGNATURE  # a documented bypass value, or "off"
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "text"
@@ -132,6 +133,7 @@ class Settings:
                 raise SettingsError("GATEWAY_UNVERIFIABLE_THINKING must be 'drop' or 'text'")
             kw["unverifiable_thinking"] = v
         _bool(kw, "fix_thinking_params", get("FIX_THINKING_PARAMS"))
+        _bool(kw, "drop_unsupported_params", get("DROP_UNSUPPORTED_PARAMS"))
         if (v := get("GEMINI_SIGNATURE_BYPASS")) and v not in (*BYPASS_VALUES, BYPASS_OFF):
             raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "
                                 f"(the documented bypass values) or {BYPASS_OFF}")

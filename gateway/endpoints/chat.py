@@ -10,10 +10,11 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway import pipeline, surfaces
+from gateway import metrics, pipeline, surfaces
 from gateway.endpoints.handler import Codec, Relay, endpoint, unreadable
 from gateway.protocols import openai_chat, openai_chat_messages, openai_chat_stream
-from gateway.protocols.canonical import Turn
+from gateway.protocols.canonical import Message, Request, Turn
+from gateway.protocols.params import DROPPED_PARAMS
 from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
 
@@ -22,12 +23,14 @@ class ChatCompletions(Codec):
     surface, hides = surfaces.CHAT_COMPLETIONS, frozenset({"content-type"})  # (the answer is re-encoded)
 
     def decoder(self) -> pipeline.ReplayDecoder:
-        def fields(body: Any) -> bool:  # an OpenAI-compatible upstream gets the client's provider fields
-            return self.caps_of(body).kind == "openai"
-        return pipeline.ReplayDecoder(
-            "openai", lambda body, kept: openai_chat.decode_request(body, provider_fields=fields(body), replayed=kept),
-            lambda body, kept, tail: openai_chat_messages.continue_messages(
-                kept, tail, len(body["messages"]), provider_fields=fields(body)))
+        def decode(body: Any, kept: list[Message] | None) -> Request:
+            kind = self.caps_of(body).kind  # an OpenAI-compatible upstream gets the client's provider fields
+            req = openai_chat.decode_request(body, provider_fields=kind == "openai", replayed=kept, route=kind,
+                                             drop_unsupported=self.gw.settings.drop_unsupported_params)
+            metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), kind)
+            return req
+        return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
+            kept, tail, len(body["messages"]), provider_fields=self.caps_of(body).kind == "openai"))
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,

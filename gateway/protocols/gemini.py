@@ -5,7 +5,8 @@ roles; tool results -> ``functionResponse`` parts named after their call), and e
 the native top-level fields a Gemini client sent (kept whole under ``params[NATIVE]``)
 or a translation of the Anthropic-shaped params: ``system`` -> ``systemInstruction``,
 tools -> ``functionDeclarations``, ``tool_choice`` -> ``toolConfig``, ``max_tokens``,
-``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` and the thinking config ->
+``temperature``, ``top_p``, ``top_k``, ``stop_sequences``, ``output_config.format`` (structured
+output), a chat client's ``seed`` / penalties / ``response_format`` json_object and the thinking config ->
 ``generationConfig`` (``thinkingConfig`` gets ``includeThoughts`` and either a
 ``thinkingBudget`` or a ``thinkingLevel``, never both).
 
@@ -44,12 +45,15 @@ from gateway.protocols.gemini_parts import (
     map_responses,
     part_from_block,
 )
+from gateway.protocols.params import CLIENT_PARAMS
 
 NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``
 STOP_REASONS = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "refusal", "RECITATION": "refusal",
                 "BLOCKLIST": "refusal", "PROHIBITED_CONTENT": "refusal", "SPII": "refusal"}
 _TOOL_MODES = {"auto": "AUTO", "any": "ANY", "tool": "ANY", "none": "NONE"}
 _EFFORT_LEVELS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+_CHAT_GENERATION = (("seed", "seed"), ("presence_penalty", "presencePenalty"),
+                    ("frequency_penalty", "frequencyPenalty"))
 
 
 # ---------------------------------------------------------------- upstream requests
@@ -93,12 +97,32 @@ def encode_request(req: Request) -> dict[str, JSON]:
                      ("top_k", "topK"), ("stop_sequences", "stopSequences")):
         if p.get(src) is not None:
             gen[dst] = p[src]
+    gen.update(_output(req))
     thinking = _thinking_config(req)
     if thinking is not None:
         gen["thinkingConfig"] = thinking
     if gen:
         body["generationConfig"] = gen
     return body
+
+
+def _output(req: Request) -> dict[str, JSON]:
+    """Structured output (``output_config.format`` -> ``responseJsonSchema``, a chat client's ``response_format``
+    json_object -> ``responseMimeType``) and the chat client's sampling fields Gemini has (``params.PARAMS``)."""
+    gen: dict[str, JSON] = {}
+    client = req.surface.get(CLIENT_PARAMS)
+    client = client if isinstance(client, dict) else {}
+    for src, dst in _CHAT_GENERATION:
+        if client.get(src) is not None:
+            gen[dst] = client[src]
+    config = req.params.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        gen["responseMimeType"] = "application/json"
+        gen["responseJsonSchema"] = fmt["schema"]
+    elif isinstance(rf := client.get("response_format"), dict) and rf.get("type") == "json_object":
+        gen["responseMimeType"] = "application/json"
+    return gen
 
 
 def _system_text(system: JSON) -> str:

@@ -9,9 +9,16 @@ business of ``openai_chat_messages``):
   thinking with ``output_config.effort`` for adaptive-only models);
   ``max_completion_tokens``/``max_tokens`` (default: 8192 above the budget);
   ``stop`` -> ``stop_sequences``; ``tool_choice``/``parallel_tool_calls``;
-  function tools (wrapped or flat) -> Anthropic tools; ``user`` -> ``metadata``.
-  OpenAI-only knobs without an Anthropic meaning (penalties, seed, logprobs,
-  ``response_format`` ...) are dropped; ``n`` > 1 is refused.
+  function tools (wrapped or flat) -> Anthropic tools (``function.strict`` -> ``strict``);
+  ``user`` / ``safety_identifier`` -> ``metadata``; ``response_format`` json_schema ->
+  ``output_config.format``; ``service_tier`` auto/default -> auto/standard_only.
+- Every other parameter is judged by the one table (``gateway.protocols.params``) for the
+  ``route`` the model goes to: what that upstream cannot honour is a 400 naming the
+  parameters, or with ``drop_unsupported`` (GATEWAY_DROP_UNSUPPORTED_PARAMS) dropped and
+  listed in ``surface[DROPPED_PARAMS]`` for the endpoint to count and log. The client's
+  own top-level fields travel in ``surface[CLIENT_PARAMS]`` (in order, values as received):
+  an OpenAI-compatible upstream gets them as they are (``openai_compat``), Gemini the ones
+  it maps (``gemini``).
 - A Responses-API-shaped body (``input``, ``instructions``, flat tools), which
   Cursor posts to /v1/chat/completions, is first rewritten as a chat body.
 - Options that shape the answer but never go upstream travel in ``Request.surface``.
@@ -26,9 +33,10 @@ import re
 import secrets
 from typing import Any
 
-from gateway.errors import bad_request
+from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import JSON, Message, Request, Turn
 from gateway.protocols.openai_chat_messages import assistant_message, decode_messages, system_of
+from gateway.protocols.params import ANTHROPIC_SERVICE_TIERS, CLIENT_PARAMS, DROPPED_PARAMS, Route, refusal, unsupported
 from gateway.routing import caps_for
 
 DEFAULT_MAX_TOKENS = 8192
@@ -46,9 +54,11 @@ _RESPONSES_KEPT = ("model", "stream", "stream_options", "tools", "tool_choice", 
 
 # ---------------------------------------------------------------- requests
 
-def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[Message] | None = None) -> Request:
+def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[Message] | None = None,
+                   route: Route | None = None, drop_unsupported: bool = False) -> Request:
     """``replayed``: the messages already decoded (``openai_chat_messages.continue_messages``, for the
-    replay memo); the system value is then taken from the body's system messages alone."""
+    replay memo); the system value is then taken from the body's system messages alone. ``route``: the
+    kind of upstream the model goes to (None: no parameter is judged, as for a pure translation)."""
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object")
     if "messages" not in body and "input" in body:
@@ -63,7 +73,11 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("stream: Input should be a valid boolean")
-    if body.get("n") not in (None, 1):
+    dropped = unsupported(body, route) if route is not None else []
+    if dropped and not drop_unsupported:
+        assert route is not None
+        raise ClientError(400, refusal(dropped, route, model), "invalid_request_error", "unsupported_parameter")
+    if body.get("n") not in (None, 1) and not dropped:
         raise bad_request("n: only n=1 is supported")
     if replayed is None:
         system, messages = decode_messages(raw, provider_fields=provider_fields)
@@ -89,23 +103,43 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     stops = _stop(body.get("stop"))
     if stops:
         params["stop_sequences"] = stops
-    user = body.get("user")
-    if isinstance(user, str) and user:
+    user = next((u for key in ("user", "safety_identifier") if isinstance(u := body.get(key), str) and u), None)
+    if user is not None:
         params["metadata"] = {"user_id": user}
     output_config = body.get("output_config")
-    if effort is not None or isinstance(output_config, dict):
+    fmt = _output_format(body.get("response_format")) if route != "openai" else None
+    if effort is not None or isinstance(output_config, dict) or fmt is not None:
         params["output_config"] = {**(output_config if isinstance(output_config, dict) else {}),
-                                   **({"effort": effort} if effort else {})}
+                                   **({"effort": effort} if effort else {}), **({"format": fmt} if fmt else {})}
+    tier = body.get("service_tier")
+    if route in (None, "anthropic") and isinstance(tier, str) and tier in ANTHROPIC_SERVICE_TIERS:
+        params["service_tier"] = ANTHROPIC_SERVICE_TIERS[tier]
     for key in _VENDOR_PARAMS:
         if key in body:
             params[key] = body[key]
-    return Request(model, messages, thinking, stream, params, surface=_surface(body))
+    return Request(model, messages, thinking, stream, params, surface=_surface(body, dropped))
 
 
-def _surface(body: dict[str, JSON]) -> dict[str, JSON]:
+def _surface(body: dict[str, JSON], dropped: list[str]) -> dict[str, JSON]:
     options, reasoning = body.get("stream_options"), body.get("reasoning")
-    return {"include_usage": isinstance(options, dict) and options.get("include_usage") is True,
-            "exclude_reasoning": isinstance(reasoning, dict) and reasoning.get("exclude") is True}
+    surface: dict[str, JSON] = {
+        "include_usage": isinstance(options, dict) and options.get("include_usage") is True,
+        "exclude_reasoning": isinstance(reasoning, dict) and reasoning.get("exclude") is True,
+        CLIENT_PARAMS: {k: (None if k == "messages" else v) for k, v in body.items() if k not in dropped}}
+    if dropped:
+        surface[DROPPED_PARAMS] = list(dropped)
+    return surface
+
+
+def _output_format(raw: JSON) -> dict[str, JSON] | None:
+    """``response_format`` json_schema -> Anthropic's ``output_config.format`` (structured outputs)."""
+    if not isinstance(raw, dict) or raw.get("type") != "json_schema":
+        return None
+    spec = raw.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise bad_request("response_format.json_schema.schema: Field required")
+    return {"type": "json_schema", "schema": schema}
 
 
 def _reasoning(body: dict[str, JSON], model: str) -> tuple[dict[str, JSON] | None, str | None]:
@@ -184,6 +218,8 @@ def _tools(raw: JSON) -> list[dict[str, JSON]]:
             tool["input_schema"] = schema if "type" in schema else {"type": "object", **schema}
             if "cache_control" in t:
                 tool["cache_control"] = t["cache_control"]
+            if fn.get("strict") is True:
+                tool["strict"] = True
             out.append(tool)
         elif isinstance(t.get("name"), str) and ("input_schema" in t or _SERVER_TOOL.search(str(ttype or ""))):
             out.append(t)  # already an Anthropic tool

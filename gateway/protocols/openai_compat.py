@@ -7,6 +7,9 @@ the target's own) and a tool-only message is sent with ``content: null``, never 
 or ``""``. Tool results become ``tool`` messages (before the user's own text), tools
 and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoning
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
+A request from a chat completions client (``Request.surface[CLIENT_PARAMS]``) keeps every other
+top-level field as the client sent it, in its order, its own reasoning fields included
+(``same_dialect``; the table is ``gateway.protocols.params``).
 
 Answers (``decode_turn``): reasoning text (``reasoning_content`` / ``reasoning`` /
 ``reasoning_text``) -> a ``ThoughtBlock``; content -> text; tool calls -> tool_use
@@ -38,6 +41,7 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
+from gateway.protocols.params import CLIENT_PARAMS
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
@@ -87,7 +91,87 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    return body
+    client = req.surface.get(CLIENT_PARAMS)
+    return same_dialect(body, client, req, caps) if isinstance(client, dict) else body
+
+
+# the reasoning parameters each flavor reads (OpenRouter: ``reasoning``, and ``reasoning_effort`` as its
+# shorthand; DeepSeek: ``reasoning_effort`` and ``thinking``; Copilot and generic: ``reasoning_effort``)
+_REASONING_KEYS = ("reasoning", "reasoning_effort", "thinking")
+_FLAVOR_READS = {"openrouter": ("reasoning", "reasoning_effort"), "deepseek": ("reasoning_effort", "thinking")}
+_OWNED = frozenset({"model", "messages", "stream", "stream_options", *_REASONING_KEYS})
+_SANITIZED = ("temperature", "top_p", "top_k")  # sent only while the canonical request still has them
+
+
+def same_dialect(derived: dict[str, JSON], client: dict[str, JSON], req: Request, caps: ModelCaps) -> dict[str, JSON]:
+    """A chat completions client's request for a chat completions upstream: the client's top-level fields as
+    received and in its order, but for what thinkgate decides: the model, the (repaired) messages, the
+    stream options it needs, and a reasoning parameter consistent with the thinking config after repair (a
+    client's own reasoning fields pass as received while thinking stays on; the flavor's parameter is added
+    from the config when the client sent none it reads). Tools the client sent in another dialect's form
+    (flat, Anthropic-shaped) and Anthropic-shaped ``tool_choice`` go in their OpenAI form. Keys only
+    thinkgate derived (a default ``max_tokens``) follow the client's."""
+    owned = set(_OWNED)
+    tools = client.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(_openai_tool(t) for t in tools)):
+        owned |= {"tools", "tool_choice"}
+    choice = client.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool", "none"):
+        owned.add("tool_choice")
+    on = req.thinking_enabled()
+    reasoning = {k: v for k in _REASONING_KEYS if k in client and _keeps(k, v := client[k], on)}
+    if "reasoning" in reasoning and isinstance(r := reasoning["reasoning"], dict) and "exclude" in r:
+        trimmed = {k: v for k, v in r.items() if k != "exclude"}  # thinkgate answers exclude: it records
+        if trimmed:
+            reasoning["reasoning"] = trimmed
+        else:
+            del reasoning["reasoning"]
+    reads = _FLAVOR_READS.get(caps.flavor, ("reasoning_effort",))
+    if any(k in reasoning for k in reads):  # the client's own choice stands; thinkgate adds none of its own
+        for k in _REASONING_KEYS:
+            derived.pop(k, None)
+    out: dict[str, JSON] = {}
+    for key, value in client.items():
+        if key in _REASONING_KEYS:
+            if key in reasoning:
+                out[key] = reasoning[key]
+            elif key in derived:
+                out[key] = derived[key]
+        elif key == "stream_options":
+            if req.stream:
+                out[key] = {**(value if isinstance(value, dict) else {}), "include_usage": True}
+        elif key == "stream" and "stream" not in derived:
+            out[key] = value
+        elif key in owned:
+            if key in derived:
+                out[key] = derived[key]
+        elif key not in _SANITIZED or key in req.params:
+            out[key] = value
+    extra = set(owned) | {"max_tokens"}  # what thinkgate may add: a default max_tokens, its own reasoning parameter
+    if "max_completion_tokens" in client:
+        extra.discard("max_tokens")
+    if "tool_choice" in owned:
+        extra.add("parallel_tool_calls")  # an Anthropic-shaped choice's disable_parallel_tool_use
+    for key, value in derived.items():
+        if key not in out and key in extra:
+            out[key] = value
+    return out
+
+
+def _keeps(key: str, value: JSON, on: bool) -> bool:
+    """A client's reasoning field passes while thinking is on; once thinking is off (the client's choice, or
+    repair's) only a field that says off does."""
+    if on:
+        return True
+    if key == "reasoning_effort":
+        return value == "none"
+    if key == "thinking":
+        return isinstance(value, dict) and value.get("type") == "disabled"
+    return isinstance(value, dict) and (value.get("enabled") is False or value.get("effort") == "none")
+
+
+def _openai_tool(t: JSON) -> bool:
+    return isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
 
 
 def _function(tool: dict[str, JSON]) -> dict[str, JSON]:
