@@ -585,7 +585,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sim = keep(spawn([sys.executable, "-m", "gateway", "sim", "--port", str(sim_port)], {}, "/_sim/stats",
                          sim_port))
         redis = keep(start_redis())
-        redis_env = {"GATEWAY_REDIS_URL": redis.url, "GATEWAY_SECRET": "bench-secret",
+        redis_env = {"GATEWAY_REDIS_URL": redis.url, "GATEWAY_SECRET": "bench-secret-0123456789abcdef012",
                      "GATEWAY_STORE_TIMEOUT_MS": "1000"}
         direct = Target("direct", None, sim.url)
         bare_p = keep(bare_proxy(sim.url))

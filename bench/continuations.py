@@ -87,7 +87,7 @@ async def run(sizes: list[int], samples: int, configs: list[str]) -> list[dict[s
     sim = start(["sim"], {}, "/_sim/stats")
     redis = start_redis()
     gws = {c: start(["serve"], {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_REDIS_URL": redis.url,
-                                "GATEWAY_SECRET": "bench-secret", "GATEWAY_LOG_LEVEL": "WARNING",
+                                "GATEWAY_SECRET": "bench-secret-0123456789abcdef012", "GATEWAY_LOG_LEVEL": "WARNING",
                                 "GATEWAY_STORE_TIMEOUT_MS": "2000", **CONFIGS[c]}, "/healthz")
            for c in configs}
     rows: list[dict[str, Any]] = []

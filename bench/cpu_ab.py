@@ -67,7 +67,8 @@ def _launch(target: str, sim_url: str, redis_url: str) -> tuple[subprocess.Popen
         _wait_port(port, proc)
         return proc, f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "GATEWAY_ANTHROPIC_BASE_URL": sim_url,
-           "GATEWAY_SECRET": "cpu-ab", "GATEWAY_REDIS_URL": redis_url, "GATEWAY_LOG_LEVEL": "WARNING",
+           "GATEWAY_SECRET": "cpu-ab-0123456789abcdef012345678", "GATEWAY_REDIS_URL": redis_url,
+               "GATEWAY_LOG_LEVEL": "WARNING",
            **dict(s.split("=", 1) for s in settings.split("+") if s)}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port)], cwd=tree, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

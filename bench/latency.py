@@ -221,7 +221,7 @@ async def in_process_loop(rounds: int, title: str, *, redis: bool = True,
     store = start_redis() if redis else None
     # a slowed process (profiler, timer) must not see store timeouts: a request served statelessly leaves its
     # turn unrecorded, and every later request would take the unmatched-history path instead
-    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
+    env = {**os.environ, "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret-0123456789abcdef012",
            "GATEWAY_STORE_TIMEOUT_MS": "5000", **settings}
     if store is not None:
         env["GATEWAY_REDIS_URL"] = store.url
@@ -266,7 +266,8 @@ async def run(sizes: list[int], samples: int) -> list[dict[str, Any]]:
         "embedded": start(["serve"], {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_LOG_LEVEL": "WARNING"},
                           "/healthz"),
         "redis": start(["serve"], {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_REDIS_URL": redis.url,
-                                   "GATEWAY_SECRET": "bench-secret", "GATEWAY_LOG_LEVEL": "WARNING"}, "/healthz"),
+                                   "GATEWAY_SECRET": "bench-secret-0123456789abcdef012",
+                                       "GATEWAY_LOG_LEVEL": "WARNING"}, "/healthz"),
     }
     rows = []
     try:

@@ -208,7 +208,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     sim = gateway = None
     try:
         sim = start_process("sim", ["sim"], "/_sim/stats")
-        env = {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_REDIS_URL": server.url, "GATEWAY_SECRET": "soak-secret",
+        env = {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_REDIS_URL": server.url,
+               "GATEWAY_SECRET": "soak-secret-0123456789abcdef0123",
                "GATEWAY_STATE_TTL_SECONDS": str(args.ttl), "GATEWAY_STATE_MAX_TURNS": str(args.max_turns),
                "GATEWAY_STORE_TIMEOUT_MS": "500", "GATEWAY_LOG_LEVEL": "WARNING"}
         gateway = start_process("gateway", ["serve", "--workers", str(args.workers)], "/healthz", env)

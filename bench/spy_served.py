@@ -65,7 +65,7 @@ def summarize(raw: Path, top: int) -> str:
 async def run(args: argparse.Namespace, spy_exe: str, out: Path) -> str:
     sim = start(["sim"], {}, "/_sim/stats")
     redis = start_redis()
-    gw = start(["serve"], {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret",
+    gw = start(["serve"], {"GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_SECRET": "bench-secret-0123456789abcdef012",
                            "GATEWAY_REDIS_URL": redis.url, "GATEWAY_LOG_LEVEL": "WARNING",
                            # a 500-turn load must not time out into the stateless path while sampled
                            "GATEWAY_STORE_TIMEOUT_MS": "2000"}, "/healthz")

@@ -12,6 +12,7 @@ from gateway.routing import FLAVORS, RouteError, Router, parse_routes
 from state.factory import check_store_url
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
+MIN_SECRET_BYTES = 32  # an HMAC key: a short one can be guessed offline from any tenant prefix it made
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 BYPASS_OFF = "off"
 _TRUE = {"1", "true", "yes", "on"}
@@ -113,7 +114,10 @@ class Settings:
                 check_store_url(str(kw["redis_url"]))
             except ValueError as e:  # one line at startup, not a traceback from the first worker (issue 22)
                 raise SettingsError(f"GATEWAY_REDIS_URL: {e}") from None
-        _str(kw, "secret", get("SECRET"))
+        if (v := get("SECRET")) and v != DEFAULT_SECRET and len(v.encode()) < MIN_SECRET_BYTES:
+            raise SettingsError(f"GATEWAY_SECRET must be at least {MIN_SECRET_BYTES} bytes (it keys every tenant "
+                                "prefix; e.g. openssl rand -hex 32)")
+        _str(kw, "secret", v)
         _str(kw, "previous_secret", get("PREVIOUS_SECRET"))
         _int(kw, "state_ttl_seconds", get("STATE_TTL_SECONDS"))
         _int(kw, "state_max_turns", get("STATE_MAX_TURNS"))

@@ -30,7 +30,7 @@ from tests.process_fixtures import ServerProcess
 
 MODEL = "claude-opus-4-5"
 KEY = "sk-ant-cluster-test"
-SECRET = "cluster-test-secret"
+SECRET = "cluster-test-secret-0123456789ab"
 THINKING = {"type": "enabled", "budget_tokens": 2048}
 BETA = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 SCID = "x-ag-conversation-id"

@@ -211,7 +211,7 @@ def test_deployment_is_hardened_and_drains(scenario: tuple[str, Any, Any]) -> No
 def _secret_values(rendered: dict[str, list[dict[str, Any]]], ref: dict[str, Any]) -> str | None:
     secrets = [d for d in docs(rendered) if d["kind"] == "Secret" and d["metadata"]["name"] == ref["name"]]
     if not secrets:
-        return PASSWORD if ref["key"].endswith("password") else "from-an-existing-secret"  # not ours to render
+        return PASSWORD if ref["key"].endswith("password") else "from-an-existing-secret-0123456789"  # not ours
     value = secrets[0].get("data", {}).get(ref["key"])
     return base64.b64decode(value).decode() if value is not None else None
 

@@ -91,7 +91,7 @@ def inflight(sp: ServerProcess) -> int:
 @pytest.fixture()
 def stack(sim: Sim, gateways: GatewayFactory,
           redis_server: RedisServer) -> Iterator[tuple[HAProxy, list[ServerProcess]]]:
-    env = {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "haproxy-test-secret"}
+    env = {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "haproxy-test-secret-0123456789ab"}
     replicas = [gateways.start(sim.url, env) for _ in range(3)]
     lb = HAProxy(replicas)
     try:

@@ -99,7 +99,8 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     repair, sanitize and the body's message JSON continue from the request before (``repair.Repaired``), which
     must still give each restored turn its ``restored`` action. The worker answers every load itself (it
     recorded every replayed turn): one store round trip per request, the record."""
-    gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "sdk-memo-secret"})
+    gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url,
+                                       "GATEWAY_SECRET": "sdk-memo-secret-0123456789abcdef"})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0)
     rejections = sum(sim.stats()["rejections"].values())
     mangle = None if replay == "faithful" else (lambda h: mangle_assistants(h, replay))

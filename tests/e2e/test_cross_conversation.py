@@ -53,7 +53,8 @@ X_TOOL, Y_TOOL = weather_tool("city"), weather_tool("location")
 @pytest.fixture(scope="module", params=["embedded", "redis"])
 def cross_gw(request: pytest.FixtureRequest, sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
     """A gateway with the JSON access log: the embedded store, or a real redis-server."""
-    env = {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json", "GATEWAY_SECRET": "issue-20-cross"}
+    env = {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json",
+           "GATEWAY_SECRET": "issue-20-cross-0123456789abcdef0"}
     if request.param == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
         env |= {"GATEWAY_REDIS_URL": server.url, "GATEWAY_STORE_TIMEOUT_MS": "1000"}

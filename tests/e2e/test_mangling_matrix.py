@@ -455,7 +455,7 @@ def play_cell(route: Route, cell: Cell) -> Played:
 @pytest.fixture(scope="module")
 def pair_without_redis(sim: Sim, gateways: GatewayFactory) -> Pair:
     env = gateway_env(sim, GATEWAY_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
-                      GATEWAY_SECRET="provider-matrix-secret")
+                      GATEWAY_SECRET="provider-matrix-secret-012345678")
     return Pair(gateways.start(sim.url, env), gateways.start(sim.url, env))
 
 

@@ -36,7 +36,8 @@ def test_state_machine_off_still_sanitizes(sim: Sim, gateways: GatewayFactory) -
 
 
 def test_readyz_reports_the_store(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
-    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "modes"})
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                  "GATEWAY_SECRET": "modes-0123456789abcdef0123456789"})
     ready = httpx.get(gw.url + "/readyz")
     assert ready.status_code == 200
     assert ready.json()["store"] == {"backend": "redis", "ok": True, "circuit": "closed"}
@@ -52,7 +53,8 @@ def test_startup_log_says_which_store(sim: Sim, gateways: GatewayFactory, redis_
     embedded = gateways.start(sim.url, {"GATEWAY_REDIS_URL": "", "GATEWAY_LOG_LEVEL": "INFO"})
     assert httpx.get(embedded.url + "/readyz").json()["store"]["backend"] == "memory"
     assert "no GATEWAY_REDIS_URL: " + EMBEDDED_NOTICE in embedded.log()
-    shared = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "modes",
+    shared = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                      "GATEWAY_SECRET": "modes-0123456789abcdef0123456789",
                                       "GATEWAY_LOG_LEVEL": "INFO"})
     assert httpx.get(shared.url + "/readyz").json()["store"]["backend"] == "redis"
     assert EMBEDDED_NOTICE not in shared.log()

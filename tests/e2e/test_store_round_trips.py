@@ -34,7 +34,8 @@ def round_trips(gw: ServerProcess) -> dict[str, float]:
 
 @pytest.fixture()
 def replicas(sim: Sim, gateways: GatewayFactory, redis_url: str) -> Iterator[list[ServerProcess]]:
-    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "round-trip-secret", "GATEWAY_STORE_TIMEOUT_MS": "2000"}
+    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "round-trip-secret-0123456789abcd",
+           "GATEWAY_STORE_TIMEOUT_MS": "2000"}
     started = [gateways.start(sim.url, env) for _ in range(3)]
     yield started
     for sp in started:

@@ -80,7 +80,7 @@ def test_prefix_fingerprint_alone_recognises_the_conversation(
 
 def test_exact_text_index_restores_a_signature_without_records(
         sim: Sim, gateways: GatewayFactory, redis_server: RedisServer, redis_url: str, no_rejections: None) -> None:
-    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "layer-two"})
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "layer-two-0123456789abcdef012345"})
     history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=1]] layer two"}]
     with anthropic.Anthropic(base_url=gw.url, api_key="sk-layer-two", max_retries=0,
                              default_headers=BETA) as client:

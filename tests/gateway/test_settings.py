@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gateway.settings import Settings, SettingsError
+from gateway.settings import DEFAULT_SECRET, Settings, SettingsError
 from tests.process_fixtures import free_port
 from tests.redis_fixtures import RedisServer
 
@@ -17,7 +17,7 @@ from tests.redis_fixtures import RedisServer
 def test_from_env_reads_every_documented_variable() -> None:
     s = Settings.from_env({
         "GATEWAY_ANTHROPIC_BASE_URL": "http://up", "GATEWAY_MAX_BODY_BYTES": "10",
-        "GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value",
+        "GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value-0123456789abcdef012",
         "GATEWAY_STATE_TTL_SECONDS": "5", "GATEWAY_STATE_MAX_TURNS": "7", "GATEWAY_STORE_TIMEOUT_MS": "9",
         "GATEWAY_STATE_MACHINE_ENABLED": "false", "GATEWAY_UNVERIFIABLE_THINKING": "text",
         "GATEWAY_FIX_THINKING_PARAMS": "no", "GATEWAY_READ_TIMEOUT_S": "1.5",
@@ -34,7 +34,8 @@ def test_the_benchmarks_switch_continuations_off_by_name() -> None:
 
 
 def test_secrets_are_redacted_in_repr_and_str() -> None:
-    s = Settings.from_env({"GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value"})
+    s = Settings.from_env({"GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0",
+                           "GATEWAY_SECRET": "s3cret-value-0123456789abcdef012"})
     for text in (repr(s), str(s), f"{s}"):
         assert "hunter2" not in text and "s3cret-value" not in text
         assert "<redacted>" in text
@@ -111,3 +112,23 @@ def test_an_unreachable_store_at_start_is_an_outage_not_a_configuration_error() 
     from state.probe import check_credentials
 
     asyncio.run(check_credentials(f"redis://127.0.0.1:{free_port()}/0"))  # returns: no error
+
+
+def test_a_short_secret_is_one_line_at_startup() -> None:
+    """``GATEWAY_SECRET=short`` was accepted (issue 22, item 5): an HMAC key under 32 bytes can be guessed offline
+    from any tenant prefix it made. The dev default stays the check_production rule's (refused with Redis)."""
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"GATEWAY_SECRET": "short"})
+    assert str(e.value).startswith("GATEWAY_SECRET must be at least 32 bytes") and "short" not in str(e.value)
+    assert Settings.from_env({"GATEWAY_SECRET": "x" * 32}).secret == "x" * 32
+    assert Settings.from_env({}).secret == Settings.from_env({"GATEWAY_SECRET": DEFAULT_SECRET}).secret
+
+
+@pytest.mark.process
+def test_a_short_secret_stops_the_server_with_one_line() -> None:
+    env = {**os.environ, "GATEWAY_SECRET": "short"}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "thinkgate: GATEWAY_SECRET must be at least 32 bytes (it keys every tenant prefix; e.g. openssl rand -hex 32)"]

@@ -25,7 +25,7 @@ class Pair:
 
 
 def start_pair(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Pair:
-    env = gateway_env(sim, GATEWAY_REDIS_URL=redis_server.url, GATEWAY_SECRET="provider-matrix-secret",
+    env = gateway_env(sim, GATEWAY_REDIS_URL=redis_server.url, GATEWAY_SECRET="provider-matrix-secret-012345678",
                       GATEWAY_STORE_TIMEOUT_MS="500")
     return Pair(gateways.start(sim.url, env), gateways.start(sim.url, env))
 

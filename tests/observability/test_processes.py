@@ -190,7 +190,7 @@ def scid_lookups(gw: ServerProcess) -> dict[tuple[str, str], float]:
 
 def test_another_tenants_scid_counts_as_foreign_and_is_served_as_a_new_conversation(
         sim: Sim, gateways: GatewayFactory, redis_url: str) -> None:
-    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "foreign-scid-secret",
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": "foreign-scid-secret-0123456789ab",
                                   "GATEWAY_STORE_TIMEOUT_MS": "2000"})
     owner = anthropic.Anthropic(base_url=gw.url, api_key="sk-tenant-a-foreign", max_retries=0)
     other = anthropic.Anthropic(base_url=gw.url, api_key="sk-tenant-b-foreign", max_retries=0)

@@ -17,7 +17,7 @@ from tests.redis_fixtures import RedisServer, running
 from tests.reliability.dialects import client, close_client
 from tests.reliability.hostile import Keyspace
 
-SECRET = "reliability-hostile-secret"
+SECRET = "reliability-hostile-secret-01234"
 KEY_A = "sk-tenant-a-0001"
 KEY_B = "sk-tenant-b-0002"
 MAX_BODY = 256 * 1024

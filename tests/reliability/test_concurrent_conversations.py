@@ -155,7 +155,7 @@ def team(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Itera
     """Two replicas on one redis-server, every upstream kind reached through the recording proxy."""
     proxy = RecordingProxy(sim.url).start()
     env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
-    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-20-team",
+    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-20-team-0123456789abcdef01",
             "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
     replicas = (gateways.start(proxy.url, env), gateways.start(proxy.url, env))
     try:

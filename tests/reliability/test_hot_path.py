@@ -33,7 +33,8 @@ def test_an_untouched_request_reaches_the_upstream_as_the_clients_bytes(sim: Sim
 
 @pytest.fixture(scope="module")
 def redis_gateway(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> ServerProcess:
-    return gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "hot-path"})
+    return gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                    "GATEWAY_SECRET": "hot-path-0123456789abcdef0123456"})
 
 
 def test_upstream_and_redis_connections_are_pooled_and_kept_alive(

@@ -30,7 +30,8 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 @pytest.fixture(scope="module")
 def api(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[ServerProcess]:
-    sp = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "schemathesis-secret",
+    sp = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                  "GATEWAY_SECRET": "schemathesis-secret-0123456789ab",
                                   "GATEWAY_GEMINI_BASE_URL": sim.url,
                                   "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_MAX_BODY_BYTES": "65536"})
     yield sp

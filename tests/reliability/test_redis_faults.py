@@ -34,7 +34,7 @@ from tests.redis_fixtures import RedisServer
 from tests.reliability.dialects import client
 from tests.reliability.loops import access_lines, run_loops
 
-SECRET = "reliability-redis-faults"
+SECRET = "reliability-redis-faults-0123456"
 KEY = "sk-redis-faults"
 THREADS = 8
 RECOVERY_S = 3.0  # breaker cooldown (2 s) + a probe + scheduling slack

@@ -34,7 +34,8 @@ def test_refuses_default_secret_with_redis(redis_server: RedisServer, secret: st
 
 def test_a_private_secret_with_redis_starts(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
     """The refusal above is about the default only: the same command with a private secret serves."""
-    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": DEFAULT_SECRET + "-x"})
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                  "GATEWAY_SECRET": DEFAULT_SECRET + "-private-value"})
     assert httpx.get(gw.url + "/readyz").json()["store"]["ok"] is True
 
 
@@ -59,10 +60,13 @@ def _step(url: str, history: list[dict[str, Any]]) -> dict[str, Any]:
 def test_rotation_continues_conversations_recorded_under_the_previous_secret(
         sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
     redis_server.flush()
-    old = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "old-secret-0001"})
-    rotated = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "new-secret-0002",
-                                       "GATEWAY_PREVIOUS_SECRET": "old-secret-0001"})
-    new_only = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "new-secret-0002"})
+    old = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                   "GATEWAY_SECRET": "old-secret-0001-0123456789abcdef"})
+    rotated = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                       "GATEWAY_SECRET": "new-secret-0002-0123456789abcdef",
+                                       "GATEWAY_PREVIOUS_SECRET": "old-secret-0001-0123456789abcdef"})
+    new_only = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_server.url,
+                                        "GATEWAY_SECRET": "new-secret-0002-0123456789abcdef"})
     before = sum(sim.stats()["rejections"].values())
 
     history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=3]] rotate me"}]

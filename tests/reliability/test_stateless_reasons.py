@@ -40,7 +40,8 @@ def by_reason(gw: ServerProcess) -> dict[str, float]:
 
 def test_stateless_requests_are_counted_by_reason(sim: Sim, gateways: GatewayFactory,
                                                   redis_to_break: RedisServer) -> None:
-    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_to_break.url, "GATEWAY_SECRET": "stateless-reasons",
+    gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_to_break.url,
+                                  "GATEWAY_SECRET": "stateless-reasons-0123456789abcd",
                                   "GATEWAY_STORE_TIMEOUT_MS": "100"})
     try:
         assert by_reason(gw) == dict.fromkeys(STATELESS_REASONS - {"other"}, 0.0)  # every reason starts at zero

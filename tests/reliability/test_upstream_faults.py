@@ -22,7 +22,7 @@ from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port
 from tests.redis_fixtures import RedisServer
 from tests.reliability.dialects import DIALECTS, client, headers_for, send
 
-SECRET = "reliability-upstream-secret"
+SECRET = "reliability-upstream-secret-0123"
 READ_TIMEOUT_S = 0.5
 
 
