@@ -4,10 +4,11 @@ relay of its answer (the stream branch, its headers and the record of the finish
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
@@ -25,6 +26,7 @@ from gateway.streaming.relay import StreamEncoder, relay_sse
 from gateway.surfaces import Surface
 from gateway.upstream import UpstreamResponse
 
+T = TypeVar("T")
 TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
 log = logging.getLogger("thinkgate.endpoints")
 CLIENT_CLOSED = 499  # the client went away mid-request (nginx's code): counted as a client fault
@@ -119,6 +121,30 @@ async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, hea
     body = await resp.read()
     metrics.observe_upstream_body(up.name, resp.status, body)
     return resp, body
+
+
+async def _client_gone(request: HTTPRequest) -> None:
+    """Returns when the client has gone away (its body was read: the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_client_waits(request: HTTPRequest, work: Awaitable[T]) -> T:
+    """``work`` (a non-stream request's upstream call), cancelled if the client goes away first: the upstream
+    stops generating (and billing) an answer nobody will read, nothing is recorded, and the request is a 499."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        log.info("client closed the connection while waiting for the answer; upstream call cancelled")
+        raise ClientError(CLIENT_CLOSED, "the client closed the connection before the answer", "client_closed")
+    return task.result()
 
 
 def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool = False) -> dict[str, str]:

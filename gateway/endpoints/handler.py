@@ -24,7 +24,14 @@ from starlette.responses import Response
 from gateway import metrics, pipeline
 from gateway.deps import Gateway
 from gateway.dialects import UPSTREAM_DIALECTS, Call, route
-from gateway.endpoints.common import call_upstream, exchange_from, gateway_of, relay_headers, stream_answer
+from gateway.endpoints.common import (
+    call_upstream,
+    exchange_from,
+    gateway_of,
+    relay_headers,
+    stream_answer,
+    while_client_waits,
+)
 from gateway.errors import GatewayError, render_error
 from gateway.exchange import Exchange
 from gateway.protocols.canonical import Message, Request, Turn
@@ -172,7 +179,9 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     await codec.prepare()
     assert ex.request is not None
     path, headers, query = codec.target()
-    resp, body = await call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
+    call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
+    # (a stream's client that goes away is noticed by the relay, which stops reading the upstream's stream)
+    resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
@@ -21,7 +23,8 @@ BODY = json.dumps({"model": "claude-opus-4-5", "max_tokens": 16, "messages": [{"
 
 @pytest.fixture(scope="module")
 def impatient(sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
-    yield gateways.start(sim.url, env={"GATEWAY_BODY_TIMEOUT_S": "1", "GATEWAY_KEEP_ALIVE_TIMEOUT_S": "1"})
+    yield gateways.start(sim.url, env={"GATEWAY_BODY_TIMEOUT_S": "1", "GATEWAY_KEEP_ALIVE_TIMEOUT_S": "1",
+                                       "GATEWAY_LOG_LEVEL": "INFO"})
 
 
 def _connect(url: str) -> socket.socket:
@@ -82,3 +85,27 @@ def test_a_client_that_trickles_its_body_gets_a_408(impatient: ServerProcess, si
     assert total("4xx") == before_4xx + SLOW and total("5xx") == before_5xx
     assert sim.stats()["requests"] == before_up
     assert "Traceback" not in impatient.log() and " ERROR " not in impatient.log()
+
+
+@pytest.mark.parametrize("target", ["/v1/messages", "/v1/chat/completions"])
+def test_a_non_stream_client_that_leaves_cancels_the_upstream_call_and_records_nothing(
+        impatient: ServerProcess, target: str) -> None:
+    """The simulator answers after 3 s; the client leaves after its request is sent. Before: the gateway waited the
+    3 s out and recorded the turn nobody received (under the conversation id the client named). Now: the upstream
+    call is cancelled at once, the request counts as a 499 (4xx), and the conversation holds nothing."""
+    scid = uuid.uuid4().hex
+    body = json.dumps({"model": "claude-opus-4-5", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "[[sim:fault=slow:3000]] hi"}]})
+    total = lambda status: metric_sum(impatient, "gateway_requests_total", status=status)  # noqa: E731
+    before_4xx, before_5xx = total("4xx"), total("5xx")
+    with _connect(impatient.url) as s:
+        s.sendall(f"POST {target} HTTP/1.1\r\nhost: x\r\nx-api-key: sk-leaves\r\ncontent-type: application/json\r\n"
+                  f"x-ag-conversation-id: {scid}\r\ncontent-length: {len(body)}\r\n\r\n{body}".encode())
+        start = time.monotonic()
+    while "upstream call cancelled" not in impatient.log() and time.monotonic() - start < 2.5:
+        time.sleep(0.05)  # (the log line is the event; the simulator would answer at 3 s)
+    assert "upstream call cancelled" in impatient.log(), "the gateway waited for the upstream's answer"
+    assert total("4xx") == before_4xx + 1 and total("5xx") == before_5xx
+    time.sleep(3.2)  # past the simulator's answer: had the call gone on, its turn would be recorded by now
+    r = httpx.get(f"{impatient.url}/gateway/conversations/{scid}", headers={"x-api-key": "sk-leaves"})
+    assert r.status_code == 404, r.text
