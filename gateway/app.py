@@ -116,11 +116,13 @@ async def readyz(request: HTTPRequest) -> Response:
 def default_store(settings: Settings) -> Store | None:
     if not settings.state_machine_enabled:
         return None
+    from state.engine import StorageLimits
     from state.factory import open_store
 
     if not settings.redis_url:
         log.info("no GATEWAY_REDIS_URL: using the embedded in-process store (single process only)")
-    return open_store(settings.redis_url, ttl_seconds=settings.state_ttl_seconds,
+    limits = StorageLimits(max(0, settings.tenant_storage_mb) << 20, max(0, settings.max_prompt_kb) << 10)
+    return open_store(settings.redis_url, ttl_seconds=settings.state_ttl_seconds, limits=limits,
                       max_turns=settings.state_max_turns, timeout_ms=settings.store_timeout_ms,
                       load_cache_bytes=max(0, settings.load_cache_mb) << 20, decoded_turns=settings.decoded_turn_cache)
 

@@ -46,6 +46,7 @@ from state.store import (
     StoreHealth,
     StoreTimeout,
     StoreUnavailable,
+    TenantOverBudget,
 )
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ STATELESS_REASONS = frozenset({"store_timeout", "store_unavailable", "breaker_op
 # queued: a turn whose record failed, handed to the background retry; recorded: the retry stored it;
 # dropped: it gave up after its attempts (or at shutdown); queue_full: not queued, the queue was full
 RECORD_RETRY_OUTCOMES = frozenset({"queued", "recorded", "dropped", "queue_full", "other"})
+# The per-tenant storage limits (``state.engine.StorageLimits``): a turn not recorded because its tenant is over its
+# budget, a turn recorded without its prompt because the prompt was too large
+STORAGE_LIMITS = frozenset({"tenant_budget", "prompt_capped", "other"})
 
 
 def label(value: object, allowed: frozenset[str]) -> str:
@@ -148,6 +152,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_store_circuit_open": {},
     "gateway_stateless_requests_total": {"reason": STATELESS_REASONS},
     "gateway_record_retries_total": {"outcome": RECORD_RETRY_OUTCOMES},
+    "gateway_storage_limited_total": {"limit": STORAGE_LIMITS},
     "gateway_params_dropped_total": {"param": DROPPED_PARAMS, "route": PARAM_ROUTES},
 }
 
@@ -185,6 +190,9 @@ STORE_CIRCUIT_OPEN = Gauge("gateway_store_circuit_open", "1 while the store circ
                            multiprocess_mode="livemax")
 STATELESS = _counter("gateway_stateless_requests_total", "Requests served without state (no load, repair by record "
                                                          "or record), by reason")
+STORAGE_LIMITED = _counter("gateway_storage_limited_total", "Turns the per-tenant storage limits applied to: not "
+                                                            "recorded (tenant_budget), or recorded without their "
+                                                            "prompt (prompt_capped)")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
 
@@ -397,6 +405,8 @@ class InstrumentedStore:
     async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
         result = await self._call("record", self.inner.record(tenant, write))
         _child(STORE_ROUND_TRIPS, "record").inc(result.round_trips)
+        if result.prompt_capped:
+            _child(STORAGE_LIMITED, "prompt_capped").inc()
         return result
 
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
@@ -409,6 +419,9 @@ class InstrumentedStore:
         try:
             result = await call
             return result
+        except TenantOverBudget:  # a limit doing its job, not a store fault (no store-error alert)
+            _child(STORAGE_LIMITED, "tenant_budget").inc()
+            raise
         except (StoreError, ValueError) as e:
             _child(STORE_ERRORS, op, store_error_kind(e)).inc()
             raise
@@ -471,6 +484,8 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
         _child(STATELESS, reason)
     for outcome in RECORD_RETRY_OUTCOMES - {"other"}:
         _child(RECORD_RETRIES, outcome)
+    for limit in STORAGE_LIMITS - {"other"}:
+        _child(STORAGE_LIMITED, limit)
     STORE_CIRCUIT_OPEN.set(0)
     if MULTIPROCESS:
         _reap_dead_workers(os.environ[MULTIPROC_ENV])

@@ -295,10 +295,13 @@ def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], 
     Returns the recorded conversation (each turn's prompt messages, then the turn) followed by the
     client's messages, plus which message index holds which turn; None when there is nothing to
     rebuild, and when the client's first message is the conversation's first one: it replays the
-    conversation from its start (a retry of the first request), and the path is the client's.
+    conversation from its start (a retry of the first request), and the path is the client's; and None when a turn
+    was stored without its prompt.
     """
     if not recs.conversation or any(m.role == "assistant" for m in msgs):
         return None
+    if any(not turn.prompt for turn in recs.conversation.values()):
+        return None  # a turn stored without its prompt (too large: ``StorageLimits``) cannot be replayed whole
     first = recs.conversation[min(recs.conversation)].prompt
     if msgs and first and (first[0].role, first[0].content) == (msgs[0].role, msgs[0].content):
         return None

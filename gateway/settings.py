@@ -45,6 +45,8 @@ class Settings:
     previous_secret: str | None = field(default=None, repr=False)  # accepted during a secret rotation
     state_ttl_seconds: int = 86400
     state_max_turns: int = 1000
+    tenant_storage_mb: int = 256           # MiB one tenant may record per state TTL window; 0 = no budget
+    max_prompt_kb: int = 1024              # KiB (stored): a larger turn record is stored without its prompt; 0 = no cap
     store_timeout_ms: int = 250            # Redis's time to answer a round trip once written (state.redis_store)
     decoded_turn_cache: int = 2048         # decoded stored turns per worker (the store's, deps.WorkerCaches); 0 = off
     load_cache_mb: int = 32                # MiB (stored) of loaded conversations per worker (state.convcache); 0 = off
@@ -121,6 +123,8 @@ class Settings:
         _str(kw, "previous_secret", get("PREVIOUS_SECRET"))
         _int(kw, "state_ttl_seconds", get("STATE_TTL_SECONDS"))
         _int(kw, "state_max_turns", get("STATE_MAX_TURNS"))
+        _int(kw, "tenant_storage_mb", get("TENANT_STORAGE_MB"))
+        _int(kw, "max_prompt_kb", get("MAX_PROMPT_KB"))
         _int(kw, "store_timeout_ms", get("STORE_TIMEOUT_MS"))
         _int(kw, "decoded_turn_cache", get("DECODED_TURN_CACHE"))
         _int(kw, "load_cache_mb", get("LOAD_CACHE_MB"))

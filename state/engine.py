@@ -12,6 +12,7 @@ added since, in the same round trip.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -20,14 +21,28 @@ from typing import Any, TypeVar
 
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
-from state.errors import CodecError
+from state.errors import CodecError, TenantOverBudget
 from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, LuaScript
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, LuaScript
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
 
 T = TypeVar("T")
+BUDGET_RECHECK_S = 30.0  # how long a worker refuses an over-budget tenant's records before it records one to check
 Arg = bytes | str | int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageLimits:
+    """What one tenant may store. ``tenant_budget_bytes``: stored bytes of the turns a tenant records per window of
+    the records' TTL (past it, its turns are not recorded: ``TenantOverBudget``; 0 = no budget).
+    ``max_prompt_bytes``: a record whose stored form is larger is stored without its prompt (0 = no cap)."""
+
+    tenant_budget_bytes: int = 0
+    max_prompt_bytes: int = 0
+
+
+NO_LIMITS = StorageLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +100,12 @@ class EngineStore:
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
+                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES, limits: StorageLimits = NO_LIMITS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
         stored bytes of the cached turns; 0 = off, every load transfers the whole turn list). ``decoded_turns``:
-        how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off)."""
+        how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off).
+        ``limits``: the per-tenant storage budget and the prompt cap (``StorageLimits``)."""
         if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
             raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
         self.ttl_seconds = int(ttl_seconds)
@@ -97,6 +114,11 @@ class EngineStore:
         self._wall = wall_clock
         self.conversation_cache = ConversationCache(load_cache_bytes)
         self.decoded_turns: codec.TurnCache = Lru(decoded_turns)
+        self.tenant_budget_bytes = max(0, limits.tenant_budget_bytes)
+        self.max_prompt_bytes = max(0, limits.max_prompt_bytes)
+        self._clock = clock
+        # tenant -> until when its records are refused: learnt from the counter a record of this worker returned
+        self._over_budget: Lru[str, float] = Lru(1024)
 
     # -- backend hooks -------------------------------------------------------------------------
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -134,8 +156,29 @@ class EngineStore:
             raise ValueError("expected_position must be >= 0")
         if write.fork and write.expected_position is None:
             raise ValueError("fork needs expected_position")
+        if self.tenant_budget_bytes and self._clock() < (self._over_budget.get(tenant) or 0.0):
+            raise TenantOverBudget(f"the tenant recorded more than {self.tenant_budget_bytes} bytes in this window")
         blob = codec.encode_turn(write.record)  # CodecError before any I/O
+        if self.max_prompt_bytes and len(blob) > self.max_prompt_bytes and write.record.prompt:
+            # A huge prompt (a 29 MB pasted text) is not kept: the turn is. A history rebuilt for a client that
+            # replays none needs every prompt, so such a conversation is not rebuilt (``repair.rebuild_history``).
+            write = dataclasses.replace(write, record=dataclasses.replace(write.record, prompt=[]))
+            blob = codec.encode_turn(write.record)
+            result = await self._guarded(self._record, tenant, scid, write, blob)
+            return dataclasses.replace(result, prompt_capped=True)
         return await self._guarded(self._record, tenant, scid, write, blob)
+
+    def _counted(self, tenant: str, blob: bytes) -> list[Op]:
+        """The tenant's storage counter, as one more op of the record's round trip (none without a budget)."""
+        if not self.tenant_budget_bytes:
+            return []
+        return [Eval(TENANT_BYTES, (keys.tenant_bytes_key(tenant),), (len(blob), self.ttl_seconds))]
+
+    def _check_budget(self, tenant: str, total: Any) -> None:
+        """Past its budget, the tenant's next records on this worker are refused for ``BUDGET_RECHECK_S`` (then one
+        is recorded, and its counter reply says again): every worker learns it from its own next record."""
+        if self.tenant_budget_bytes and isinstance(total, int) and total > self.tenant_budget_bytes:
+            self._over_budget.put(tenant, self._clock() + BUDGET_RECHECK_S)
 
     # -- implementation ------------------------------------------------------------------------
     def _load_op(self, tenant: str, scid: str) -> tuple[Eval, CachedConversation | None]:
@@ -312,8 +355,11 @@ class EngineStore:
         # A write that asks for a fork is indexed where it lands (the fork, almost always): indexed here first,
         # its path fingerprint would name this conversation and then the fork, i.e. be ambiguous.
         index = [] if write.fork else self._index_ops(tenant, scid, write, expected)
-        replies = await self._roundtrip(ops + index)
+        counted = self._counted(tenant, blob)
+        replies = await self._roundtrip(ops + index + counted)
         reply = replies[0]
+        if counted:
+            self._check_budget(tenant, replies[-1])
         status = _text(reply[0])
         if status == "ok":
             self._remember(tenant, scid, rec, len(blob), now_ms, reply)

@@ -26,3 +26,8 @@ class CircuitOpen(StoreUnavailable):
 
 class CodecError(StoreError):
     """Bytes could not be encoded or decoded (unknown version byte, corrupt msgpack, wrong shape)."""
+
+
+class TenantOverBudget(StoreError):
+    """The tenant recorded more than its storage budget in the current window: the turn is not recorded (the
+    request is served all the same; its conversation continues statelessly). Not a store fault."""

@@ -31,6 +31,7 @@ from state import keys
 from state.breaker import CircuitBreaker
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.convcache import DEFAULT_MAX_BYTES
+from state.engine import NO_LIMITS, StorageLimits
 from state.memory_store import MemoryStore
 from state.redis_store import RedisStore, budget_seconds
 from state.resp import RespNode
@@ -55,13 +56,14 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                max_turns: int = keys.DEFAULT_MAX_TURNS, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                failure_threshold: int = 3, cooldown_seconds: float = 2.0, max_fetch: int = 2,
                max_connections: int = 64, clock: Callable[[], float] = time.monotonic,
-               load_cache_bytes: int = DEFAULT_MAX_BYTES, decoded_turns: int = DEFAULT_TURN_CACHE_ENTRIES) -> Store:
+               load_cache_bytes: int = DEFAULT_MAX_BYTES, decoded_turns: int = DEFAULT_TURN_CACHE_ENTRIES,
+               limits: StorageLimits = NO_LIMITS) -> Store:
     """Build the store for ``url`` (see module doc). ``clock`` drives the breaker (memory: TTLs).
     ``load_cache_bytes``: this worker's cache of loaded conversations (``state.convcache``; 0 = off);
     ``decoded_turns``: how many decoded turns it keeps (``codec.decode_turn``; 0 = off)."""
     if not url:
         return MemoryStore(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch, clock=clock,
-                           load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns)
+                           load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns, limits=limits)
     breaker = CircuitBreaker(failure_threshold, cooldown_seconds, clock)
     timeout_s = timeout_ms / 1000
     common: dict[str, Any] = {
@@ -91,7 +93,8 @@ def open_store(url: str | None, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
         raise ValueError(f"unsupported store URL scheme {parts.scheme!r}")
     return RedisStore(client, timeout_ms=timeout_ms, breaker=breaker, ttl_seconds=ttl_seconds,
                       max_turns=max_turns, max_fetch=max_fetch, max_concurrency=max_connections,
-                      also_close=also_close, load_cache_bytes=load_cache_bytes, node=node, decoded_turns=decoded_turns)
+                      also_close=also_close, load_cache_bytes=load_cache_bytes, node=node, decoded_turns=decoded_turns,
+                      limits=limits)
 
 
 def _sentinel_master(parts: SplitResult, common: dict[str, Any]) -> tuple[Redis, tuple[Redis, ...]]:

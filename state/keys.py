@@ -139,6 +139,11 @@ def scid_marker_key(scid: str) -> str:
 SCID_MARKER_VALUE = b"1"
 
 
+def tenant_bytes_key(tenant: str) -> str:
+    """The tenant's storage counter: bytes of turns recorded in the current window (``TENANT_BYTES``)."""
+    return f"{KEY_PREFIX}:{{{check_tenant(tenant)}:bytes}}"
+
+
 def hash_tag(key: str) -> str:
     """The ``{...}`` hash tag of a key built here (keys sharing it share a cluster slot)."""
     return key[key.index("{"): key.index("}") + 1]

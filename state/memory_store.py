@@ -20,8 +20,8 @@ from typing import Any
 
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES
-from state.engine import EngineStore, Eval, Exists, Op, SetEx
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD
+from state.engine import NO_LIMITS, EngineStore, Eval, Exists, Op, SetEx, StorageLimits
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES
 from state.store import StoreHealth
 
 
@@ -58,6 +58,10 @@ class _Keyspace:
         self._data[key] = [value, math.inf if ttl is None else self._clock() + ttl]
         self._data.move_to_end(key)
 
+    def update(self, key: str, value: Any) -> None:
+        """A live key's new value, its expiry unchanged."""
+        self._data[key][0] = value
+
     def expire(self, key: str, ttl: float) -> None:
         if self.get(key) is not None:
             self._data[key][1] = self._clock() + ttl
@@ -77,9 +81,11 @@ class MemoryStore(EngineStore):
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  max_keys: int | None = 1_000_000, clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
+                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES,
+                 limits: StorageLimits = NO_LIMITS) -> None:
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
-                         wall_clock=wall_clock, load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns)
+                         wall_clock=wall_clock, load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns,
+                         limits=limits, clock=clock)
         self._ks = _Keyspace(clock, max_keys)
         self.round_trips = 0
 
@@ -118,6 +124,14 @@ class MemoryStore(EngineStore):
             return self._getex_many_script(op.keys, int(op.args[0]))
         if op.script is INDEX_PUT:
             return self._index_put_script(op.keys, op.args)
+        if op.script is TENANT_BYTES:
+            key, amount, ttl = op.keys[0], int(op.args[0]), int(op.args[1])
+            old = self._ks.get(key)
+            if old is None:
+                self._ks.put(key, amount, ttl)  # a new window
+                return amount
+            self._ks.update(key, old + amount)  # (its expiry unchanged)
+            return old + amount
         raise ValueError(f"unknown script {op.script.name}")
 
     def _touch(self, names: Sequence[str], ttl: int) -> None:

@@ -49,7 +49,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from state import codec, keys
 from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
-from state.engine import Arg, EngineStore, Eval, Exists, Op
+from state.engine import NO_LIMITS, Arg, EngineStore, Eval, Exists, Op, StorageLimits
 from state.errors import CircuitOpen, StoreError, StoreTimeout, StoreUnavailable
 from state.resp import ReplyTimeout, RespNode
 from state.scripts import ALL_SCRIPTS
@@ -91,13 +91,14 @@ class RedisStore(EngineStore):
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
                  wall_clock: Callable[[], float] | None = None,
                  also_close: tuple[Redis, ...] = (), load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 node: RespNode | None = None, decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
+                 node: RespNode | None = None, decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES,
+                 limits: StorageLimits = NO_LIMITS) -> None:
         """``also_close``: further clients the store owns (e.g. the Sentinel connections).
         ``load_cache_bytes``: see ``EngineStore``. ``node``: the single node ``client`` talks to, for the
         round trips (``RespNode.for_client``); None sends them through redis-py's pipeline."""
-        extra = {"wall_clock": wall_clock} if wall_clock else {}
+        extra: dict[str, Any] = {"wall_clock": wall_clock} if wall_clock else {}
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
-                         load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns, **extra)
+                         load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns, limits=limits, **extra)
         if timeout_ms <= 0:
             raise ValueError("timeout_ms must be > 0")
         self._client = client

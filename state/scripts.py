@@ -197,4 +197,15 @@ end
 return n
 """)
 
-ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT)
+# TENANT_BYTES: add a record's bytes to the tenant's storage counter (its own slot: one key). The window starts with
+# the first write after the counter expired and lasts ttl_s (the records' TTL), so the counter is what the tenant
+# recorded in the current window.  ARGV: bytes, ttl_s.  Reply: the new total.
+TENANT_BYTES = LuaScript("tenant_bytes", """
+local total = redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('TTL', KEYS[1]) < 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return total
+""")
+
+ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT, TENANT_BYTES)

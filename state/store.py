@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from state.errors import CircuitOpen, CodecError, StoreError, StoreTimeout, StoreUnavailable
+from state.errors import CircuitOpen, CodecError, StoreError, StoreTimeout, StoreUnavailable, TenantOverBudget
 from state.records import ConversationState, Location, TurnRecord
 
 __all__ = [
     "CircuitOpen", "CodecError", "LoadQuery", "LoadResult", "RecordResult", "Store", "StoreError", "StoreHealth",
-    "StoreTimeout", "StoreUnavailable", "TurnWrite",
+    "StoreTimeout", "StoreUnavailable", "TenantOverBudget", "TurnWrite",
 ]
 
 CircuitState = Literal["closed", "open", "half_open"]
@@ -180,6 +180,7 @@ class RecordResult:
     forked: bool = False
     forked_from: str | None = None
     round_trips: int = 1
+    prompt_capped: bool = False  # stored without its prompt (``StorageLimits.max_prompt_bytes``)
 
 
 @runtime_checkable

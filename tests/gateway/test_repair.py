@@ -157,6 +157,17 @@ def test_history_is_rebuilt_for_a_new_message_but_not_for_a_replay_from_the_star
     assert rebuild_history(recs, retry) is None
 
 
+def test_history_is_not_rebuilt_when_a_turn_was_stored_without_its_prompt() -> None:
+    """A turn whose prompt was too large to store (``StorageLimits.max_prompt_bytes``) cannot be replayed whole:
+    no rebuilt history (the request goes on as the client sent it) rather than one with a hole in it."""
+    first = Message("user", [TextBlock("weather?")], content_was_string=True)
+    answer = (ThinkingBlock(TEXT, SIG), TextBlock("Sunny."))
+    turns = {0: RecordedTurn("scid-A", 0, answer, prompt_loader=lambda: (first,)),
+             1: RecordedTurn("scid-A", 1, answer, prompt_loader=lambda: ())}
+    recs = Records(conversation=TurnsConversation(turns), scid="scid-A")
+    assert rebuild_history(recs, [Message("user", [TextBlock("and then?")], content_was_string=True)]) is None
+
+
 def test_a_mangled_turn_replayed_again_is_restored_by_the_message_that_took_its_place_before() -> None:
     """The replay memo hands a mangled message to the conversation's next request as it is; restored from the
     same record again, it is given the message that took its place on the previous request (no second
