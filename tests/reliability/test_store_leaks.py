@@ -193,7 +193,7 @@ def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: Gate
     conversation still holds exactly turn 1. Once the fault is over, the background retry records turn 2
     (issue 22: a turn whose record failed is not lost), and the conversation's export shows both."""
     start, undo = FAULTS[fault]
-    secret, key = "record-fail-secret", f"sk-record-fail-{new_scid()}"
+    secret, key = "record-fail-secret-0123456789abcdef", f"sk-record-fail-{new_scid()}"
     gw = gateways.start(sim.url, {"GATEWAY_REDIS_URL": private_redis.url, "GATEWAY_SECRET": secret,
                                   "GATEWAY_STORE_TIMEOUT_MS": "300", "GATEWAY_LOG_FORMAT": "json",
                                   "GATEWAY_LOG_LEVEL": "INFO"})
