@@ -237,18 +237,11 @@ class ObserveMiddleware:
             _finish(obs)
 
 
-# Labelled children by (metric, label values), for every labelled metric here: ``labels()`` validates and
-# converts its values and takes a lock on every call, a dozen times per request; every label value here comes
-# from a bounded set (``label``, ``status_class``, closed vocabularies).
-_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
-
-
 def _child(metric: Any, *values: str) -> Any:
-    key = (metric, values)
-    child = _children.get(key)
-    if child is None:
-        child = _children[key] = metric.labels(*values)
-    return child
+    """The labelled child (every label value here comes from a bounded set: ``label``, ``status_class``, closed
+    vocabularies). No cache of its own: ``labels()`` costs ~2 us against 0.5 us cached, about 20 us a request,
+    well under 1% of thinkgate's added latency (measured with timeit, 2026-11-26)."""
+    return metric.labels(*values)
 
 
 def _finish(obs: Observation) -> None:

@@ -35,7 +35,6 @@ import re
 import secrets
 import zlib
 from dataclasses import dataclass
-from functools import lru_cache
 
 KEY_PREFIX = "tg"
 DEFAULT_TTL_SECONDS = 86_400
@@ -66,7 +65,6 @@ def is_valid_scid(scid: object) -> bool:
     return isinstance(scid, str) and _SCID_RE.fullmatch(scid) is not None
 
 
-@lru_cache(maxsize=4096)
 def _tenant_ok(tenant: str) -> bool:
     return _TENANT_RE.fullmatch(tenant) is not None
 
@@ -124,7 +122,6 @@ def conversation_keys(tenant: str, scid: str) -> ConversationKeys:
     return ConversationKeys(f"{tag}:meta", f"{tag}:turns", f"{tag}:tids")
 
 
-@lru_cache(maxsize=8192)  # a conversation's recent tool ids and hashes are looked up request after request
 def _index_key(tenant: str, kind: str, ident: str) -> str:
     rest = f"{kind}:{_part(ident)}"
     bucket = zlib.crc32(rest.encode()) % INDEX_BUCKETS
