@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError
-from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, LuaScript
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
@@ -87,8 +86,9 @@ class EngineStore:
                  wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
                  decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
         """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
-        stored bytes of the cached turns; 0 = off, every load transfers the whole turn list). ``decoded_turns``:
-        how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off)."""
+        the memory its decoded turns hold, ``codec.turn_cost``; 0 = off, every load transfers the whole turn list).
+        ``decoded_turns``: how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off),
+        holding at most ``codec.TURN_CACHE_BYTES``."""
         if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
             raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
         self.ttl_seconds = int(ttl_seconds)
@@ -96,7 +96,7 @@ class EngineStore:
         self.max_fetch = int(max_fetch)
         self._wall = wall_clock
         self.conversation_cache = ConversationCache(load_cache_bytes)
-        self.decoded_turns: codec.TurnCache = Lru(decoded_turns)
+        self.decoded_turns: codec.TurnCache = codec.turn_cache(decoded_turns, codec.TURN_CACHE_BYTES)
 
     # -- backend hooks -------------------------------------------------------------------------
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -316,7 +316,7 @@ class EngineStore:
         reply = replies[0]
         status = _text(reply[0])
         if status == "ok":
-            self._remember(tenant, scid, rec, len(blob), now_ms, reply)
+            self._remember(tenant, scid, rec, codec.turn_cost(rec), now_ms, reply)
         if status != "conflict":
             rounds = 1
             if write.fork:  # (the conversation did not exist: created, not forked)
@@ -421,7 +421,7 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         except CodecError:
             undecodable.append(first_new + i)
             continue
-        sizes.append(len(blob))
+        sizes.append(codec.turn_cost(turns[-1]))
     bad += len(undecodable)
     parent = _text(meta["parent"]) if meta.get("parent") else None
     try:
