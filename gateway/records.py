@@ -175,7 +175,7 @@ def lift_turn(turn: Turn) -> Turn:
 
 
 # the memory a record's canonical blocks add to the record they are built from (whose strings and dicts they
-# share): the block objects and their tuple, 150-250 bytes a block by tracemalloc (``bench/memory.py --costs``)
+# share): the block objects and their tuple; an allowance, not yet checked against tracemalloc
 BLOCK_COST = 256
 BLOCKS_BYTES = 8 << 20  # the most a worker's record blocks hold (with ``GATEWAY_DECODED_TURN_CACHE`` entries)
 

@@ -81,9 +81,9 @@ _CANDIDATES = 8          # occurrences of the next field's name tried when findi
 _MAX_NESTING = 200       # inserted bytes with more brackets than this go the full way (parser depth limits)
 Scope = tuple[str, str]  # (tenant, kind): a request is only ever compared with its own tenant's and surface's
 REFUSE_FRACTION = 2      # an entry holding more than half the memo's bound is not kept
-# What an entry holds, by tracemalloc against these two terms over loop and pathological bodies
-# (``python bench/memory.py --costs``): the body, its messages' JSON kept on them and the chunks spliced from
-# it (3x its bytes), and the parsed values (``held``) with the decoded messages and blocks built on them (2x).
+# What an entry holds: the body, its messages' JSON kept on them and the chunks spliced from it (3x its
+# bytes), and the parsed values (``held``, measured) with the decoded messages and blocks built on them (2x:
+# an allowance of one object per parsed one; the factors are not yet fitted against tracemalloc).
 BODY_FACTOR = 3
 PARSED_FACTOR = 2
 
