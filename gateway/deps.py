@@ -29,7 +29,17 @@ class WorkerCaches:
 
     @classmethod
     def sized(cls, entries: int) -> WorkerCaches:
-        return cls(RecordCaches(entries), ObjectLru(entries))
+        """At most ``entries`` each; the blocks at most ``records.BLOCKS_BYTES`` and the JSON ``RECORDED_JSON_BYTES``
+        of memory (measured: ``state.lru``)."""
+        return cls(RecordCaches(entries), ObjectLru(entries, RECORDED_JSON_BYTES, _json_cost))
+
+
+RECORDED_JSON_BYTES = 8 << 20
+# a recorded turn's JSON: its bytes (a right-sized copy: ``splice.message_json``) and the (role, bytes) tuple
+
+
+def _json_cost(raw: object, kept: tuple[str, bytes]) -> int:
+    return 120 + len(kept[1])
 
 
 @dataclass(slots=True)

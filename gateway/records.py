@@ -174,6 +174,16 @@ def lift_turn(turn: Turn) -> Turn:
     return turn
 
 
+# the memory a record's canonical blocks add to the record they are built from (whose strings and dicts they
+# share): the block objects and their tuple; an allowance, not yet checked against tracemalloc
+BLOCK_COST = 256
+BLOCKS_BYTES = 8 << 20  # the most a worker's record blocks hold (with ``GATEWAY_DECODED_TURN_CACHE`` entries)
+
+
+def _blocks_cost(rec: TurnRecord, blocks: tuple[Block, ...]) -> int:
+    return 64 + BLOCK_COST * len(blocks)
+
+
 class RecordCaches:
     """A worker's stored records as repair sees them (one object the app owns: ``deps.WorkerCaches``).
 
@@ -187,13 +197,14 @@ class RecordCaches:
     - ``turns``: the ``_StoredTurn`` of a record in a conversation: a long conversation's replay matches hundreds
       of turns on every request, the same records each time; a ``_StoredTurn`` never changes after it is made.
     ``entries`` bounds each (``GATEWAY_DECODED_TURN_CACHE``, as the store's decoded-turn cache whose records it
-    follows); 0 turns them off.
+    follows; a ``_StoredTurn`` is a fixed ~200 bytes); ``max_bytes`` also bounds the blocks (``BLOCK_COST``);
+    0 entries turns them off.
     """
 
     __slots__ = ("blocks", "turns")
 
-    def __init__(self, entries: int = codec.DEFAULT_TURN_CACHE_ENTRIES) -> None:
-        self.blocks: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(entries)
+    def __init__(self, entries: int = codec.DEFAULT_TURN_CACHE_ENTRIES, max_bytes: int = BLOCKS_BYTES) -> None:
+        self.blocks: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(entries, max_bytes, _blocks_cost)
         self.turns: ObjectLru[TurnRecord, _StoredTurn] = ObjectLru(entries)
 
     def record_blocks(self, rec: TurnRecord) -> tuple[Block, ...]:

@@ -46,8 +46,8 @@ again: ``keep``). Repair sets every assistant message's ``verbatim`` mark afresh
 taken by the one request that uses it, so no two requests in flight share a message object.
 
 Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
-same way), bounded by the bytes of the bodies they hold (LRU); their parsed and decoded form takes a few
-times that in memory.
+same way), bounded by the memory they hold (LRU; ``entry_cost``: measured, not the request's bytes); an entry
+over half the bound is not kept, so a body of 100,000 tiny messages never is.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ import orjson
 from gateway.identity import Replayed
 from gateway.paths import Known, PathHash
 from gateway.protocols.canonical import Message
+from state.sizing import held
 
 if TYPE_CHECKING:
     from gateway.repair import Repaired
@@ -79,6 +80,16 @@ _WS = b" \t\r\n"
 _CANDIDATES = 8          # occurrences of the next field's name tried when finding the end of the messages
 _MAX_NESTING = 200       # inserted bytes with more brackets than this go the full way (parser depth limits)
 Scope = tuple[str, str]  # (tenant, kind): a request is only ever compared with its own tenant's and surface's
+REFUSE_FRACTION = 2      # an entry holding more than half the memo's bound is not kept
+# What an entry holds: the body, its messages' JSON kept on them and the chunks spliced from it (3x its
+# bytes), and the parsed values (``held``, measured) with the decoded messages and blocks built on them (2x:
+# an allowance of one object per parsed one; the factors are not yet fitted against tracemalloc).
+BODY_FACTOR = 3
+PARSED_FACTOR = 2
+
+
+def entry_cost(body: bytes, parsed_held: int) -> int:
+    return BODY_FACTOR * len(body) + PARSED_FACTOR * parsed_held
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +131,7 @@ class Ticket:
     resumed: int = 0           # messages repair did not look at again (``repair.Repaired``)
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
+    held: int | None = None    # what the parsed messages hold (``state.sizing.held``), when ``take`` knew it
 
     @property
     def known(self) -> Known | None:
@@ -144,6 +156,8 @@ class _Entry:
     path: PathHash | None
     carried: Carried
     untouched: int             # its first messages, which no stage changed (see ``keep``)
+    held: int                  # what its parsed messages hold (``state.sizing.held``)
+    cost: int                  # what it holds (``entry_cost``)
     id: int = field(default_factory=itertools.count().__next__)
 
 
@@ -220,7 +234,8 @@ class ReplayMemo:
             as_decoded[:len(kept)] = _as_decoded(messages[:len(kept)])
         return parsed, messages, Ticket(tenant, kind, body, parsed, list(messages), as_decoded,
                                         len(body) - rest, len(kept), entry.path, redecoded=redecoded,
-                                        carried=entry.carried.taken(redecoded), unchecked=trusted)
+                                        carried=entry.carried.taken(redecoded), unchecked=trusted,
+                                        held=entry.held + held(tail))
 
     def ticket(self, tenant: str, kind: str, body: bytes, parsed: dict[str, Any],
                messages: list[Message]) -> Ticket:
@@ -230,7 +245,12 @@ class ReplayMemo:
     def keep(self, ticket: Ticket) -> None:
         """Remember the ticket's request for the next request of its conversation. Call only when the
         request's messages are as ``continuation.changes_in_place`` allows and its turn was recorded."""
-        if len(ticket.body) > self.max_bytes or not ticket.messages:
+        limit = self.max_bytes // REFUSE_FRACTION
+        if BODY_FACTOR * len(ticket.body) > limit or not ticket.messages:
+            return
+        parsed_held = ticket.held if ticket.held is not None else held(ticket.parsed.get("messages"))
+        cost = entry_cost(ticket.body, parsed_held)
+        if cost > limit:
             return
         split = ticket.split if ticket.split is not None else _find_split(ticket.body, ticket.parsed)
         if split is None:
@@ -241,11 +261,11 @@ class ReplayMemo:
         # checked them, or took them unchecked the same way.
         untouched = ticket.continued if ticket.carried.sanitized is not None else 0
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
-                       ticket.carried, untouched)
+                       ticket.carried, untouched, parsed_held, cost)
         scope = (ticket.tenant, ticket.kind)
         self._lru[entry.id] = (scope, entry)
         self._by_scope.setdefault(scope, {})[entry.id] = entry
-        self._bytes += len(entry.body)
+        self._bytes += entry.cost
         while self._bytes > self.max_bytes:
             old_scope, old = next(iter(self._lru.values()))
             self._drop(old_scope, old)
@@ -268,7 +288,7 @@ class ReplayMemo:
         del own[entry.id]
         if not own:
             del self._by_scope[scope]
-        self._bytes -= len(entry.body)
+        self._bytes -= entry.cost
 
 
 def _values_after_comma(inserted: bytes) -> list[Any] | None:

@@ -38,6 +38,7 @@ from state.errors import CodecError
 from state.keys import is_valid_turn_id
 from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
+from state.sizing import held
 
 VERSION_MSGPACK = 0x01
 VERSION_ZLIB = 0x02
@@ -46,7 +47,11 @@ COMPRESS_MIN_BYTES = 1024
 PAIR_COMPRESS_MIN_BYTES = 4096
 MAX_DECODED_BYTES = 64 * 1024 * 1024
 _TURN_FIELDS = 8
-DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (~6 KB each with 2 KB of thinking)
+DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (also bounded by bytes: ``turn_cache``)
+# a decoded record's own object, its turn id and the small fields, beside its content, prompt and provider
+# dicts (``state.sizing.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
+TURN_OVERHEAD = 600
+TURN_CACHE_BYTES = 16 << 20  # the most memory a worker's decoded turns hold (with the entries' bound)
 
 
 def pack(obj: Any, *, compress_min: int | None = COMPRESS_MIN_BYTES) -> bytes:
@@ -103,6 +108,19 @@ def encode_turn(record: TurnRecord) -> bytes:
 
 
 TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (stored bytes, position)
+
+
+def turn_cost(record: TurnRecord) -> int:
+    """The bytes a decoded turn holds in memory (measured: ``state.sizing``; not its stored size: a stored
+    turn of many tiny blocks is small and compresses well, and its dicts take ten times that decoded)."""
+    extra = held(record.provider) if record.provider else 0
+    return TURN_OVERHEAD + held(record.content) + held(record.prompt) + extra
+
+
+def turn_cache(entries: int, max_bytes: int) -> TurnCache:
+    """A cache of decoded turns: at most ``entries``, holding at most ``max_bytes`` (the stored bytes of the
+    key and the decoded turn, ``turn_cost``); a turn over 1/8 of that is decoded every time."""
+    return Lru(entries, max_bytes, lambda key, rec: len(key[0]) + turn_cost(rec))
 
 
 def decode_turn(data: bytes, position: int | None = None, cache: TurnCache | None = None) -> TurnRecord:

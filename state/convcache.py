@@ -22,11 +22,11 @@ new ``start`` and meta's ``created``), so the worker knows the conversation up t
 reading it back. ``state`` is the conversation as this worker last knew it, which answers a load that
 only replays turns this worker holds (``replayed``; see ``state.engine``) without a round trip.
 
-Bounded by the stored (encoded) bytes of the cached turns, least recently used first out. Decoded, turns
-take about three times their stored bytes (3.2x measured for ~2 KB of prose thinking, which zlib
-halves), so a 64 MiB bound (this module's default; the gateway passes ``GATEWAY_LOAD_CACHE_MB``, 32 by
-default) holds up to ~200 MiB of a worker's memory; the records are shared with ``state.codec``'s
-decoded-turn cache. Keys hold the tenant prefix, so one tenant's entry never
+Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.sizing``), least recently
+used first out; a conversation over half the bound is not kept (it loads the full way). The default bound is
+64 MiB here; the gateway passes ``GATEWAY_LOAD_CACHE_MB``. The records are shared with ``state.codec``'s
+decoded-turn cache, so the two together hold no more than the larger of their bounds plus the stored bytes.
+Keys hold the tenant prefix, so one tenant's entry never
 answers another's.
 """
 
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from state.records import ConversationState, TurnRecord
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+REFUSE_FRACTION = 2  # a conversation holding more than half the bound is not kept
 NOTHING_KNOWN: tuple[str, str, str] = ("", "", "")
 
 
@@ -55,7 +56,7 @@ class CachedConversation:
     next: int
     last_turn_id: str  # the turn id at position ``next - 1`` (never a gap: RECORD/FORK end on a turn)
     turns: tuple[TurnRecord, ...]  # the decodable turns, by position
-    sizes: tuple[int, ...]  # stored bytes of each of ``turns``
+    sizes: tuple[int, ...]  # the memory each of ``turns`` holds (``codec.turn_cost``)
     undecodable: tuple[int, ...]  # positions whose blob could not be decoded
     state: ConversationState | None = field(default=None, compare=False)  # the conversation as known
 
@@ -83,7 +84,7 @@ class CachedConversation:
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,
              start: int, created: str, version: int, updated: float,
              is_new: bool) -> CachedConversation | None:
-    """The entry after RECORD appended ``rec`` (``size`` stored bytes) at ``position`` and replied with the
+    """The entry after RECORD appended ``rec`` (holding ``size`` bytes) at ``position`` and replied with the
     conversation's ``start`` and ``created``; ``is_new``: RECORD created the conversation. None when this
     worker did not know the conversation exactly up to ``position`` (another writer appended first, a gap,
     another incarnation): the next load reads what it lacks."""
@@ -143,7 +144,7 @@ class ConversationCache:
         if entry is None:
             return
         size = entry.nbytes
-        if size > self.max_bytes:
+        if size > self.max_bytes // REFUSE_FRACTION:
             return
         self._items[(tenant, scid)] = (entry, size)
         self.nbytes += size

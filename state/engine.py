@@ -103,9 +103,10 @@ class EngineStore:
                  decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES, limits: StorageLimits = NO_LIMITS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
-        stored bytes of the cached turns; 0 = off, every load transfers the whole turn list). ``decoded_turns``:
-        how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off).
-        ``limits``: the per-tenant storage budget and the prompt cap (``StorageLimits``)."""
+        the memory its decoded turns hold, ``codec.turn_cost``; 0 = off, every load transfers the whole turn list).
+        ``decoded_turns``: how many decoded turns it keeps by their stored bytes (``codec.decode_turn``; 0 = off),
+        holding at most ``codec.TURN_CACHE_BYTES``. ``limits``: the per-tenant storage budget and the prompt cap
+        (``StorageLimits``)."""
         if ttl_seconds < 1 or max_turns < 1 or max_fetch < 0:
             raise ValueError("ttl_seconds and max_turns must be >= 1, max_fetch >= 0")
         self.ttl_seconds = int(ttl_seconds)
@@ -113,7 +114,7 @@ class EngineStore:
         self.max_fetch = int(max_fetch)
         self._wall = wall_clock
         self.conversation_cache = ConversationCache(load_cache_bytes)
-        self.decoded_turns: codec.TurnCache = Lru(decoded_turns)
+        self.decoded_turns: codec.TurnCache = codec.turn_cache(decoded_turns, codec.TURN_CACHE_BYTES)
         self.tenant_budget_bytes = max(0, limits.tenant_budget_bytes)
         self.max_prompt_bytes = max(0, limits.max_prompt_bytes)
         self._clock = clock
@@ -362,7 +363,7 @@ class EngineStore:
             self._check_budget(tenant, replies[-1])
         status = _text(reply[0])
         if status == "ok":
-            self._remember(tenant, scid, rec, len(blob), now_ms, reply)
+            self._remember(tenant, scid, rec, codec.turn_cost(rec), now_ms, reply)
         if status != "conflict":
             rounds = 1
             if write.fork:  # (the conversation did not exist: created, not forked)
@@ -467,7 +468,7 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         except CodecError:
             undecodable.append(first_new + i)
             continue
-        sizes.append(len(blob))
+        sizes.append(codec.turn_cost(turns[-1]))
     bad += len(undecodable)
     parent = _text(meta["parent"]) if meta.get("parent") else None
     try:

@@ -1,62 +1,92 @@
 """A bounded map that forgets its least recently used entries first; 0 entries keeps nothing.
 
 The per-worker caches of decoded data (``state.codec``'s decoded turns, ``gateway.records``' restored
-blocks) are this map under a size setting (``GATEWAY_DECODED_TURN_CACHE``).
+blocks, ``gateway.splice``'s recorded JSON) are this map, bounded by a number of entries
+(``GATEWAY_DECODED_TURN_CACHE``) and by the bytes of memory its entries hold: ``cost(key, value)``, a
+measured size (``state.sizing``), summed up to ``max_cost``. An entry costing more than ``max_cost //
+REFUSE_FRACTION`` is not kept at all, so one huge value never flushes a cache of many small ones.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
 O = TypeVar("O")  # noqa: E741
 
+REFUSE_FRACTION = 8  # an entry over 1/8 of a cache's byte budget is not cached
+
 
 class Lru(Generic[K, V]):
-    def __init__(self, entries: int) -> None:
+    def __init__(self, entries: int, max_cost: int | None = None,
+                 cost: Callable[[K, V], int] | None = None) -> None:
+        """``max_cost`` (with ``cost``): the most bytes the entries may hold together; None: entries only."""
         self.entries = max(0, entries)
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self.max_cost = max(0, max_cost) if max_cost is not None and cost is not None else None
+        self._cost = cost
+        self.total_cost = 0
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
     def put(self, key: K, value: V) -> None:
         if self.entries <= 0:
             return
-        self._items[key] = value
-        self._items.move_to_end(key)
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.total_cost -= old[1]
+        cost = 0
+        if self.max_cost is not None and self._cost is not None:
+            cost = self._cost(key, value)
+            if cost > self.max_cost // REFUSE_FRACTION:
+                return
+        self._items[key] = (value, cost)
+        self.total_cost += cost
         self._trim()
 
-    def resize(self, entries: int) -> None:
+    def resize(self, entries: int, max_cost: int | None = None) -> None:
         self.entries = max(0, entries)
+        if max_cost is not None and self.max_cost is not None:
+            self.max_cost = max(0, max_cost)
         self._trim()
 
     def values(self) -> list[V]:
-        return list(self._items.values())
+        return [v for v, _ in self._items.values()]
 
     def _trim(self) -> None:
-        while len(self._items) > self.entries:
-            self._items.popitem(last=False)
+        limit = self.max_cost
+        while len(self._items) > self.entries or (limit is not None and self.total_cost > limit):
+            _, (_, cost) = self._items.popitem(last=False)
+            self.total_cost -= cost
 
 
 class ObjectLru(Generic[O, V]):
     """An ``Lru`` keyed by an object's identity (objects that may not be hashable, e.g. lists): what this
     worker derived from that very object. An entry holds its object, so no other object takes its ``id``
-    while the entry lives."""
+    while the entry lives. ``cost(obj, value)`` as ``Lru``'s."""
 
-    def __init__(self, entries: int) -> None:
-        self._lru: Lru[int, tuple[O, V]] = Lru(entries)
+    def __init__(self, entries: int, max_cost: int | None = None,
+                 cost: Callable[[O, V], int] | None = None) -> None:
+        self._lru: Lru[int, tuple[O, V]] = Lru(entries, max_cost,
+                                               None if cost is None else lambda _k, item: cost(*item))
 
     def __len__(self) -> int:
         return len(self._lru)
+
+    @property
+    def total_cost(self) -> int:
+        return self._lru.total_cost
 
     def get(self, obj: O) -> V | None:
         hit = self._lru.get(id(obj))
@@ -65,8 +95,8 @@ class ObjectLru(Generic[O, V]):
     def put(self, obj: O, value: V) -> None:
         self._lru.put(id(obj), (obj, value))
 
-    def resize(self, entries: int) -> None:
-        self._lru.resize(entries)
+    def resize(self, entries: int, max_cost: int | None = None) -> None:
+        self._lru.resize(entries, max_cost)
 
     def items(self) -> list[tuple[O, V]]:
         """(object, value), least recently used first."""

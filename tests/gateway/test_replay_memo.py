@@ -23,10 +23,11 @@ from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.repair import Records, repair
-from gateway.replay_memo import Carried, ReplayMemo, one_to_one
+from gateway.replay_memo import Carried, ReplayMemo, entry_cost, one_to_one
 from gateway.routing import caps_for
 from gateway.sanitize import NO_LOOP, Policy, Sanitized
 from gateway.upstream import forward_request_headers
+from state.sizing import held
 from tests.gateway.memo_equivalence import (
     answered,
     exchange_of,
@@ -229,17 +230,30 @@ def test_deeply_nested_new_messages_go_the_full_way() -> None:
     assert memo.take("t1", KIND, raw, RESUME) is None
 
 
-def test_bounded_by_bytes_least_recently_kept_first() -> None:
-    sizes = [len(body(1, extra=str(n))) for n in range(3)]
+def test_bounded_by_what_entries_hold_least_recently_kept_first() -> None:
+    # an entry is sized by what it holds (``entry_cost``: its body and its parsed messages), not its bytes
+    sizes = [entry_cost(body(1, extra=str(n)), held(orjson.loads(body(1, extra=str(n)))["messages"]))
+             for n in range(3)]
     memo = ReplayMemo(sizes[0] * 2 + 10)
     for n in range(3):
         served(memo, body(1, extra=str(n)))
     assert len(memo) == 2 and memo.size_bytes == sizes[1] + sizes[2]
     assert memo.take("t1", KIND, body(2, extra="0"), RESUME) is None  # the oldest went
     assert memo.take("t1", KIND, body(2, extra="2"), RESUME) is not None
-    small = ReplayMemo(10)
-    served(small, body(1))
-    assert len(small) == 0  # larger than the whole memo: not kept
+    small = ReplayMemo(sizes[0] * 2 - 10)
+    served(small, body(1, extra="0"))
+    assert len(small) == 0  # more than half the memo: not kept
+
+
+def test_a_body_of_many_tiny_messages_is_not_kept() -> None:
+    """3.3 MB of 100,001 tiny messages hold about 20 MB parsed: sized by its bytes it fit a 16 MiB memo
+    (and its decoded form took a worker past 600 MB); sized by what it holds it is refused."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": "a"} for i in range(100_001)]
+    raw = orjson.dumps({"model": "claude-opus-4-5", "max_tokens": 16, "messages": msgs})
+    assert len(raw) * 2 < 16 << 20
+    memo = ReplayMemo(16 << 20)
+    served(memo, raw)
+    assert len(memo) == 0 and memo.size_bytes == 0
 
 
 # ------------------------------------------------------------------ equivalence through the pipeline

@@ -250,7 +250,8 @@ async def test_two_workers_on_one_redis_see_each_others_turns(make_store: MakeSt
 
 
 async def test_the_cache_keeps_to_its_byte_bound_least_recently_used_out(make_store: MakeStore) -> None:
-    per_conversation = sum(len(codec.encode_turn(turn(i, tag="c"))) for i in range(4))
+    # bounded by what the decoded turns hold (``codec.turn_cost``), not by their stored bytes
+    per_conversation = sum(codec.turn_cost(codec.decode_turn(codec.encode_turn(turn(i, tag="c")))) for i in range(4))
     store = await make_store(load_cache_bytes=3 * per_conversation)
     cache = _engine(store).conversation_cache
     scids = [new_scid() for _ in range(5)]
@@ -266,7 +267,7 @@ async def test_the_cache_keeps_to_its_byte_bound_least_recently_used_out(make_st
         assert cache.nbytes <= cache.max_bytes
     assert [s for s in scids if cache.get(T, s) is not None] == [scids[0], scids[3], scids[4]]
 
-    big = new_scid()  # larger than the whole bound: never cached, always loaded whole and right
+    big = new_scid()  # larger than half the bound: never cached, always loaded whole and right
     for i in range(13):
         await store.record(T, TurnWrite(turn(i, tag="c"), scid=big, expected_position=i))
     spy = LoadSpy(store)
@@ -326,7 +327,7 @@ def test_a_two_element_reply_is_the_whole_list() -> None:
     assert (conv, bad, entry) == _parse_conversation("s" * 22, [flat, blobs, 0], None, Lru(8))
     assert conv is not None and bad == 0 and entry == CachedConversation(
         created="1000", start=0, next=2, last_turn_id=turn(1).turn_id, turns=conv.turns,
-        sizes=tuple(map(len, blobs)), undecodable=())
+        sizes=tuple(map(codec.turn_cost, conv.turns)), undecodable=())
 
 
 @pytest.mark.timeout(120)
