@@ -132,6 +132,7 @@ class Upstream:
         hdrs = dict(headers)
         hdrs["content-type"] = "application/json"
         attempt = 0
+        resent = False
         while True:
             try:
                 resp = await self._session.post(url, data=body, headers=hdrs)
@@ -142,6 +143,18 @@ class Upstream:
                 if wait is None:
                     raise UpstreamConnectError(502, f"could not reach upstream {self.name}: "
                                                     f"{type(e).__name__}") from e
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # The connection went away before any answer: almost always a pooled keep-alive connection the
+                # upstream closed just as this request went out on it (the upstream's idle timeout racing ours).
+                # Sent again once on a fresh connection, as the official SDKs do for a connection error.
+                if resent:
+                    raise UpstreamConnectError(502, f"could not reach upstream {self.name}: "
+                                                    f"{type(e).__name__}") from e
+                resent = True
+                log.info("upstream %s: connection closed before an answer (%s); sent again", self.name,
+                         type(e).__name__)
+                await asyncio.sleep(0)  # (lets the loop see other pooled connections the upstream closed)
+                continue
             except aiohttp.ClientError as e:
                 raise UpstreamConnectError(502, f"could not reach upstream {self.name}: {type(e).__name__}") from e
             else:
