@@ -50,7 +50,7 @@ class Settings:
     store_timeout_ms: int = 250            # Redis's time to answer a round trip once written (state.redis_store)
     decoded_turn_cache: int = 2048         # decoded stored turns per worker (the store's, deps.WorkerCaches); 0 = off
     load_cache_mb: int = 32                # MiB (stored) of loaded conversations per worker (state.convcache); 0 = off
-    replay_memo_mb: int = 16               # MiB (JSON) of decoded histories per worker (gateway.replay_memo); 0 = off
+    replay_memo_mb: int = 32               # MiB (memory) of decoded histories per worker (gateway.replay_memo); 0 = off
     # continuations switched off, for the benchmarks (bench/continuations.py): splice, carried_repair, carried_sanitize
     continuations_off: frozenset[str] = frozenset()
     state_machine_enabled: bool = True
