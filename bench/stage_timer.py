@@ -35,10 +35,11 @@ PIPELINE_STAGES = ("decode", "load", "repair_and_sanitize", "encode", "record", 
 spent: defaultdict[str, float] = defaultdict(float)
 
 
-def timed(owner: Any, name: str) -> None:
+def timed(owner: Any, name: str, label: str | None = None) -> None:
     f = getattr(owner, name, None)
-    if f is None:
+    if f is None or not callable(f):  # (not there in that tree's code, or a module the pipeline imports)
         return
+    key = label or name
 
     if asyncio.iscoroutinefunction(f):
         async def wrapper(*a: Any, **k: Any) -> Any:
@@ -46,23 +47,28 @@ def timed(owner: Any, name: str) -> None:
             try:
                 return await f(*a, **k)
             finally:
-                spent[name] += time.perf_counter() - t
+                spent[key] += time.perf_counter() - t
     else:
         def wrapper(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
             t = time.perf_counter()
             try:
                 return f(*a, **k)
             finally:
-                spent[name] += time.perf_counter() - t
+                spent[key] += time.perf_counter() - t
     setattr(owner, name, wrapper)
 
 
 async def run(args: argparse.Namespace) -> float:
-    from gateway import identity, pipeline
+    from gateway import identity, pipeline, repair, sanitize, splice
     from gateway.replay_memo import ReplayMemo
 
     for name in PIPELINE_STAGES:
         timed(pipeline, name)
+    # the stages' ``run(input, prior)``, where the pipeline calls them so, under the names of the functions it
+    # called before
+    timed(repair, "run", "repair")
+    timed(sanitize, "run", "sanitize_from")
+    timed(splice, "run", "splice")
     timed(identity, "build_query")
     timed(identity, "identify_conversation")
     timed(ReplayMemo, "take")

@@ -4,16 +4,22 @@ An agent's tool loop replays its whole history on every request. The replay memo
 next request the previous one's messages back as the same objects; each stage may then start from what it
 found of them last time, its prior, instead of looking at every message again:
 
-    repair    ``repair.Repaired``     (``repair_prior``)
+    repair    ``repair.RepairPrior``  (``repair_prior``: ``repair.Repaired``, and the restorations it made)
     sanitize  ``sanitize.Sanitized``  (``sanitize_prior``)
-    encode    ``splice.Spliced``      (``carry``: the messages' JSON as the previous body carried them)
+    encode    ``splice.SplicePrior``  (``carry``: the messages' JSON as the previous body carried them, and each
+                                       message's as last encoded)
 
-This module is the only place that decides whether a prior holds for a request: the pipeline asks it for each
-stage's prior, hands it to the stage (a stage given None looks at everything, as it does without a memo), and
-hands the stages' outcomes back (``carry``), which become the next request's priors. Every prior is judged on
-identity: a prior covers the very message objects it looked at, and holds only while the memo gave each of
-them back as it was (none decoded again) and they are still the first messages. Correctness also rests on one
-rule the stages keep: every change to a message in place is an action (``changes_in_place``).
+Each stage is ``run(input, prior) -> (output, next_prior)`` and checks its own prior: that it covers the very
+message objects that start its input, and whatever else it rests on (the conversation's turns for repair, the
+rules' inputs for sanitize). What a stage finds of a message for one request lives in those priors and
+outcomes, never on the message (``canonical.Message`` is data): repair's verbatim set goes to sanitize as an
+argument, a restoration and a message's encoded JSON sit in tables by message object, with the object to check.
+
+This module owns the rest: a request's part in it (``Continuation``, the one field on ``Exchange``); whether
+the replay memo handed the messages a prior covers back as they were (none decoded again: a fact of the memo,
+not of any stage), so the pipeline may hand the prior in; and what of the stages' next priors goes on the ticket
+for the next request (``carry``). The pipeline only hands priors in and out. Correctness also rests on one rule
+the stages keep: every change to a message in place is an action (``changes_in_place``).
 
 What measured savings keep these continuations: ``BENCHMARKS.md`` (``bench/continuations.py``). Each can be
 switched off for a benchmark with ``GATEWAY_CONTINUATIONS_OFF`` (``Settings.continuations_off``).
@@ -21,16 +27,16 @@ switched off for a benchmark with ``GATEWAY_CONTINUATIONS_OFF`` (``Settings.cont
 
 from __future__ import annotations
 
-import bisect
 import operator
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from gateway.actions import ActionKind
 from gateway.protocols.canonical import Message
-from gateway.repair import Repaired, RepairResult, put_restored
+from gateway.repair import RepairPrior, RepairResult, put_restored
 from gateway.replay_memo import Carried, Ticket
 from gateway.sanitize import Sanitized, SanitizeResult
-from gateway.splice import Spliced
+from gateway.splice import SplicePrior
 
 # Actions after which the replay memo may keep the request and ``encode`` may splice the messages' kept JSON:
 # each leaves every message as decoded, or gives it a new content list or puts a new message in its place,
@@ -40,60 +46,99 @@ from gateway.splice import Spliced
 MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED})
 
 
+@dataclass(slots=True)
+class Continuation:
+    """One request's part in the continuation (``Exchange.continuation``)."""
+
+    ticket: Ticket | None = None       # the replay memo's: this request's messages, kept for the next request
+    changed: bool = False              # repair/sanitize changed the request
+    in_place: bool = True              # ... and may have changed a message in place (nothing kept, no splice)
+    splice: SplicePrior | None = None  # what ``encode`` starts from (``carry``)
+    restored: Mapping[int, Message] = field(default_factory=dict)  # repair's restorations as the record's JSON
+
+    @property
+    def from_records(self) -> RestoredIds:
+        """The ids of the messages repair restored as their record's JSON (``splice.run``)."""
+        return RestoredIds(self.restored)
+
+
+class RestoredIds(Collection[int]):
+    """The ids of some messages, gathered on first use (a long replay restores hundreds; ``splice`` asks of the
+    few messages it encodes)."""
+
+    __slots__ = ("_ids", "_restored")
+
+    def __init__(self, restored: Mapping[int, Message]) -> None:
+        self._restored = restored
+        self._ids: frozenset[int] | None = None
+
+    def _all(self) -> frozenset[int]:
+        if self._ids is None:
+            self._ids = frozenset(map(id, self._restored.values()))
+        return self._ids
+
+    def __contains__(self, x: object) -> bool:
+        return bool(self._restored) and x in self._all()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._restored)
+
+
 def changes_in_place(kinds: Collection[ActionKind]) -> bool:
     """Whether a request with these actions may have had a message changed in place (every change is an
     action): then nothing of it is kept for the next request."""
     return not MESSAGES_KEPT.issuperset(kinds)
 
 
-def repair_prior(ticket: Ticket | None, msgs: list[Message], off: Collection[str] = ()) -> Repaired | None:
-    """The previous request's ``Repaired`` when ``msgs`` start with the very messages it covers."""
-    if ticket is None or "carried_repair" in off:
+def repair_prior(ticket: Ticket | None, off: Collection[str] = ()) -> RepairPrior | None:
+    """What repair may start from: the previous request's restorations, and its ``Repaired`` when the memo gave
+    back every message it covers as it was."""
+    if ticket is None:
         return None
-    prior = ticket.carried.repaired
-    return prior if prior is not None and _holds(ticket, msgs, prior.count, ticket.messages) else None
+    carried = ticket.carried
+    repaired = carried.repaired
+    if repaired is not None and ("carried_repair" in off or not _taken_whole(ticket, repaired.count)):
+        repaired = None
+    return RepairPrior(repaired, carried.restorations)
 
 
-def sanitize_prior(ticket: Ticket | None, msgs: list[Message], fixed: RepairResult,
-                   off: Collection[str] = ()) -> Sanitized | None:
-    """The previous request's ``Sanitized`` when it holds for ``msgs`` as repair left them (the messages it
-    looked at, each in its place: the client's as the memo gave them back, a restored turn's as repair put it
-    there again; not a rebuilt history) and repair found each assistant message among them a recorded turn as
-    relayed again, as it did then."""
+def sanitize_prior(ticket: Ticket | None, off: Collection[str] = ()) -> Sanitized | None:
+    """The previous request's ``Sanitized`` when the memo gave back every message it covers as it was."""
     if ticket is None or "carried_sanitize" in off:
         return None
     prior = ticket.carried.sanitized
-    if prior is None or not _holds(ticket, msgs, prior.count, prior.messages) or \
-            bisect.bisect_left(fixed.verbatim, prior.count) != prior.assistants:
-        return None
-    return prior
+    return prior if prior is not None and _taken_whole(ticket, prior.count) else None
 
 
-def carry(ticket: Ticket, msgs: list[Message], fixed: RepairResult, cleaned: SanitizeResult) -> Spliced | None:
+def carry(ticket: Ticket, msgs: list[Message], fixed: RepairResult, repaired: RepairPrior, cleaned: SanitizeResult,
+          sanitized: Sanitized | None) -> SplicePrior | None:
     """After repair and sanitize changed nothing in place: what the next request may start from goes on the
-    ticket (``Ticket.carried``); returns the previous body's encoded messages when they go upstream as they are
-    (``splice.encode_request`` checks they are still the first messages)."""
+    ticket (``Ticket.carried``: ``repaired`` and ``sanitized`` are the stages' next priors); returns what
+    ``encode`` starts from: the previous body's encoded messages when they go upstream as they are (``splice.run``
+    checks they are still the first messages), and each message's JSON."""
     ticket.resumed, ticket.continued = fixed.resumed, cleaned.continued
     # repair looked at the ticket's messages (no rebuilt history), and sanitize at them with repair's
     # restorations in their places (the messages a resumed repair puts there again)
     same = _same_objects(msgs, _restored_in(ticket.messages, fixed.restored))
-    previous = ticket.carried
-    ticket.carried = Carried(previous.replayed, fixed.repaired if same else None, cleaned.sanitized if same else None)
-    if cleaned.sanitized is not None and previous.encoded is not None and \
-            cleaned.continued == len(previous.encoded.messages):
+    previous = ticket.carried.encoded
+    json_only = replace(previous, prefix=None) if previous is not None else None
+    ticket.carried = Carried(ticket.carried.replayed, repaired.repaired if same else None,
+                             sanitized if same else None, json_only, repaired.restorations)
+    if sanitized is not None and previous is not None and previous.prefix is not None and \
+            cleaned.continued == len(previous.prefix.messages):
         # sanitize continued over exactly the messages the previous request's body carried, and no stage
         # changed anything
-        return previous.encoded
-    return None
+        return previous
+    return json_only
 
 
-def _holds(ticket: Ticket, msgs: list[Message], count: int, seen: list[Message]) -> bool:
-    """Whether ``msgs`` start with the ``count`` messages a prior covers, ``seen`` (the objects that stage
-    looked at): the replay memo gave back every one of them as it was, and the first of ``msgs`` are still
-    those objects (a history rebuilt from the records is not)."""
-    if ticket.reused != count or ticket.redecoded:
-        return False
-    return len(msgs) >= count and len(seen) >= count and _same_objects(msgs[:count], seen[:count])
+def _taken_whole(ticket: Ticket, count: int) -> bool:
+    """Whether the replay memo gave back the ``count`` messages a prior covers, every one as it was (none decoded
+    again); the stage checks they are still the first of its input."""
+    return ticket.reused == count and not ticket.redecoded
 
 
 def _same_objects(a: list[Message], b: list[Message]) -> bool:

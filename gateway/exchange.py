@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.actions import Action
+from gateway.continuation import Continuation
 from gateway.protocols.canonical import Request, Turn
-from gateway.replay_memo import Ticket
-from gateway.splice import Spliced
 from gateway.vocab import ClientDialect, Endpoint, Via
 
 
@@ -34,13 +33,11 @@ class Exchange:
     prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message
     stateful: bool = False           # records were consulted (store up, state machine on)
     actions: list[Action] = field(default_factory=list)
-    changed: bool = False            # repair/sanitize changed the request
-    in_place: bool = True            # ... and may have changed a message in place (no kept JSON: ``splice``)
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
-    memo: Ticket | None = None       # this request's decoded messages, for the replay memo
-    spliced: Spliced | None = None  # the previous request's encoded messages, unchanged since (``encode``)
+    # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation``)
+    continuation: Continuation = field(default_factory=Continuation)
 
     @property
     def betas(self) -> frozenset[str]:

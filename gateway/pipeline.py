@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway import continuation, identity, metrics, paths, splice
+from gateway import continuation, identity, metrics, paths, repair, sanitize, splice
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.deps import Gateway
 from gateway.errors import bad_request
@@ -27,9 +27,9 @@ from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, rebuild_history, repair
+from gateway.repair import RecordedTurn, Records, rebuild_history
 from gateway.replay_memo import Resume, one_to_one
-from gateway.sanitize import Policy, sanitize_from
+from gateway.sanitize import Policy
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, StoreUnavailable, TurnWrite
 
@@ -83,13 +83,13 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
     replay = memo.take(ex.tenant, decoder.kind, ex.raw_body, decoder.resume)
     metrics.observe_replay(replay is not None)
     if replay is not None:
-        parsed, messages, ex.memo = replay
+        parsed, messages, ex.continuation.ticket = replay
         ex.request = decoder.decode(parsed, messages)
         return
     body = parse_json(ex.raw_body)
     ex.request = decoder.decode(body, None)
     if isinstance(body.get("messages"), list):  # not a body whose history came in another field (Responses)
-        ex.memo = memo.ticket(ex.tenant, decoder.kind, ex.raw_body, body, ex.request.messages)
+        ex.continuation.ticket = memo.ticket(ex.tenant, decoder.kind, ex.raw_body, body, ex.request.messages)
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:
@@ -109,7 +109,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
         metrics.observe_stateless(metrics.stateless_reason(None, credential=ex.tenant is not None))
         return None
     assert ex.request is not None
-    ticket = ex.memo
+    ticket = ex.continuation.ticket
     replayed = identity.replayed_of(ex.request.messages, ticket.carried.replayed if ticket is not None else None)
     if ticket is not None:  # for the next request, which starts with these messages' bytes
         ticket.carried = dataclasses.replace(ticket.carried, replayed=replayed)
@@ -160,25 +160,27 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
     if rebuilt is not None:
         req.messages = rebuilt[0]
-    ticket, off = ex.memo, gw.settings.continuations_off
-    fixed = repair(req.messages, recs, rebuilt[1] if rebuilt else None,
-                   continuation.repair_prior(ticket, req.messages, off))
+    cont = ex.continuation
+    ticket, off = cont.ticket, gw.settings.continuations_off
+    fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,
+                                 continuation.repair_prior(ticket, off))
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    cleaned = sanitize_from(req, fixed.is_verified, gw.router.caps_for(req.model), policy, ex.betas,
-                            continuation.sanitize_prior(ticket, req.messages, fixed, off))
+    cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, gw.router.caps_for(req.model), policy,
+                                      ex.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     kinds = set(map(action_kind, actions))
-    ex.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
-    ex.in_place = continuation.changes_in_place(kinds)
-    if ex.in_place:
-        ex.memo = None  # a message may be changed in place: not kept for the next request (replay_memo)
+    cont.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
+    cont.in_place = continuation.changes_in_place(kinds)
+    cont.restored = fixed.restored
+    if cont.in_place:
+        cont.ticket = None  # a message may be changed in place: not kept for the next request (replay_memo)
     elif ticket is not None:
-        ex.spliced = continuation.carry(ticket, req.messages, fixed, cleaned)
+        cont.splice = continuation.carry(ticket, req.messages, fixed, repaired, cleaned, sanitized)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
 
 
@@ -233,7 +235,7 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
 def encode(ex: Exchange, gw: Gateway) -> None:
     """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded, splicing the JSON
     of messages encoded before (``gateway.splice``) when no stage changed a message in place."""
-    if not ex.changed and ex.dialect == ex.upstream == "anthropic":
+    if not ex.continuation.changed and ex.dialect == ex.upstream == "anthropic":
         ex.outgoing = ex.raw_body
         return
     assert ex.request is not None
@@ -242,11 +244,12 @@ def encode(ex: Exchange, gw: Gateway) -> None:
 
 def anthropic_body(ex: Exchange, req: Request, gw: Gateway) -> bytes:
     """``req`` (``ex``'s, as the stages left it) encoded for an Anthropic upstream."""
-    if ex.in_place or "splice" in gw.settings.continuations_off:
+    cont = ex.continuation
+    if cont.in_place or "splice" in gw.settings.continuations_off:
         return orjson.dumps(anthropic.encode_request(req))
-    body, spliced = splice.encode_request(req, ex.spliced, gw.caches.recorded_json)
-    if ex.memo is not None:  # for the next request, which starts with these messages
-        ex.memo.carried = dataclasses.replace(ex.memo.carried, encoded=spliced)
+    body, spliced = splice.run(req, cont.splice, gw.caches.recorded_json, cont.from_records)
+    if cont.ticket is not None:  # for the next request, which starts with these messages
+        cont.ticket.carried = dataclasses.replace(cont.ticket.carried, encoded=spliced)
     return body
 
 
@@ -283,7 +286,7 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     # With its user messages untouched and any other change a new content list (``repair_and_sanitize``
     # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
     # and the next request of the conversation may start with its messages (the replay memo keeps them).
-    ticket, ex.memo = ex.memo, None
+    ticket, ex.continuation.ticket = ex.continuation.ticket, None
     try:
         path = ticket.path_hash() if ticket is not None else None
         rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)

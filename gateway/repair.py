@@ -1,6 +1,7 @@
 """Repair: restore replayed assistant history to its recorded, authoritative form.
 
-Pure: ``repair(messages, records) -> RepairResult``. The records are what the load
+Pure: ``run(messages, records, pinned, prior) -> (RepairResult, RepairPrior)`` (``repair``: without a prior).
+The records are what the load
 stage fetched in one store round trip (see ``Records``). Each replayed assistant
 message is matched to a turn of the identified conversation only (never to another
 conversation's), at its place on that conversation's path:
@@ -218,11 +219,11 @@ class Repaired:
     whose messages carry no digest). The next request of the conversation, which starts with the same
     messages as the same objects (``replay_memo``; the caller vouches for that), starts from it while the
     conversation still holds exactly those turns (``ConversationView.held``), up to the first message matched
-    by its lookups that this request's index hits answer (``_resume_cut``): from there it matches afresh. Its
-    messages keep the verbatim mark repair set; a restored one's place gets the message restored then (the
-    one ``Message.restored_by`` gives again)."""
+    by its lookups that this request's index hits answer (``_resume_cut``): from there it matches afresh. A
+    restored one's place gets the message restored then (``restored``)."""
 
     count: int                          # the messages it covers, ``messages[:count]``
+    messages: list[Message]             # the messages it looked at, as the client's (before any restoration)
     scid: str | None                    # the conversation they were matched in
     matched: dict[int, RecordedTurn]    # every assistant message's turn, by index, in index order
     digests: list[bytes]                # their replay digests (a restored one's: its turn's), in order
@@ -245,7 +246,7 @@ class RepairResult:
     matched: dict[int, RecordedTurn] = field(default_factory=dict)  # message index -> turn
     changed: bool = False
     # indexes of the assistant messages that are a recorded turn as relayed: matched by replay digest, or restored
-    # from the record's JSON (``restored``), in order
+    # from the record's JSON (``restored``), in order; all of their thinking is verified (sanitize is given them)
     verbatim: list[int] = field(default_factory=list)
     restored: dict[int, Message] = field(default_factory=dict)  # the verbatim restorations, by index, in order
     repaired: Repaired | None = None  # for the next request, when every assistant message was its turn as relayed
@@ -315,10 +316,34 @@ def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], 
     return out + msgs, pinned
 
 
+@dataclass(frozen=True, slots=True)
+class RepairPrior:
+    """What repair found of a conversation's previous request, for its next one (``run``)."""
+
+    repaired: Repaired | None = None  # to resume from (``Repaired``), when the caller vouches for the memo's part
+    # the client messages it restored, by ``id`` of the client's message (``Restoration.client``: the same object)
+    restorations: Mapping[int, Restoration] = field(default_factory=dict)
+
+
 def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None = None,
            resumed: Repaired | None = None) -> RepairResult:
-    """``pinned`` fixes the turn of some message indexes (a history rebuilt from the records); ``resumed``:
-    the previous request's ``Repaired``, when the caller vouches that ``msgs`` start with its messages."""
+    """``run`` with no restorations carried over: ``pinned`` fixes the turn of some message indexes (a history
+    rebuilt from the records); ``resumed``: the previous request's ``Repaired``."""
+    return run(msgs, recs, pinned, RepairPrior(resumed))[0]
+
+
+def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None,
+        prior: RepairPrior | None) -> tuple[RepairResult, RepairPrior]:
+    """Repair ``msgs`` in place (``pinned``: see ``repair``), from ``prior`` where it holds: its ``Repaired`` while
+    ``msgs`` start with the very messages it covers (``_resume_cut`` checks the rest), and a client message
+    restored on that request restored again by the same message while it is still what it was. Returns the
+    outcome and what the next request may start from."""
+    resumed = prior.repaired if prior is not None else None
+    if resumed is not None and not _covers(resumed, msgs):
+        resumed = None
+    restorations = prior.restorations if prior is not None else {}
+    made: dict[int, Restoration] = {}  # this request's new restorations
+    client_msgs = list(msgs)  # (``Repaired.messages``: as the client's, before any restoration)
     res = RepairResult()
     id_map: dict[str, str] = {}  # the previous assistant message's client tool ids -> its turn's
     mapped = False  # some tool id was mapped
@@ -349,16 +374,14 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         turn = pinned.get(i) if pinned else None
         if turn is None and m.replay_digest and (turn := recs.conversation.find_digest(m.replay_digest)):
             # replayed verbatim: its blocks are the recorded ones, nothing to decode or restore; all of
-            # its thinking is verified (sanitize asks ``m.verbatim``, whether or not it decodes it)
+            # its thinking is verified (sanitize is given ``verbatim``, whether or not it decodes it)
             prev, prev_i = turn, i
             res.matched[i] = turn
             taken.add(turn)
             res.verbatim.append(i)
-            m.verbatim = True
             continue
-        m.verbatim = False  # (a message the replay memo kept carries the mark of its previous request)
         if turn is None:
-            turn = _place(m, msgs, i, recs.conversation, prev, prev_i, taken)
+            turn = _place(m, msgs, i, recs.conversation, prev, prev_i, taken, restorations)
         prev, prev_i = turn, i
         if turn is None:
             taken.kept(m)
@@ -367,11 +390,13 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         res.matched[i] = turn
         taken.add(turn)
         client = m
-        again = _restoration(m, turn)
+        again = _restoration(m, turn, restorations)
         if again is not None:
-            # the same client JSON restored from the same record on this conversation's previous request
+            # the same client JSON restored from the same record on this conversation's previous request (as
+            # the record's JSON: the recorded turn as relayed)
             _learn_id_map(m, turn.content, id_map)
             m = msgs[i] = again.message
+            verbatim = True
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
         else:
@@ -379,14 +404,15 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
             _learn_id_map(m, restored, id_map)
             if not _same(m.peek_content(), restored) or m.provider != turn.provider:
                 m = msgs[i] = _restored(m, turn, restored)
-                if m.verbatim:
-                    client.restored_by = Restoration(turn, client.source, m)
+                verbatim = m.raw_blocks is not None  # restored as the record's JSON
+                if verbatim:
+                    made[id(client)] = Restoration(client, turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
-                m.verbatim = True
+                verbatim = True
         mapped = mapped or bool(id_map)
-        if m.verbatim:  # the recorded turn as relayed: all of its thinking is verified (sanitize asks)
+        if verbatim:  # the recorded turn as relayed: all of its thinking is verified (sanitize is given it)
             res.verbatim.append(i)
             if m is not client:
                 res.restored[i] = m
@@ -405,10 +431,18 @@ def repair(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
-        res.repaired = Repaired(len(msgs), recs.scid, dict(res.matched), digests + new,
+        res.repaired = Repaired(len(msgs), client_msgs, recs.scid, dict(res.matched), digests + new,
                                 (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
                                 dict(res.restored), tuple(res.actions), keys)
-    return res
+    # the restorations the next request may make again: the carried ones (of messages it may still hold) and new
+    return res, RepairPrior(res.repaired, {**restorations, **made} if made else restorations)
+
+
+def _covers(resumed: Repaired, msgs: list[Message]) -> bool:
+    """Whether ``msgs`` start with the very messages ``resumed`` looked at (not a history rebuilt, nor one the
+    replay memo decoded again)."""
+    n = resumed.count
+    return len(msgs) >= n and len(resumed.messages) == n and all(map(operator.is_, msgs[:n], resumed.messages))
 
 
 class _Taken:
@@ -483,18 +517,19 @@ def put_restored(msgs: list[Message], restored: Mapping[int, Message]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Restoration:
-    """How repair restored a client's message (``Message.restored_by``): from ``turn``, while the message was
-    ``source`` (its ``Message.source``), by putting ``message`` in its place."""
+    """How repair restored a client's message ``client`` (``RepairPrior.restorations``): from ``turn``, while the
+    message was ``source`` (its ``Message.source``), by putting ``message`` (the record's JSON) in its place."""
 
+    client: Message
     turn: RecordedTurn
     source: list[JSON]
     message: Message
 
 
-def _restoration(m: Message, turn: RecordedTurn) -> Restoration | None:
+def _restoration(m: Message, turn: RecordedTurn, restorations: Mapping[int, Restoration]) -> Restoration | None:
     """``m``'s restoration from ``turn`` on an earlier request, while ``m`` is still what it was then."""
-    again = m.restored_by
-    if isinstance(again, Restoration) and again.turn is turn and m.holds(again.source):
+    again = restorations.get(id(m)) if restorations else None
+    if again is not None and again.client is m and again.turn is turn and m.holds(again.source):
         return again
     return None
 
@@ -509,7 +544,6 @@ def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:
         # exactly the recorded turn, as a verbatim replay is: its recorded JSON goes upstream (encoders
         # splice it), its blocks are built only if a later stage needs them
         r.restore_raw(wire, functools.partial(_blocks, turn), turn.replay_digest)
-        r.verbatim = True
     else:
         r.content = blocks
     return r
@@ -520,7 +554,7 @@ def _blocks(turn: RecordedTurn) -> list[Block]:
 
 
 def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev: RecordedTurn | None,
-           prev_i: int, taken: _Taken) -> RecordedTurn | None:
+           prev_i: int, taken: _Taken, restorations: Mapping[int, Restoration]) -> RecordedTurn | None:
     """The identified conversation's turn at message ``i``'s place, when the evidence singles out one and nothing
     contradicts it (see the module docstring); None otherwise."""
     if not conv:
@@ -541,7 +575,7 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
     if turn is None or taken.holds(turn):
         return None
     # the same client JSON restored from this record before: it agreed then
-    if _restoration(m, turn) is None and not _agrees(m, turn, by_place):
+    if _restoration(m, turn, restorations) is None and not _agrees(m, turn, by_place):
         return None
     return turn
 

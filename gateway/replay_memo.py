@@ -35,14 +35,14 @@ kept when request N changed none of them in place (every stage that edits a mess
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
 ``continuation.changes_in_place``). A restored turn takes the client's message's place as a new message
 (``repair``; the same one again on the next request, while the client's JSON and the record are the ones it
-was restored from: ``Message.restored_by``), and stages before repair look at an undecoded message's blocks
+was restored from: ``repair.RepairPrior.restorations``), and stages before repair look at an undecoded message's blocks
 without decoding it (``Message.peek_content``), so an IDE's mangled message stays as decoded and the next
 request, which replays the same bytes, gets it as it is, to be restored again. A message no longer as decoded is decoded
 again (or, for a surface that cannot decode one message alone, the request goes the full way): an
 assistant message whose blocks a stage built in place, or any message whose content list a stage replaced
 (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged); the list
 decoding made is remembered with the ticket (a message no stage of the kept request looked at is not checked
-again: ``keep``). Repair sets every assistant message's ``verbatim`` mark afresh. An entry is
+again: ``keep``). An entry is
 taken by the one request that uses it, so no two requests in flight share a message object.
 
 Entries are per tenant and surface (a request is only ever compared with its own tenant's, decoded the
@@ -55,8 +55,8 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -67,9 +67,9 @@ from gateway.protocols.canonical import Message
 from state.sizing import held
 
 if TYPE_CHECKING:
-    from gateway.repair import Repaired
+    from gateway.repair import Repaired, Restoration
     from gateway.sanitize import Sanitized
-    from gateway.splice import Spliced
+    from gateway.splice import SplicePrior
 
 DecodeOne = Callable[[Any, int], Message]
 # (the kept request's parsed body, its messages: None where one is no longer as decoded, the new raw
@@ -103,11 +103,18 @@ class Carried:
     replayed: Replayed | None = None
     repaired: Repaired | None = None
     sanitized: Sanitized | None = None
-    encoded: Spliced | None = None  # the messages' JSON as the request's body carried them (``gateway.splice``)
+    # the messages' JSON as the request's body carried them, and each message's (``gateway.splice``)
+    encoded: SplicePrior | None = None
+    # the client messages repair restored, by id (``repair.RepairPrior.restorations``)
+    restorations: Mapping[int, Restoration] = field(default_factory=dict)
 
     def taken(self, redecoded: int) -> Carried:
-        """What a replay that decoded ``redecoded`` of the messages again may start from."""
-        return self if not redecoded else Carried(self.replayed)
+        """What a replay that decoded ``redecoded`` of the messages again may start from: what is checked per
+        message object (a restoration, a message's JSON) stays."""
+        if not redecoded:
+            return self
+        encoded = replace(self.encoded, prefix=None) if self.encoded is not None else None
+        return Carried(self.replayed, encoded=encoded, restorations=self.restorations)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """The egress sanitizer: enforce the thinking invariants before anything goes upstream.
 
-One function, ``sanitize``, runs after repair on every request (also when the state
+One stage, ``run`` (``sanitize``: without a prior), runs after repair on every request (also when the state
 machine is off or the store is down). It mutates the canonical request in place
 and returns every decision as a typed ``Action``. Invariants (seed section 4 and
 the reference's Anthropic rules):
@@ -34,8 +34,10 @@ the reference's Anthropic rules):
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
@@ -86,10 +88,11 @@ _CONTINUABLE = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED})
 @dataclass(frozen=True, slots=True)
 class Sanitized:
     """What ``sanitize`` found of a request's messages, for the conversation's next request, which starts with
-    the same messages (``replay_memo``). It is a seed only when they are the same objects, unchanged, and
-    repair left them as it did this time (every assistant message matched verbatim, none replaced): the
-    pipeline checks that. The per-message rules then run over the new messages only; the tool-chain check
-    and the trailing-loop rule continue from where they ended here. Continued once (``chain_fold``)."""
+    the same messages (``replay_memo``). It is a seed only when they are the same objects (``run`` checks that;
+    the caller vouches that they are unchanged, as the memo gave them back), repair left them as it did this
+    time (every assistant message among them verbatim) and the rules read the same model, target and policy.
+    The per-message rules then run over the new messages only; the tool-chain check and the trailing-loop rule
+    continue from where they ended here. Continued once (``chain_fold``)."""
 
     count: int                       # the messages it covers, ``messages[:count]``
     assistants: int                  # of them assistant messages, each replayed verbatim
@@ -102,7 +105,7 @@ class Sanitized:
 
 
 class SanitizeResult(NamedTuple):
-    """``sanitize_from``'s outcome."""
+    """``run``'s outcome."""
 
     actions: list[Action]
     sanitized: Sanitized | None  # what the next request may continue from (None: not this outcome)
@@ -110,33 +113,52 @@ class SanitizeResult(NamedTuple):
 
 
 def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
-             betas: frozenset[str] = frozenset()) -> list[Action]:
-    return sanitize_from(req, verified, caps, policy, betas).actions
+             betas: frozenset[str] = frozenset(), verbatim: Sequence[int] = ()) -> list[Action]:
+    return run(req, verified, verbatim, caps, policy, betas, None)[0].actions
 
 
-def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
-                  betas: frozenset[str] = frozenset(),
-                  seed: Sanitized | None = None) -> SanitizeResult:
-    """``sanitize``, continuing from the previous request's ``seed`` where the caller vouches for it (and it
-    was made with what this request's rules read), and what the next request may continue from."""
-    actions: list[Action] = []
+def run(req: Request, verified: Verified, verbatim: Sequence[int], caps: ModelCaps, policy: Policy,
+        betas: frozenset[str], prior: Sanitized | None) -> tuple[SanitizeResult, Sanitized | None]:
+    """Sanitize ``req`` in place; ``verified`` and ``verbatim`` are repair's findings: the thinking blocks proven
+    authentic, and the indexes (in order) of the assistant messages that are a recorded turn as relayed (all of
+    their thinking is). Continues from the previous request's ``prior`` where it holds (``Sanitized``); returns
+    the outcome and what the next request may continue from."""
     msgs = req.messages
     target = origin_of(caps, req.model)
     key = (caps, target, policy)
-    if seed is not None and (seed.key != key or seed.count > len(msgs)):
-        seed = None
+    seed = prior if prior is not None and _seeds(prior, msgs, key, verbatim) else None
+    result = _sanitize(req, verified, verbatim, caps, target, policy, betas, seed)
+    return result, result.sanitized
+
+
+def _seeds(prior: Sanitized, msgs: list[Message], key: tuple[ModelCaps, str, Policy], verbatim: Sequence[int]) -> bool:
+    """Whether ``prior`` holds for ``msgs``: made with what this request's rules read, of the very messages that
+    start ``msgs`` (a restored turn's in its place again), and repair found each assistant message among them a
+    recorded turn as relayed again, as it did then."""
+    n = prior.count
+    return prior.key == key and len(msgs) >= n and len(prior.messages) >= n and \
+        all(map(operator.is_, msgs[:n], prior.messages[:n])) and bisect.bisect_left(verbatim, n) == prior.assistants
+
+
+def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps: ModelCaps, target: str,
+              policy: Policy, betas: frozenset[str], seed: Sanitized | None) -> SanitizeResult:
+    actions: list[Action] = []
+    msgs = req.messages
+    key = (caps, target, policy)
     start = seed.count if seed is not None else 0
     count = len(msgs)
     assistants = verbatim = seed.assistants if seed is not None else 0
     if seed is not None:
         actions += seed.actions
+    marks = set(verbatim_at[bisect.bisect_left(verbatim_at, start):]) if verbatim_at else set()
     for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role == "assistant":
             assistants += 1
-            verbatim += m.verbatim
+            exact = i in marks
+            verbatim += exact
             _foreign_reasoning(m, i, caps, target, policy, actions)
-            _clean_assistant(m, i, verified, policy, actions)
+            _clean_assistant(m, i, exact, verified, policy, actions)
         elif m.role == "user":
             _drop_empty_text(m, i, actions)
     per_message = len(actions)
@@ -182,14 +204,15 @@ def sanitize_from(req: Request, verified: Verified, caps: ModelCaps, policy: Pol
 
 # ------------------------------------------------------------------ per message
 
-def _clean_assistant(m: Message, i: int, verified: Verified, policy: Policy, actions: list[Action]) -> None:
-    if m.verbatim and _kept_verbatim(m, i, actions):
+def _clean_assistant(m: Message, i: int, verbatim: bool, verified: Verified, policy: Policy,
+                     actions: list[Action]) -> None:
+    if verbatim and _kept_verbatim(m, i, actions):
         return
     _drop_empty_text(m, i, actions)
     thinking = [b for b in m.content if b.type in THINKING_TYPES]
     if not thinking:
         return
-    if m.verbatim or all(verified(b) for b in thinking):
+    if verbatim or all(verified(b) for b in thinking):
         actions.append(Action(ActionKind.KEPT_VERIFIED, i))
         if any(b.type not in THINKING_TYPES for b in m.content[: len(thinking)]):
             m.content = thinking + [b for b in m.content if b.type not in THINKING_TYPES]

@@ -159,12 +159,20 @@ class Message:
     A decoder may leave ``content`` undecoded: ``lazy`` holds the client's block dicts and the function
     that decodes them, run on first access of ``content``. Until then ``raw_blocks`` is that client JSON,
     which encoders splice through unchanged, and ``tool_use_ids``/``has_thinking``/``is_empty`` answer from
-    it. Repair marks a message ``verbatim`` when it is exactly a recorded turn (its replay digest): such a
-    message is never decoded unless a later stage needs its blocks.
+    it. A message repair finds exactly a recorded turn (its replay digest) is never decoded unless a later stage
+    needs its blocks.
+
+    Pure data: what the stages find of a message for one request (repair's verbatim set, a restoration, the JSON
+    ``splice`` encoded it to) is not kept here but in their outcomes and priors (``gateway.continuation``). What
+    is kept besides the fields is the message's representation and views of it that depend on nothing else: the
+    undecoded JSON with its decoder (``_lazy``), the blocks built from it without decoding in place
+    (``_peeked``), values computed from it once (``_raw_derived``), and the decoded blocks' ``ResultShape``
+    (``_shape``, per content list). Each is a function of the message's own content, whatever the request, the
+    records or a stage's decisions, computed at most once, like a cached property.
     """
 
-    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_shape", "content_was_string",
-                 "encoded", "extra", "provider", "raw_recorded", "replay_digest", "restored_by", "role", "verbatim")
+    __slots__ = ("_content", "_lazy", "_peeked", "_raw_derived", "_shape", "content_was_string", "extra",
+                 "provider", "replay_digest", "role")
 
     def __init__(self, role: str, content: list[Block] | None = None, content_was_string: bool = False,
                  extra: dict[str, JSON] | None = None, provider: ProviderFields | None = None,
@@ -176,7 +184,6 @@ class Message:
         self._peeked: list[Block] | None = None  # ``peek_content`` of the undecoded blocks, once
         self._raw_derived: dict[Callable[[Message], Any], Any] | None = None  # ``raw_derived``, once each
         self._shape: tuple[list[Block], int, ResultShape] | None = None  # ``result_shape``, per content list
-        self.raw_recorded = False  # the undecoded blocks are a record's JSON (``restore_raw``), not the client's
         # True when the client sent ``content`` as a plain string; re-encoded the same way
         # when the content is still a single text block.
         self.content_was_string = content_was_string
@@ -185,12 +192,6 @@ class Message:
         # ``state.hashing.replay_digest`` of an assistant message's content as the client sent it (set by
         # the Anthropic decoder); repair accepts a replay matching a recorded turn's digest as is
         self.replay_digest = replay_digest
-        self.verbatim = False
-        # the message's upstream JSON as last encoded, with what it was encoded from (``splice.EncodedJson``)
-        self.encoded: Any = None
-        # when repair restored it (``repair.Restoration``): a replay's next request restores the same JSON from
-        # the same turn with the message that took its place then
-        self.restored_by: Any = None
 
     @property
     def content(self) -> list[Block]:
@@ -221,7 +222,6 @@ class Message:
         self._content = None
         self._lazy = (raw, blocks)
         self._peeked = self._raw_derived = None
-        self.raw_recorded = True
         self.replay_digest = digest
 
     @property
@@ -309,7 +309,7 @@ class Message:
 
     def __repr__(self) -> str:
         content = f"<{len(self._lazy[0])} undecoded>" if self._lazy is not None else repr(self._content)
-        return f"Message(role={self.role!r}, content={content}, verbatim={self.verbatim})"
+        return f"Message(role={self.role!r}, content={content})"
 
 
 def assistant_indexes(msgs: list[Message], limit: int, *, from_end: bool = False) -> list[int]:

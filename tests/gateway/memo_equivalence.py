@@ -1,6 +1,8 @@
-"""The replay memo's equivalence harness, shared by the Anthropic and the OpenAI chat tests: one app (real
+"""The continuations' equivalence harness, shared by the Anthropic and the OpenAI chat tests: one app (real
 simulator, real Redis) seen twice, with its replay memo and without, and one tool-loop step prepared both
-ways, compared, sent upstream and recorded."""
+ways, compared, sent upstream and recorded (``gateway_pair``, ``prepare_both_ways``); and two workers, every
+continuation on and one switched off, each with its own conversation (``continuation_pair``,
+``step_both_ways``)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,22 @@ import orjson
 from gateway import paths, pipeline, records
 from gateway.app import Gateway, create_app
 from gateway.protocols import anthropic
+from gateway.replay_memo import Ticket
 from gateway.settings import Settings
 
 Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
+# every continuation a worker has (``gateway.continuation``, ``BENCHMARKS.md``), each switched off alone by
+# ``switched_off``
+CONTINUATIONS = ("memo", "splice", "carried_repair", "carried_sanitize", "local_load")
+
+
+def switched_off(name: str) -> dict[str, Any]:
+    """The settings that switch the continuation ``name`` off (``CONTINUATIONS``)."""
+    if name == "memo":
+        return {"replay_memo_mb": 0}
+    if name == "local_load":
+        return {"load_cache_mb": 0}
+    return {"continuations_off": frozenset({name})}
 
 
 @contextlib.asynccontextmanager
@@ -31,6 +46,40 @@ async def gateway_pair(sim_url: str, redis_url: str, secret: str,
         with_memo: Gateway = app.state.gateway
         assert with_memo.replay_memo is not None
         yield with_memo, dataclasses.replace(with_memo, replay_memo=None)
+
+
+@contextlib.asynccontextmanager
+async def continuation_pair(sim_url: str, redis_url: str, off: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """(a worker with every continuation on, one with ``off`` switched off): two apps on the same Redis, under
+    two secrets, so each identifies and records its own copy of the conversation (``step_both_ways``)."""
+    settings = Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret="continuations-all-on",
+                        store_timeout_ms=2000)
+    on_app = create_app(settings)
+    off_app = create_app(dataclasses.replace(settings, secret=f"continuations-{off}-off", **switched_off(off)))
+    async with on_app.router.lifespan_context(on_app), off_app.router.lifespan_context(off_app):
+        yield on_app.state.gateway, off_app.state.gateway
+
+
+async def step_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pipeline.Exchange],
+                         headers: dict[str, str]) -> tuple[tuple[Ticket | None, Ticket | None], dict[str, Any]]:
+    """One tool-loop step on both workers of a ``continuation_pair``: the same upstream bytes and the same plan
+    (actions, identification, position, fork; the conversation ids differ: each worker's tenant has its own),
+    the request sent upstream once and its answer recorded by both. Returns both requests' replay memo tickets
+    (what their stages continued from) and the answer."""
+    on, off = pair
+    reference = make()
+    await pipeline.prepare(reference, off)
+    ex = make()
+    await pipeline.prepare(ex, on)
+    got, want = plan(ex), plan(reference)
+    assert got[1:4] + got[5:] == want[1:4] + want[5:], f"{got[1:]} != {want[1:]}"
+    assert got[0] == want[0]
+    assert (ex.scid is None) == (reference.scid is None)
+    tickets = ex.continuation.ticket, reference.continuation.ticket
+    answer = await relay_and_record(on, ex, headers)
+    await pipeline.record(reference, off, anthropic.decode_turn(answer))
+    assert reference.recorded
+    return tickets, answer
 
 
 _request_ids = itertools.count()
@@ -58,7 +107,7 @@ def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
     fresh_id = ex.expected_position == 0 and ex.scid != ex.header_scid
     assert ex.request is not None
     canonical = orjson.dumps(anthropic.encode_request(ex.request))  # the messages as the stages left them
-    return (ex.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.actions], ex.changed,
+    return (ex.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.actions], ex.continuation.changed,
             None if fresh_id else ex.scid, ex.via, ex.expected_position, ex.fork, ex.prefix_fp)
 
 
@@ -73,7 +122,7 @@ async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pi
     await prepare(ex, with_memo)
     got, want = plan(ex), plan(reference)
     assert got[1:] == want[1:] and got[0] == want[0], f"{got[1:]} != {want[1:]}"
-    if ex.changed and ex.upstream == "anthropic":
+    if ex.continuation.changed and ex.upstream == "anthropic":
         assert ex.outgoing == got[1]  # spliced (``gateway.splice``) or not: the bytes encoding it all gives
     return ex
 

@@ -96,6 +96,6 @@ def test_any_body_is_a_client_error_or_a_clean_request(body: Any, policy: Policy
         return
     event("decoded")
     res = repair(req.messages, Records())
-    sanitize(req, res.is_verified, caps_for(req.model), policy, frozenset())
+    sanitize(req, res.is_verified, caps_for(req.model), policy, frozenset(), res.verbatim)
     out = orjson.loads(orjson.dumps(anthropic.encode_request(req)))
     assert isinstance(out["messages"], list)

@@ -20,11 +20,13 @@ from gateway.records import RecordCaches, records_from
 from gateway.repair import (
     RecordedTurn,
     Records,
+    RepairPrior,
     TurnsConversation,
     lookup_hashes,
     rebuild_history,
     repair,
 )
+from gateway.repair import run as repair_run
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.toolchain import NO_RESULT
@@ -89,7 +91,7 @@ def test_known_signature_on_other_text_is_unverified_and_dropped() -> None:
     req = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096,
                                     "thinking": {"type": "enabled", "budget_tokens": 2048}, "messages": []})
     req.messages = msgs
-    kinds = [a.kind for a in sanitize(req, res.is_verified, caps_for(req.model), Policy())]
+    kinds = [a.kind for a in sanitize(req, res.is_verified, caps_for(req.model), Policy(), verbatim=res.verbatim)]
     assert ActionKind.DROPPED in kinds and ActionKind.THINKING_DISABLED in kinds
     assert all(not m.has_thinking() for m in req.messages) and not req.thinking_enabled()
 
@@ -125,7 +127,7 @@ def test_regenerated_tool_ids_are_mapped_back_in_the_results() -> None:
     req = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 4096,
                                     "thinking": {"type": "enabled", "budget_tokens": 2048}, "messages": []})
     req.messages = msgs
-    kinds = [a.kind for a in sanitize(req, res.is_verified, caps_for(req.model), Policy())]
+    kinds = [a.kind for a in sanitize(req, res.is_verified, caps_for(req.model), Policy(), verbatim=res.verbatim)]
     assert ActionKind.TOOL_RESULT_SYNTHESIZED not in kinds and ActionKind.TOOL_RESULT_TEXTUALIZED not in kinds
     sent = anthropic.encode_request(req)["messages"][2]["content"]
     assert [b["content"] for b in sent] == ["sunny", "rain"] and NO_RESULT not in str(sent)
@@ -193,23 +195,31 @@ def test_a_mangled_turn_replayed_again_is_restored_by_the_message_that_took_its_
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_again_1", "content": "sun"}]},
     ]}).messages
     client = msgs[1]
-    first = repair(msgs, records(rec))
+    first, carried = repair_run(msgs, records(rec), None, None)
     restored = msgs[1]
-    assert restored is not client and restored.verbatim and [a.kind for a in first.actions] == [ActionKind.RESTORED]
+    assert restored is not client and first.verbatim == [1] and [a.kind for a in first.actions] == [ActionKind.RESTORED]
     assert anthropic.encode_message(restored)["content"] == [thinking, text, call]
+    assert carried.restorations[id(client)].message is restored
+    prior = RepairPrior(restorations=carried.restorations)  # (not resumed: each message looked at again)
 
     again = [msgs[0], client, msgs[2]]  # the next request: the same client message (the memo's)
-    second = repair(again, records(rec))
+    second, _ = repair_run(again, records(rec), None, prior)
     assert again[1] is restored and second.actions == first.actions and second.matched == first.matched
+    assert second.verbatim == [1] and second.resumed == 0
 
     other = TurnRecord(content=list(rec.content), replay_digest=rec.replay_digest, position=0)  # recorded anew
     fresh = [msgs[0], client, msgs[2]]
-    repair(fresh, records(other))
+    repair_run(fresh, records(other), None, prior)
     assert fresh[1] is not restored and anthropic.encode_message(fresh[1]) == anthropic.encode_message(restored)
+
+    twin = anthropic.decode_message(anthropic.encode_message(client), 1)  # equal, but another message object
+    fresh = [msgs[0], twin, msgs[2]]
+    repair_run(fresh, records(rec), None, prior)
+    assert fresh[1] is not restored
 
     client.content  # noqa: B018  # decoded in place: no longer the JSON it was restored from
     fresh = [msgs[0], client, msgs[2]]
-    repair(fresh, records(rec))
+    repair_run(fresh, records(rec), None, prior)
     assert fresh[1] is not restored and anthropic.encode_message(fresh[1]) == anthropic.encode_message(restored)
 
 

@@ -101,7 +101,7 @@ def records_for(msgs: list[dict[str, Any]], keep: list[bool]) -> Records:
 def run_pipeline(body: dict[str, Any], recs: Records, policy: Policy) -> tuple[dict[str, Any], Any]:
     req = anthropic.decode_request(copy.deepcopy(body))
     res = repair(req.messages, recs)
-    actions = sanitize(req, res.is_verified, caps_for(req.model), policy, BETAS)
+    actions = sanitize(req, res.is_verified, caps_for(req.model), policy, BETAS, res.verbatim)
     return anthropic.encode_request(req), actions
 
 

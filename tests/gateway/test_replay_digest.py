@@ -58,12 +58,12 @@ async def test_verbatim_turns_match_by_digest_without_decoding_records() -> None
     assert [res.matched[i].position for i in assistants] == list(range(6))
     assert not res.changed and not res.actions
     assert all(res.matched[i]._content is None for i in assistants)  # no record decoded
-    assert all(msgs[i].verbatim and msgs[i].raw_blocks is not None for i in assistants)  # nor the replay
+    assert res.verbatim == assistants and all(msgs[i].raw_blocks is not None for i in assistants)  # nor the replay
 
     req = anthropic.decode_request({"model": "claude-opus-4-5", "messages": history,
                                     "thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096})
     res = repair(req.messages, recs)
-    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy())
+    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy(), verbatim=res.verbatim)
     assert [a.kind for a in actions] == [ActionKind.KEPT_VERIFIED] * 6  # thinking kept on every turn
     # none is built: the open tool loop's first turn is seen to start with thinking from its JSON
     assert [m.raw_blocks is None for m in req.messages if m.role == "assistant"] == [False] * 6
@@ -110,7 +110,7 @@ async def test_a_restored_turn_goes_upstream_as_its_recorded_json_undecoded() ->
     req = anthropic.decode_request({"model": "claude-opus-4-5", "messages": trimmed, "max_tokens": 4096,
                                     "thinking": {"type": "enabled", "budget_tokens": 2048}})
     res = repair(req.messages, recs)
-    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy())
+    actions = sanitize(req, res.is_verified, caps_for(req.model), Policy(), verbatim=res.verbatim)
 
     assistants = [m for m in req.messages if m.role == "assistant"]
     assert [a.kind for a in res.actions] == [ActionKind.RESTORED] * 4
@@ -119,7 +119,7 @@ async def test_a_restored_turn_goes_upstream_as_its_recorded_json_undecoded() ->
     stored = [rec.content for rec in result.conversation.turns]
     # the record's own JSON, none built (the open loop's first turn is seen to start with thinking from it)
     assert [m.raw_blocks is rec for m, rec in zip(assistants, stored, strict=True)] == [True] * 4
-    assert all(m.verbatim for m in assistants)
+    assert res.verbatim == [i for i, m in enumerate(req.messages) if m.role == "assistant"]
     assert [m.replay_digest for m in assistants] == [replay_digest(c) for c in stored]
     assert anthropic.encode_request(req)["messages"] == history  # exactly what the client once received
     assert stored == [answer(i) for i in range(4)]  # the records were not changed on the way
@@ -141,5 +141,5 @@ async def test_a_restored_turn_without_a_digest_is_restored_as_blocks() -> None:
     msgs = anthropic.decode_request({"model": "m", "messages": trimmed}).messages
     res = repair(msgs, records_from(await store.load(TENANT_A, LoadQuery(scid=scid)), scid))
     assert [a.kind for a in res.actions] == [ActionKind.RESTORED]
-    assert msgs[1].raw_blocks is None and not msgs[1].verbatim
+    assert msgs[1].raw_blocks is None and res.verbatim == []
     assert msgs[1].content[0].thinking == answer(0)[0]["thinking"] and msgs[1].provider == turn.provider

@@ -116,20 +116,18 @@ def test_a_retry_of_the_same_body_reuses_every_message_and_an_entry_serves_one_r
     assert third.reused == 0  # taken by the request before: decoded in full
 
 
-def test_a_message_decoded_on_the_way_is_decoded_again_and_repair_sets_the_verbatim_mark_afresh() -> None:
+def test_a_message_decoded_on_the_way_is_decoded_again_and_repair_finds_it_verbatim_afresh() -> None:
     memo = ReplayMemo(1 << 20)
     msgs, ticket = served(memo, body(2), keep=False)  # the ticket is made as decoded, before any stage
     assistant = msgs[1]
     assistant.content  # a stage built its blocks  # noqa: B018
-    msgs[3].verbatim = True  # repair matched it by digest
     msgs[2].content = list(msgs[2].content)  # a stage replaced a user message's content (same blocks)
     memo.keep(ticket)
     again, _ = served(memo, body(3))
     assert again[1] is not assistant and again[1].raw_blocks is not None  # decoded again, lazily as fresh
     assert again[2] is not msgs[2]  # no longer the content decoding made: decoded again
     assert again[3] is msgs[3]
-    repair(again, Records())  # no record matches it this time
-    assert not again[3].verbatim
+    assert repair(again, Records()).verbatim == []  # no record matches it this time
     assert again[0] is msgs[0]
 
 
@@ -336,28 +334,29 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         sent, extra = step_fn(history_, step)
         body = {k: v for k, v in {**params, **extra, "messages": sent}.items() if v is not None}
         ex = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)
+        ticket = ex.continuation.ticket
         if step >= 2 and (scenario.startswith("assistant:") or scenario == "faithful"):
-            assert ex.memo is not None and ex.memo.reused, ex.memo
+            assert ticket is not None and ticket.reused, ticket
         if step >= 1 and scenario in CONTINUED:
             # sanitize looked only at the new messages: the previous request's look at the others held
-            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
+            assert ticket is not None and ticket.continued == len(sent) - 2, (step, ticket)
             # and the memo took the messages the request before continued over without checking them again
-            assert ex.memo.unchecked == max(0, len(sent) - 4), (step, ex.memo.unchecked)
+            assert ticket.unchecked == max(0, len(sent) - 4), (step, ticket.unchecked)
             # repair, too, from the second replay on (the first request had no conversation to match in)
-            assert ex.memo.resumed == (len(sent) - 2 if step >= 2 else 0), (step, ex.memo.resumed)
+            assert ticket.resumed == (len(sent) - 2 if step >= 2 else 0), (step, ticket.resumed)
         if step >= 2 and scenario.startswith("assistant:"):
             # a mangled replay: its turns are restored from their records, by the messages that took the client's
             # places on the previous request, so sanitize continues over them too, and repair at least over the
             # turns before the recent ones the load query looked up (from the third replay on, over all of them,
             # unless an index hit answers a restored turn's lookups: then it matches that turn afresh)
-            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
-            assert ex.memo.resumed >= 1, (step, ex.memo)
+            assert ticket is not None and ticket.continued == len(sent) - 2, (step, ticket)
+            assert ticket.resumed >= 1, (step, ticket)
             if step >= 4 and scenario != "assistant:empty_text_beside_tool_use":
-                assert ex.memo.resumed == len(sent) - 2, (step, ex.memo)
-        if step >= 2 and ex.memo is not None:
+                assert ticket.resumed == len(sent) - 2, (step, ticket)
+        if step >= 2 and ticket is not None:
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
-            assert ex.memo.redecoded == 0, (step, ex.memo.redecoded)
+            assert ticket.redecoded == 0, (step, ticket.redecoded)
         answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
@@ -378,7 +377,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         hits = with_memo.replay_memo.hits
         retry = await prepare_both_ways(gateways, _exchange(body), pipeline.prepare)  # the client retries
         assert with_memo.replay_memo.hits == hits + 1
-        assert retry.memo is not None and retry.memo.reused == len(body["messages"])
+        assert retry.continuation.ticket is not None and retry.continuation.ticket.reused == len(body["messages"])
 
 
 async def test_repair_and_sanitize_look_again_at_turns_no_longer_recorded(sim: Any, redis_url: str) -> None:
@@ -396,8 +395,8 @@ async def test_repair_and_sanitize_look_again_at_turns_no_longer_recorded(sim: A
         resumed: list[int] = []
         for step in range(6):
             ex = await prepare_both_ways(pair, _exchange({**params, "messages": history_}), pipeline.prepare)
-            continued.append(ex.memo.continued if ex.memo is not None else -1)
-            resumed.append(ex.memo.resumed if ex.memo is not None else -1)
+            continued.append(ex.continuation.ticket.continued if ex.continuation.ticket is not None else -1)
+            resumed.append(ex.continuation.ticket.resumed if ex.continuation.ticket is not None else -1)
             answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
             answered(history_, answer, f"sunny {step}")
         # while every turn is still recorded, it continues; then it judges the whole history again (later requests

@@ -251,8 +251,9 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
             # over the previous request's messages, repair over those before the recent turns the load query
             # looked up (matched by their lookups: the index may answer them differently now), and the body
             # reuses the previous body's message JSON
-            assert ex.memo is not None and ex.memo.continued == len(sent) - 2, (step, ex.memo)
-            assert ex.memo.resumed >= 1 and ex.spliced is not None, (step, ex.memo)
+            ticket, splice = ex.continuation.ticket, ex.continuation.splice
+            assert ticket is not None and ticket.continued == len(sent) - 2, (step, ticket)
+            assert ticket.resumed >= 1 and splice is not None and splice.prefix is not None, (step, ticket)
         answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
         if answer["stop_reason"] != "tool_use":
             break
@@ -273,6 +274,6 @@ async def test_a_responses_shaped_body_is_served_and_not_kept(gateways: tuple[Ga
     assert with_memo.replay_memo is not None
     ex = _exchange({"model": "claude-opus-4-5", "max_output_tokens": 1024, "input": "hello"})()
     await _prepare(ex, with_memo)
-    assert ex.memo is None
+    assert ex.continuation.ticket is None
     await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
     assert len(with_memo.replay_memo) == 0

@@ -173,8 +173,8 @@ def test_a_verbatim_replay_is_kept_undecoded_only_when_its_json_already_has_the_
                                          (blank, [ActionKind.EMPTY_TEXT_REMOVED, ActionKind.KEPT_VERIFIED], False)]:
         req = anthropic.decode_request(body(U, {"role": "assistant", "content": content}, {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}))
-        req.messages[1].verbatim = True  # repair matched it by its replay digest
-        kinds = [a.kind for a in sanitize(req, lambda b: False, caps_for(req.model), DEFAULT)]
+        # repair matched message 1 by its replay digest
+        kinds = [a.kind for a in sanitize(req, lambda b: False, caps_for(req.model), DEFAULT, verbatim=[1])]
         assert kinds == expected, (content, kinds)
         assert (req.messages[1].raw_blocks is not None) == undecoded
         out = anthropic.encode_request(req)["messages"][1]["content"]

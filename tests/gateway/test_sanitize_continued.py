@@ -7,6 +7,7 @@ simulator and Redis, is ``tests/gateway/test_replay_memo.py``.)"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -15,10 +16,11 @@ from hypothesis import strategies as st
 from gateway.continuation import sanitize_prior
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
-from gateway.repair import ConversationView, RecordedTurn, Records, RepairResult, repair
+from gateway.repair import ConversationView, RecordedTurn, Records, repair
 from gateway.replay_memo import Carried, Ticket
 from gateway.routing import caps_for
-from gateway.sanitize import Policy, loop_fold, loop_start, sanitize, sanitize_from, trailing_loop_start
+from gateway.sanitize import Policy, Sanitized, SanitizeResult, loop_fold, loop_start, sanitize, trailing_loop_start
+from gateway.sanitize import run as sanitize_run
 from gateway.toolchain import chain_fold, chain_intact
 
 MODEL = "claude-sonnet-4-5"
@@ -94,24 +96,38 @@ def _request(turns: int) -> tuple[Any, list[Message]]:
     body = {"model": MODEL, "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
             "messages": _loop(turns)}
     req = anthropic.decode_request(body)
-    for m in req.messages:
-        m.verbatim = m.role == "assistant"  # as repair leaves a faithful replay
     return req, list(req.messages)
+
+
+def _assistants(req: Any) -> list[int]:
+    """Every assistant message's index: what repair finds of a faithful replay (each a recorded turn)."""
+    return [i for i, m in enumerate(req.messages) if m.role == "assistant"]
+
+
+def _run(req: Any, model: str = MODEL, seed: Sanitized | None = None,
+         verbatim: Sequence[int] | None = None) -> SanitizeResult:
+    return sanitize_run(req, lambda b: False, _assistants(req) if verbatim is None else verbatim, caps_for(model),
+                        Policy(), frozenset(), seed)[0]
+
+
+def _sanitize(req: Any, model: str = MODEL, verbatim: Sequence[int] | None = None) -> list[Any]:
+    return sanitize(req, lambda b: False, caps_for(model), Policy(),
+                    verbatim=_assistants(req) if verbatim is None else verbatim)
 
 
 def test_a_continued_request_gets_what_a_fresh_look_gets_and_a_seed_for_the_next() -> None:
     req, _ = _request(3)
-    first = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy())
+    first = _run(req)
     assert first.continued == 0 and first.sanitized is not None and first.sanitized.count == 7
     longer, _ = _request(4)
     longer.messages[:7] = req.messages  # the same objects, as the replay memo hands them over
     fresh, _ = _request(4)
-    went_on = sanitize_from(longer, lambda b: False, caps_for(MODEL), Policy(), seed=first.sanitized)
+    went_on = _run(longer, seed=first.sanitized)
     assert went_on.continued == 7
-    assert went_on.actions == sanitize(fresh, lambda b: False, caps_for(MODEL), Policy())
+    assert went_on.actions == _sanitize(fresh)
     assert went_on.sanitized is not None and went_on.sanitized.count == 9
     # another model family's rules read other things: the seed is not theirs
-    other = sanitize_from(fresh, lambda b: False, caps_for("gemini-3-pro-preview"), Policy(), seed=went_on.sanitized)
+    other = _run(fresh, "gemini-3-pro-preview", seed=went_on.sanitized)
     assert other.continued == 0
 
 
@@ -120,17 +136,16 @@ def test_a_continued_request_whose_new_messages_break_the_tool_chain_gets_what_a
         req.messages[-1] = anthropic.decode_message(
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_other", "content": "?"}]},
             len(req.messages) - 1)
-        req.messages[-1].verbatim = False
 
     req, _ = _request(3)
-    seed = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy()).sanitized
+    seed = _run(req).sanitized
     longer, _ = _request(4)
     longer.messages[:7] = req.messages
     broken(longer)
     fresh, _ = _request(4)
     broken(fresh)
-    went_on = sanitize_from(longer, lambda b: False, caps_for(MODEL), Policy(), seed=seed)
-    want = sanitize(fresh, lambda b: False, caps_for(MODEL), Policy())
+    went_on = _run(longer, seed=seed)
+    want = _sanitize(fresh)
     assert went_on.continued == 7 and went_on.sanitized is None
     assert went_on.actions == want and {a.kind.value for a in want} >= {"tool_result_synthesized"}
     encoded = [[anthropic.encode_message(m) for m in r.messages] for r in (longer, fresh)]
@@ -140,8 +155,7 @@ def test_a_continued_request_whose_new_messages_break_the_tool_chain_gets_what_a
 
 def test_a_request_whose_outcome_changed_its_messages_seeds_nothing() -> None:
     req, _ = _request(2)
-    req.messages[1].verbatim = False  # not replayed verbatim: its thinking is unverifiable and dropped
-    out = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy())
+    out = _run(req, verbatim=[3])  # message 1 not replayed verbatim: its thinking is unverifiable and dropped
     assert out.sanitized is None and any(a.kind.value == "dropped" for a in out.actions)
 
 
@@ -151,20 +165,28 @@ def _ticket(msgs: list[Message], reused: int) -> Ticket:
 
 def test_a_seed_is_used_only_for_the_messages_it_was_made_from_as_repair_left_them() -> None:
     req, msgs = _request(3)
-    seed = sanitize_from(req, lambda b: False, caps_for(MODEL), Policy()).sanitized
+    seed = _run(req).sanitized
     assert seed is not None
-    verbatim = RepairResult(verbatim=[1, 3, 5])
+
+    def continued(messages: list[Message], verbatim: Sequence[int] = (1, 3, 5)) -> int:
+        again, _ = _request(3)
+        again.messages = list(messages)
+        return _run(again, seed=seed, verbatim=verbatim).continued
+
+    assert continued([*msgs, msgs[0]]) == 7
+    assert continued(msgs, [1, 5]) == 0  # one no longer matched verbatim
+    replaced = [*msgs[:3], anthropic.decode_message(_loop(3)[3], 3), *msgs[4:]]
+    assert continued(replaced) == 0  # repair put a restored message in one's place
+    assert continued(msgs[:5]) == 0  # fewer messages than the seed covers
+    # the continuation hands the seed in only while the memo gave back all of its messages as they were
     t = _ticket(msgs, 7)
     t.carried = Carried(sanitized=seed)
-    assert sanitize_prior(t, [*msgs, msgs[0]], verbatim) is seed
-    assert sanitize_prior(t, msgs, RepairResult(verbatim=[1, 5])) is None  # one no longer matched verbatim
-    replaced = [*msgs[:3], anthropic.decode_message(_loop(3)[3], 3), *msgs[4:]]
-    assert sanitize_prior(t, replaced, verbatim) is None  # repair put a restored message in one's place
+    assert sanitize_prior(t) is seed and sanitize_prior(t, {"carried_sanitize"}) is None
     partly = _ticket(msgs, 5)  # the memo gave back only some of the messages as they were
     partly.carried = Carried(sanitized=seed)
-    assert sanitize_prior(partly, msgs, verbatim) is None
-    assert sanitize_prior(None, msgs, verbatim) is None
-    assert sanitize_prior(t, msgs[:5], verbatim) is None  # fewer messages than the seed covers
+    assert sanitize_prior(partly) is None and sanitize_prior(None) is None
+    t.redecoded = 1
+    assert sanitize_prior(t) is None
 
 
 class _Held(ConversationView):

@@ -40,10 +40,11 @@ HISTORY = [
 def test_spliced_bytes_are_what_encoding_it_all_gives() -> None:
     req = _request(HISTORY)
     whole = orjson.dumps(anthropic.encode_request(req))
-    assert splice.encode_request(req)[0] == whole
-    assert splice.encode_request(req)[0] == whole  # now from kept JSON
-    assert all(m.encoded is not None for m in req.messages)
-    assert splice.encode_request(_request([]))[0] == orjson.dumps(anthropic.encode_request(_request([])))
+    body, carried = splice.run(req, None)
+    assert body == whole
+    assert all(carried.json[id(m)].message is m for m in req.messages)
+    assert splice.run(req, splice.SplicePrior(carried.json))[0] == whole  # now from kept JSON
+    assert splice.run(_request([]), None)[0] == orjson.dumps(anthropic.encode_request(_request([])))
 
 
 def test_the_previous_requests_messages_are_taken_as_their_json_while_they_are_the_first_messages(
@@ -53,44 +54,52 @@ def test_the_previous_requests_messages_are_taken_as_their_json_while_they_are_t
     the whole request gives, and a prefix whose messages are not this request's first is not used."""
     looked: list[Message] = []
     real = splice.message_json
-    monkeypatch.setattr(splice, "message_json", lambda m, recorded=None: looked.append(m) or real(m, recorded))
+    monkeypatch.setattr(splice, "message_json", lambda m, table, recorded=None, from_records=(), kept=None:
+                        looked.append(m) or real(m, table, recorded, from_records, kept))
     req = _request(HISTORY)
-    _, prefix = splice.encode_request(req)
-    assert prefix.messages == req.messages and len(looked) == 3
+    _, prior = splice.run(req, None)
+    assert prior.prefix is not None and prior.prefix.messages == req.messages and len(looked) == 3
     later = _request(HISTORY)
     later.messages = req.messages + later.messages[1:]  # then an assistant message and its tool result
     later.stream = True
     looked.clear()
-    body, carried = splice.encode_request(later, prefix)
+    body, carried = splice.run(later, prior)
     assert body == orjson.dumps(anthropic.encode_request(later)) and looked == later.messages[3:]
-    assert carried.messages == later.messages and len(carried.chunks) == 2
+    assert carried.prefix is not None and carried.prefix.messages == later.messages
+    assert len(carried.prefix.chunks) == 2
     looked.clear()
     other = _request(HISTORY)  # the same JSON, other objects: no prefix of this request's
-    assert splice.encode_request(other, carried)[0] == orjson.dumps(anthropic.encode_request(other))
+    assert splice.run(other, carried)[0] == orjson.dumps(anthropic.encode_request(other))
     assert looked == other.messages
     # a long conversation: its chunks are joined now and then
     grown = carried
     for _ in range(splice._MAX_CHUNKS + 2):
         nxt = _request(HISTORY)
-        nxt.messages = grown.messages + nxt.messages[1:]
-        body, grown = splice.encode_request(nxt, grown)
-        assert body == orjson.dumps(anthropic.encode_request(nxt)) and len(grown.chunks) <= splice._MAX_CHUNKS
+        assert grown.prefix is not None
+        nxt.messages = grown.prefix.messages + nxt.messages[1:]
+        body, grown = splice.run(nxt, grown)
+        assert body == orjson.dumps(anthropic.encode_request(nxt))
+        assert grown.prefix is not None and len(grown.prefix.chunks) <= splice._MAX_CHUNKS
 
 
 def test_kept_json_is_used_only_while_the_message_is_what_it_was_encoded_from() -> None:
     m = _request(HISTORY).messages[2]
-    first = splice.message_json(m)
-    assert splice.message_json(m) is first  # unchanged: the kept bytes themselves
+    table: splice.JsonTable = {}
+    first = splice.message_json(m, table)
+    assert splice.message_json(m, table) is first  # unchanged: the kept bytes themselves
     m.content = [TextBlock("edited")]
-    assert orjson.loads(splice.message_json(m))["content"] == [{"type": "text", "text": "edited"}]
+    assert orjson.loads(splice.message_json(m, table))["content"] == [{"type": "text", "text": "edited"}]
     m.content_was_string = True
-    assert orjson.loads(splice.message_json(m))["content"] == "edited"
+    assert orjson.loads(splice.message_json(m, table))["content"] == "edited"
     m.extra = {"cache": 1}
-    assert orjson.loads(splice.message_json(m))["cache"] == 1
+    assert orjson.loads(splice.message_json(m, table))["cache"] == 1
     u = Message("user", [TextBlock("hi")])
-    splice.message_json(u)
+    splice.message_json(u, table)
     u.role = "assistant"
-    assert orjson.loads(splice.message_json(u))["role"] == "assistant"
+    assert orjson.loads(splice.message_json(u, table))["role"] == "assistant"
+    other = Message("user", m.content, m.content_was_string, m.extra)  # what ``m`` is, but another object
+    table[id(other)] = table[id(m)]
+    assert splice.message_json(other, table) is not splice.message_json(m, table)
 
 
 def test_a_recorded_turns_json_is_shared_by_the_messages_restored_from_it() -> None:
@@ -98,17 +107,22 @@ def test_a_recorded_turns_json_is_shared_by_the_messages_restored_from_it() -> N
     a, b = Message("assistant"), Message("assistant")
     for m in (a, b):
         m.restore_raw(wire, lambda: [], b"d")
+    from_records = {id(a), id(b)}  # repair restored them as the record's JSON
     recorded: splice.RecordedJson = ObjectLru(8)  # a worker's (``deps.WorkerCaches``)
-    assert splice.message_json(b, recorded) is splice.message_json(a, recorded)  # the second: the first's bytes
+    # the second: the first's bytes
+    assert splice.message_json(b, {}, recorded, from_records) is splice.message_json(a, {}, recorded, from_records)
     client = [anthropic.decode_message(HISTORY[1], 1) for _ in range(2)]
-    assert client[0].raw_blocks is client[1].raw_blocks and not client[0].raw_recorded  # the client's own list
+    assert client[0].raw_blocks is client[1].raw_blocks  # the client's own list
     # only records' JSON is shared
-    assert splice.message_json(client[1], recorded) is not splice.message_json(client[0], recorded)
+    assert splice.message_json(client[1], {}, recorded, from_records) is not \
+        splice.message_json(client[0], {}, recorded, from_records)
     b.extra = {"k": 1}  # not the recorded turn alone any more: encoded for itself
-    assert orjson.loads(splice.message_json(b, recorded)) == {"role": "assistant", "content": wire, "k": 1}
+    assert orjson.loads(splice.message_json(b, {}, recorded, from_records)) == \
+        {"role": "assistant", "content": wire, "k": 1}
     c = Message("assistant")
     c.restore_raw(wire, lambda: [], b"d")
-    assert splice.message_json(c) is not splice.message_json(a, recorded)  # no worker cache given: its own bytes
+    # no worker cache given: its own bytes
+    assert splice.message_json(c, {}) is not splice.message_json(a, {}, recorded, from_records)
 
 
 @pytest.fixture()
@@ -136,7 +150,8 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
     counted: list[int] = []
     looked: list[Message] = []  # messages whose kept JSON was looked up (not taken with the previous body's)
     real_json = splice.message_json
-    monkeypatch.setattr(splice, "message_json", lambda m, recorded=None: looked.append(m) or real_json(m, recorded))
+    monkeypatch.setattr(splice, "message_json", lambda m, table, recorded=None, from_records=(), kept=None:
+                        looked.append(m) or real_json(m, table, recorded, from_records, kept))
 
     async def prepare(ex: pipeline.Exchange, gw: Gateway) -> None:
         encoded.clear()
@@ -152,7 +167,7 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
         ex = await prepare_both_ways(gateways, exchange_of({**PARAMS, "messages": sent}, endpoint="messages",
                                                             dialect="anthropic", headers=HEADERS), prepare)
         if step >= 1:
-            assert ex.changed and "restored" in [a.kind.value for a in ex.actions]
+            assert ex.continuation.changed and "restored" in [a.kind.value for a in ex.actions]
         if step >= 2:
             # the last answer (restored) and its tool results: encoded, and the only messages looked at (the
             # others are the previous request's body's JSON, as it carried them)
@@ -188,9 +203,9 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
     for step in range(6):
         ex = await prepare_both_ways(gateways, exchange_of({**params, "messages": history}, endpoint="chat_completions",
                                                             dialect="openai", headers=headers), prepare)
-        assert ex.changed and ex.upstream == "anthropic"
+        assert ex.continuation.changed and ex.upstream == "anthropic"
         if step >= 2:
-            assert ex.memo is not None and counted[-1] == 2, counted
+            assert ex.continuation.ticket is not None and counted[-1] == 2, counted
         answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
         message = openai_chat.encode_completion(anthropic.decode_turn(answer), created=0)["choices"][0]["message"]
         history.append({k: v for k, v in message.items() if v is not None})
@@ -201,5 +216,6 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
 def test_a_parameter_named_like_the_messages_is_encoded_as_the_whole_request_is() -> None:
     req = _request(HISTORY)
     req.params = {**req.params, "messages": []}  # (no decoder puts it there; the encoder must not fail on it)
-    body, carried = splice.encode_request(req)
-    assert body == orjson.dumps(anthropic.encode_request(req)) and carried.messages == []
+    body, carried = splice.run(req, None)
+    assert body == orjson.dumps(anthropic.encode_request(req)) and carried.prefix is not None
+    assert carried.prefix.messages == []
