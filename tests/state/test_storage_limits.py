@@ -66,16 +66,17 @@ async def test_a_record_larger_than_the_prompt_cap_is_stored_without_its_prompt(
 
 async def test_an_over_budget_tenant_is_checked_again_after_the_recheck_window() -> None:
     now = [1000.0]
-    one = _stored()
-    store = MemoryStore(limits=StorageLimits(tenant_budget_bytes=one), clock=lambda: now[0])
+    one = _stored()  # (turns differ by a few bytes: ids, times; the budget leaves half a turn of margin)
+    store = MemoryStore(limits=StorageLimits(tenant_budget_bytes=int(2.5 * one)), clock=lambda: now[0])
     await store.record(TENANT_A, TurnWrite(big_turn(0)))
-    await store.record(TENANT_A, TurnWrite(big_turn(1)))  # crosses the budget
+    await store.record(TENANT_A, TurnWrite(big_turn(1)))
+    await store.record(TENANT_A, TurnWrite(big_turn(2)))  # crosses the budget
     with pytest.raises(TenantOverBudget):
-        await store.record(TENANT_A, TurnWrite(big_turn(2)))
+        await store.record(TENANT_A, TurnWrite(big_turn(3)))
     now[0] += 31  # the worker records one to ask the counter again: still over
-    await store.record(TENANT_A, TurnWrite(big_turn(3)))
+    await store.record(TENANT_A, TurnWrite(big_turn(4)))
     with pytest.raises(TenantOverBudget):
-        await store.record(TENANT_A, TurnWrite(big_turn(4)))
+        await store.record(TENANT_A, TurnWrite(big_turn(5)))
     now[0] += 86400  # the window (the records' TTL) is over: the counter starts again
-    await store.record(TENANT_A, TurnWrite(big_turn(5)))
     await store.record(TENANT_A, TurnWrite(big_turn(6)))
+    await store.record(TENANT_A, TurnWrite(big_turn(7)))
