@@ -39,6 +39,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.errors import anthropic_error_body
+from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
 from gateway.sim.dropped import DroppedResponse
@@ -60,6 +61,8 @@ class SimConfig:
     secret: bytes = b"thinkgate-sim"
     strict_older_turns: bool = True
     interleaved: bool | None = None  # None = follow the beta header/adaptive; True/False force
+    # models (families) that bind thinking blocks to their prefix and model (``gateway.sim.binding``)
+    bound_models: tuple[str, ...] = DEFAULT_BOUND_MODELS
 
 
 @dataclass
@@ -180,13 +183,19 @@ def create_sim_app(config: SimConfig) -> Starlette:
             state.stats.rejections["0"] += 1
             return _error(400, json_error, rid, "invalid_request_error")
         betas = _betas(request)
+        bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
+            body["model"], config.bound_models)
         violation = check_messages_request(body, betas=betas, minter=state.minter,
-                                           strict_older_turns=config.strict_older_turns)
+                                           strict_older_turns=config.strict_older_turns, bound=bound)
         if violation is not None:
             state.stats.rejections[str(violation.rule)] += 1
             return _error(violation.status, violation.message, rid, violation.error_type)
+        outcome = check_binding(body, minter=state.minter, betas=betas) if bound else None
+        if isinstance(outcome, Rejection):
+            state.stats.rejections[str(outcome.rule)] += 1
+            return _error(400, outcome.message, rid, "invalid_request_error")
         state.stats.accepted += 1
-        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved)
+        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome)
         state.remember(conversation, minted_tokens(reply.message))
         return await _respond(state, reply, bool(body.get("stream")), rid)
 
