@@ -2,8 +2,9 @@
 
 Endpoints:
 
-* ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, then the
-  scripted reply as JSON or SSE (faults from ``scenarios`` injected here).
+* ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, on a bound model
+  (``SimConfig.bound_models``) ``binding``, then the scripted reply as JSON or SSE (faults from
+  ``scenarios`` injected here).
 * ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
 * Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and

@@ -31,6 +31,11 @@ latest assistant message: per run of consecutive thinking blocks, no genuine blo
 -> rule 6; some genuine and some not (edited), or genuine blocks out of order,
 from different responses, or fewer than were minted (dropped) -> rule 7.
 A final assistant message (prefill) ending in ``tool_use`` is not checked by rule 12.
+
+Bound models (``bound=True``, ``gateway.sim.binding``): phase 1 adds the ``block_binding`` input rule
+(``RULE_BLOCK_BINDING_INPUT``) and then the adaptive-only rule (``RULE_ADAPTIVE_ONLY``); absent thinking
+is adaptive; phase 6 keeps only rule 7 on a latest message of the model's own blocks, and the app runs
+``binding.check_binding`` after this function (rule 6 for tampered blocks, rule 15, drops).
 """
 
 from __future__ import annotations
