@@ -5,7 +5,7 @@ Endpoints:
 * ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, on a bound model
   (``SimConfig.bound_models``) ``binding``, then the scripted reply as JSON or SSE (faults from
   ``scenarios`` injected here).
-* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``; on a bound model the request's 400 first.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
 * Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
   ``:streamGenerateContent`` (AI Studio), the same under ``/vertex``; OpenAI-compatible
@@ -208,6 +208,9 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.observe("anthropic", _conversation(body), body)
         if json_error is not None:
             return _error(400, json_error, rid, "invalid_request_error")
+        rejected = _bound_rejection(state, body, _betas(request))
+        if rejected is not None:
+            return _error(400, rejected, rid, "invalid_request_error")
         return _json(200, {"input_tokens": estimate_tokens(body)}, rid)
 
     async def stats(request: Request) -> Response:
@@ -249,6 +252,20 @@ def create_sim_app(config: SimConfig) -> Starlette:
         *compat_routes(state),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+def _bound_rejection(state: _State, body: Any, betas: frozenset[str]) -> str | None:
+    """count_tokens on a bound model "answers the same 400" as the request would (protocols.md 1.9): the
+    message of the request's violation or binding rejection (``max_tokens`` is not a count_tokens field)."""
+    if not (isinstance(body, dict) and isinstance(body.get("model"), str)
+            and is_bound(body["model"], state.config.bound_models)):
+        return None
+    full = {"max_tokens": 1 << 16, **body}
+    violation = check_messages_request(full, betas=betas, minter=state.minter, bound=True)
+    if violation is not None:
+        return violation.message
+    outcome = check_binding(full, minter=state.minter, betas=betas)
+    return outcome.message if isinstance(outcome, Rejection) else None
 
 
 def _active_fault(state: _State, reply: Reply) -> str | None:

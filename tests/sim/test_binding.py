@@ -183,6 +183,17 @@ async def test_beta_header_alone_reports_an_empty_array(client: httpx.AsyncClien
     assert reply["input_transformations"] == []
 
 
+async def test_count_tokens_answers_the_same_400(client: httpx.AsyncClient) -> None:
+    body = await history(client, bound_request("q [[sim:tools=2]]"), 1)
+    resp = await client.post("/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"},
+                             headers={"x-api-key": "sk-test"})
+    assert resp.status_code == 200 and resp.json()["input_tokens"] > 0
+    body["system"] = "changed"
+    resp = await client.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": "sk-test"})
+    assert resp.status_code == 400
+    assert resp.json()["error"]["message"] == BOUND_400.format(i=1, j=0) + NEEDS_BETA + SYSTEM_CHANGED
+
+
 # ------------------------------------------------------------------ model binding
 
 async def test_blocks_another_model_cannot_read_are_dropped_silently(client: httpx.AsyncClient) -> None:
