@@ -64,6 +64,8 @@ class SimConfig:
     interleaved: bool | None = None  # None = follow the beta header/adaptive; True/False force
     # models (families) that bind thinking blocks to their prefix and model (``gateway.sim.binding``)
     bound_models: tuple[str, ...] = DEFAULT_BOUND_MODELS
+    # False: an account created before 2026-08-31, where the prefix check is not enforced by default
+    binding_enforced: bool = True
 
 
 @dataclass
@@ -191,7 +193,8 @@ def create_sim_app(config: SimConfig) -> Starlette:
         if violation is not None:
             state.stats.rejections[str(violation.rule)] += 1
             return _error(violation.status, violation.message, rid, violation.error_type)
-        outcome = check_binding(body, minter=state.minter, betas=betas) if bound else None
+        outcome = (check_binding(body, minter=state.minter, betas=betas, enforced=config.binding_enforced)
+                   if bound else None)
         if isinstance(outcome, Rejection):
             state.stats.rejections[str(outcome.rule)] += 1
             return _error(400, outcome.message, rid, "invalid_request_error")
@@ -264,7 +267,7 @@ def _bound_rejection(state: _State, body: Any, betas: frozenset[str]) -> str | N
     violation = check_messages_request(full, betas=betas, minter=state.minter, bound=True)
     if violation is not None:
         return violation.message
-    outcome = check_binding(full, minter=state.minter, betas=betas)
+    outcome = check_binding(full, minter=state.minter, betas=betas, enforced=state.config.binding_enforced)
     return outcome.message if isinstance(outcome, Rejection) else None
 
 

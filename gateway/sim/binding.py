@@ -12,7 +12,9 @@ before it. On replay:
   ``... The block is bound to a different conversation. ...`` (the account default), or with
   ``thinking.block_binding.prefix_mismatch_behavior: "drop_block"`` (beta
   ``thinking-binding-controls-2026-08-01``) that block and every later thinking block are dropped
-  and reported as ``prefix_binding_mismatch``.
+  and reported as ``prefix_binding_mismatch``; on an account that does not enforce the check
+  (``enforced=False``) and a request that does not set the behaviour, the blocks are shown all the same
+  (``thinking_mismatch_allowed`` with the beta).
 
 What is not a difference (the digests normalise it away): ``cache_control`` markers, a string vs one
 text block, whitespace around text blocks, tool order, ``defer_loading`` tools no message references.
@@ -218,9 +220,14 @@ def _authentic(block: dict[str, Any], model: str, minter: Minter,
     return None, False
 
 
-def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str],
+def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str], enforced: bool = True,
                   others: tuple[str, ...] = OTHER_MODELS) -> Rejection | Outcome:
-    """The signature phase for a bound model (replaces rules 6 and 7 there); see the module doc."""
+    """The signature phase for a bound model (replaces rules 6 and 7 there); see the module doc.
+
+    ``enforced=False`` is an account the prefix check is not enforced on (created before 2026-08-31,
+    1.9): a prefix mismatch is acted on only when the request sets ``prefix_mismatch_behavior`` (any
+    value); otherwise the blocks are shown to the model and, with the beta, reported as
+    ``thinking_mismatch_allowed``."""
     model: str = body["model"]
     beta = BINDING_BETA in betas
     behavior = mismatch_behavior(body)
@@ -240,7 +247,7 @@ def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str]
                         out.transformations.append(_entry("model_binding_mismatch", i, j))
                     continue
                 blocks.append((i, j, b, info))
-    failed = False
+    failed = allowed = False
     previous: bytes | None = None
     for i, j, b, info in blocks:
         if not failed:
@@ -250,13 +257,19 @@ def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str]
             chain_ok = rec is not None and (previous is None or rec.chain == previous)
             if rec is None or not chain_ok or (rec.system, rec.tools, rec.messages) != (
                     now.system, now.tools, now.messages):
-                if behavior != "drop_block":
+                allowed = not enforced and behavior is None
+                if behavior != "drop_block" and not allowed:
                     message = MSG_BOUND.format(i=i, j=j) + ("" if beta else MSG_NEEDS_BETA)
                     if rec is not None and rec.system != now.system:
                         message += MSG_SYSTEM_CHANGED
                     return Rejection(RULE_BINDING, message)
                 failed = True
-        if failed:
+        if failed and allowed:
+            if beta:
+                out.transformations.append({"type": "thinking_mismatch_allowed", "reason": "prefix_binding_mismatch",
+                                            "path": f"messages.{i}.content.{j}"})
+            out.last_kept = block_id(b)
+        elif failed:
             out.dropped.add((i, j))
             out.transformations.append(_entry("prefix_binding_mismatch", i, j))
         else:

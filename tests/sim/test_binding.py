@@ -280,7 +280,11 @@ def test_sim_command_takes_the_bound_model_list(monkeypatch: pytest.MonkeyPatch)
                          (["sim", "--bound-models", "claude-opus-5-5, claude-x-9"], ("claude-opus-5-5", "claude-x-9"))):
         args = build_parser().parse_args(argv)
         assert args.func(args) == 0
-        assert seen.pop().bound_models == models
+        config = seen.pop()
+        assert config.bound_models == models and config.binding_enforced
+    args = build_parser().parse_args(["sim", "--binding-not-enforced"])
+    args.func(args)
+    assert not seen.pop().binding_enforced
     assert BOUND in DEFAULT_BOUND_MODELS and "claude-opus-4-5" not in DEFAULT_BOUND_MODELS
 
 
@@ -290,3 +294,23 @@ async def test_an_empty_bound_list_turns_binding_off() -> None:
         body = await history(c, bound_request("q [[sim:tools=2]]"), 1)
         body["system"] = "changed"
         assert (await post(c, body)).status_code == 200
+
+
+async def test_an_account_that_does_not_enforce_the_prefix_check() -> None:
+    """1.9: the mismatch is recorded, acted on only when the request sets prefix_mismatch_behavior."""
+    app = create_sim_app(SimConfig(binding_enforced=False))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as c:
+        body = await two_turns(c)
+        body["messages"][2]["content"][0]["content"] = "rewritten by the client"
+        assert "input_transformations" not in await answer(c, body)  # shown to the model all the same
+        assert (await answer(c, body, BETA))["input_transformations"] == [
+            {"type": "thinking_mismatch_allowed", "reason": "prefix_binding_mismatch",
+             "path": f"messages.{i}.content.0"} for i in (3, 5)]
+        body["thinking"] = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "error"}}  # opts in
+        assert (await rejection(c, body, BETA))[2] == BOUND_400.format(i=3, j=0)
+        body["thinking"] = DROP
+        assert [e["reason"] for e in (await answer(c, body, BETA))["input_transformations"]] == [
+            "prefix_binding_mismatch"] * 2
+        body["messages"][3]["content"][0]["thinking"] += " "  # tampering is never allowed
+        body["thinking"] = {"type": "adaptive"}
+        assert (await rejection(c, body))[2] == "messages.3.content.0: Invalid `signature` in `thinking` block"
