@@ -81,7 +81,14 @@ def can_read(reader: str, producer: str) -> bool:
 # ------------------------------------------------------------------ digests
 
 def _digest(value: object) -> bytes:
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()[:BINDING_DIGEST]
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (255): valid JSON all the same
+        try:
+            raw = repr(value).encode("utf-8", "surrogatepass")
+        except RecursionError:
+            raw = b"<too deep>"
+    return hashlib.sha256(raw).digest()[:BINDING_DIGEST]
 
 
 def block_id(block: dict[str, Any]) -> bytes:
@@ -90,8 +97,9 @@ def block_id(block: dict[str, Any]) -> bytes:
     return hashlib.sha256(str(token).encode()).digest()[:BINDING_DIGEST]
 
 
-def _norm_content(content: Any) -> Any:
-    """String or block list -> the normalised block list (thinking blocks left out)."""
+def _norm_content(content: Any, nested: bool = False) -> Any:
+    """String or block list -> the normalised block list (thinking blocks left out); a ``tool_result``'s
+    own content is normalised too (one level: it holds text and images, not more results)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content.strip()}]
     if not isinstance(content, list):
@@ -106,8 +114,8 @@ def _norm_content(content: Any) -> Any:
         nb = {k: v for k, v in b.items() if k != "cache_control"}
         if nb.get("type") == "text" and isinstance(nb.get("text"), str):
             nb["text"] = nb["text"].strip()
-        if nb.get("type") == "tool_result" and "content" in nb:
-            nb["content"] = _norm_content(nb["content"])
+        if nb.get("type") == "tool_result" and "content" in nb and not nested:
+            nb["content"] = _norm_content(nb["content"], nested=True)
         out.append(nb)
     return out
 

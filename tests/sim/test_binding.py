@@ -7,13 +7,14 @@ model binding, the adaptive-only rule and the ``block_binding`` extra-inputs 400
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import httpx
 import pytest
 
 from gateway.sim.app import SimConfig, create_sim_app
-from gateway.sim.binding import DEFAULT_BOUND_MODELS
+from gateway.sim.binding import DEFAULT_BOUND_MODELS, prefix_of
 from gateway.sim.signing import Minter
 from tests.sim.helpers import (
     BINDING_BETA,
@@ -314,3 +315,23 @@ async def test_an_account_that_does_not_enforce_the_prefix_check() -> None:
         body["messages"][3]["content"][0]["thinking"] += " "  # tampering is never allowed
         body["thinking"] = {"type": "adaptive"}
         assert (await rejection(c, body))[2] == "messages.3.content.0: Invalid `signature` in `thinking` block"
+
+
+async def test_a_prefix_deeper_than_the_json_encoder_writes_is_still_bound(client: httpx.AsyncClient) -> None:
+    """Valid JSON nested deeper than orjson writes (255 levels) gets an answer, not a 500, and its digest
+    still changes with its content."""
+    def deep(leaf: str) -> Any:
+        value: Any = leaf
+        for _ in range(400):
+            value = [value]
+        return value
+
+    body = bound_request("q")
+    body["messages"][0]["content"] = [{"type": "text", "text": "q", "extra": deep("a")}]
+    resp = await client.post("/v1/messages", content=json.dumps(body), headers={"x-api-key": "sk-test"})
+    assert resp.status_code == 200 and resp.json()["content"][0]["type"] == "thinking"
+    other = copy.deepcopy(body)
+    other["messages"][0]["content"][0]["extra"] = deep("b")
+    reply = {"role": "assistant", "content": []}
+    assert prefix_of({**body, "messages": [*body["messages"], reply]}, 1, 0)[1].messages != \
+        prefix_of({**other, "messages": [*other["messages"], reply]}, 1, 0)[1].messages
