@@ -48,6 +48,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     config = SimConfig(strict_older_turns=not args.lenient_older_turns,
                        interleaved={"auto": None, "on": True, "off": False}[args.interleaved])
+    config.binding_enforced = not args.binding_not_enforced
+    if args.bound_models is not None:
+        config.bound_models = tuple(m.strip() for m in args.bound_models.split(",") if m.strip())
     logging.basicConfig(level=logging.WARNING)
     run_sim(args.host, args.port, config)
     return 0
@@ -73,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--lenient-older-turns", action="store_true",
                    help="check signatures only in the latest assistant message")
     m.add_argument("--interleaved", choices=("auto", "on", "off"), default="auto")
+    m.add_argument("--bound-models", metavar="MODEL,...", default=None,
+                   help="models whose thinking blocks are bound to their prefix and model (comma-separated; "
+                        "'' for none; default: the Claude 5.x models of the preserved-thinking docs)")
+    m.add_argument("--binding-not-enforced", action="store_true",
+                   help="an account older than 2026-08-31: prefix mismatches are acted on only when the request "
+                        "sets thinking.block_binding.prefix_mismatch_behavior")
     m.set_defaults(func=cmd_sim)
     d = sub.add_parser("demo", help="before/after demo of a mangling client, simulator and gateway in-process")
     d.set_defaults(func=cmd_demo)

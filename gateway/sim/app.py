@@ -2,9 +2,10 @@
 
 Endpoints:
 
-* ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, then the
-  scripted reply as JSON or SSE (faults from ``scenarios`` injected here).
-* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+* ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, on a bound model
+  (``SimConfig.bound_models``) ``binding``, then the scripted reply as JSON or SSE (faults from
+  ``scenarios`` injected here).
+* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``; on a bound model the request's 400 first.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
 * Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
   ``:streamGenerateContent`` (AI Studio), the same under ``/vertex``; OpenAI-compatible
@@ -39,6 +40,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.errors import anthropic_error_body
+from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
 from gateway.sim.dropped import DroppedResponse
@@ -60,6 +62,10 @@ class SimConfig:
     secret: bytes = b"thinkgate-sim"
     strict_older_turns: bool = True
     interleaved: bool | None = None  # None = follow the beta header/adaptive; True/False force
+    # models (families) that bind thinking blocks to their prefix and model (``gateway.sim.binding``)
+    bound_models: tuple[str, ...] = DEFAULT_BOUND_MODELS
+    # False: an account created before 2026-08-31, where the prefix check is not enforced by default
+    binding_enforced: bool = True
 
 
 @dataclass
@@ -180,13 +186,20 @@ def create_sim_app(config: SimConfig) -> Starlette:
             state.stats.rejections["0"] += 1
             return _error(400, json_error, rid, "invalid_request_error")
         betas = _betas(request)
+        bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
+            body["model"], config.bound_models)
         violation = check_messages_request(body, betas=betas, minter=state.minter,
-                                           strict_older_turns=config.strict_older_turns)
+                                           strict_older_turns=config.strict_older_turns, bound=bound)
         if violation is not None:
             state.stats.rejections[str(violation.rule)] += 1
             return _error(violation.status, violation.message, rid, violation.error_type)
+        outcome = (check_binding(body, minter=state.minter, betas=betas, enforced=config.binding_enforced)
+                   if bound else None)
+        if isinstance(outcome, Rejection):
+            state.stats.rejections[str(outcome.rule)] += 1
+            return _error(400, outcome.message, rid, "invalid_request_error")
         state.stats.accepted += 1
-        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved)
+        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome)
         state.remember(conversation, minted_tokens(reply.message))
         return await _respond(state, reply, bool(body.get("stream")), rid)
 
@@ -198,6 +211,9 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.observe("anthropic", _conversation(body), body)
         if json_error is not None:
             return _error(400, json_error, rid, "invalid_request_error")
+        rejected = _bound_rejection(state, body, _betas(request))
+        if rejected is not None:
+            return _error(400, rejected, rid, "invalid_request_error")
         return _json(200, {"input_tokens": estimate_tokens(body)}, rid)
 
     async def stats(request: Request) -> Response:
@@ -239,6 +255,20 @@ def create_sim_app(config: SimConfig) -> Starlette:
         *compat_routes(state),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+def _bound_rejection(state: _State, body: Any, betas: frozenset[str]) -> str | None:
+    """count_tokens on a bound model "answers the same 400" as the request would (protocols.md 1.9): the
+    message of the request's violation or binding rejection (``max_tokens`` is not a count_tokens field)."""
+    if not (isinstance(body, dict) and isinstance(body.get("model"), str)
+            and is_bound(body["model"], state.config.bound_models)):
+        return None
+    full = {"max_tokens": 1 << 16, **body}
+    violation = check_messages_request(full, betas=betas, minter=state.minter, bound=True)
+    if violation is not None:
+        return violation.message
+    outcome = check_binding(full, minter=state.minter, betas=betas, enforced=state.config.binding_enforced)
+    return outcome.message if isinstance(outcome, Rejection) else None
 
 
 def _active_fault(state: _State, reply: Reply) -> str | None:

@@ -31,6 +31,11 @@ latest assistant message: per run of consecutive thinking blocks, no genuine blo
 -> rule 6; some genuine and some not (edited), or genuine blocks out of order,
 from different responses, or fewer than were minted (dropped) -> rule 7.
 A final assistant message (prefill) ending in ``tool_use`` is not checked by rule 12.
+
+Bound models (``bound=True``, ``gateway.sim.binding``): phase 1 adds the ``block_binding`` input rule
+(``RULE_BLOCK_BINDING_INPUT``) and then the adaptive-only rule (``RULE_ADAPTIVE_ONLY``); absent thinking
+is adaptive; phase 6 keeps only rule 7 on a latest message of the model's own blocks, and the app runs
+``binding.check_binding`` after this function (rule 6 for tampered blocks, rule 15, drops).
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ RULE_EMPTY_TEXT = 100
 # Not in the reference's numbered list either (101 is gemini_rules.RULE_RESPONSES); text from
 # anthropics/claude-code#21317 and #20901, BerriAI/litellm#23510 (see docs/upstream-rules.md).
 RULE_DUPLICATE_TOOL_ID = 102
+# Bound (Claude 5.x) models only, see docs/upstream-rules.md: they take only adaptive thinking (text from
+# Sylinko/Everywhere#410), and ``thinking.block_binding`` needs its beta (protocols.md 1.9).
+RULE_ADAPTIVE_ONLY = 103
+RULE_BLOCK_BINDING_INPUT = 104
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 _DICT = "Input should be a valid dictionary or object to extract fields from"
 _STR = "Input should be a valid string"
@@ -62,6 +72,9 @@ _MSG_4 = ("`temperature` may only be set to 1 when thinking is enabled. Please c
           "https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking"
           "#important-considerations-when-using-extended-thinking")
 _MSG_4_ADAPTIVE = "temperature may only be set to 1 when thinking is enabled or in adaptive mode"
+MSG_ADAPTIVE_ONLY = ("\"thinking.type.{type}\" is not supported for this model. Use \"thinking.type.adaptive\" and "
+                     "\"output_config.effort\" to control thinking behavior.")
+_EXTRA = "Extra inputs are not permitted"
 _MSG_6 = "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
 _MSG_7 = ("messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the latest assistant message "
           "cannot be modified. These blocks must remain as they were in the original response.")
@@ -94,29 +107,61 @@ def _v(rule: int, message: str) -> Violation:
     return Violation(400, rule, message)
 
 
-def thinking_mode(body: dict[str, Any]) -> str | None:
-    """``"enabled"`` or ``"adaptive"`` when the request thinks, else None."""
+def thinking_mode(body: dict[str, Any], bound: bool = False) -> str | None:
+    """``"enabled"`` or ``"adaptive"`` when the request thinks, else None. A bound model thinks
+    adaptively when ``thinking`` is absent (the fix-bound-to-a-different-conversation page: "models
+    with preserved thinking think adaptively by default")."""
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         return str(thinking["type"])
-    return None
+    return "adaptive" if bound and thinking is None else None
 
 
 def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
-                           strict_older_turns: bool = True) -> Violation | None:
-    """The first violation (see the module doc for the order), or None if the request is valid."""
+                           strict_older_turns: bool = True, bound: bool = False) -> Violation | None:
+    """The first violation (see the module doc for the order), or None if the request is valid.
+
+    ``bound``: the model binds its thinking blocks (``gateway.sim.binding``): it takes only adaptive
+    thinking, and of phase 6 only rule 7 runs here (on a latest message whose blocks are all this
+    model's own); ``binding.check_binding`` does the rest."""
     if not isinstance(body, dict):
         return _v(SHAPE, _DICT)
-    bad = _check_request_shape(body) or _check_messages_shape(body["messages"])
+    bad = (_check_request_shape(body) or _check_block_binding(body, betas, bound)
+           or _check_messages_shape(body["messages"]))
     if bad:
         return bad
-    mode = thinking_mode(body)
+    if bound and isinstance(body.get("thinking"), dict) and body["thinking"]["type"] != "adaptive":
+        return _v(RULE_ADAPTIVE_ONLY, MSG_ADAPTIVE_ONLY.format(type=body["thinking"]["type"]))
+    mode = thinking_mode(body, bound)
     msgs = view(body["messages"])
     return (_check_params(body, mode, betas)
             or _check_unique_tool_ids(msgs)
             or _check_tool_pairing(msgs)
             or _check_placement(msgs, mode)
-            or (_check_signatures(msgs, body["model"], minter, strict_older_turns) if mode else None))
+            or (_check_signatures(msgs, body["model"], minter, strict_older_turns, bound) if mode else None))
+
+
+def _check_block_binding(body: dict[str, Any], betas: frozenset[str], bound: bool) -> Violation | None:
+    """``thinking.block_binding``: an extra input without the beta, beside ``disabled`` thinking, and
+    (bound models) beside ``enabled`` thinking; its one field takes ``"error"`` or ``"drop_block"``."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or "block_binding" not in thinking:
+        return None
+    ttype = thinking["type"]
+    path = f"thinking.{ttype}.block_binding"
+    if BINDING_BETA not in betas or ttype == "disabled" or (bound and ttype == "enabled"):
+        return _v(RULE_BLOCK_BINDING_INPUT, f"{path}: {_EXTRA}")
+    binding = thinking["block_binding"]
+    if binding is None:
+        return None
+    if not isinstance(binding, dict):
+        return _v(RULE_BLOCK_BINDING_INPUT, f"{path}: {_DICT}")
+    for key, value in binding.items():
+        if key != "prefix_mismatch_behavior":
+            return _v(RULE_BLOCK_BINDING_INPUT, f"{path}.{key}: {_EXTRA}")
+        if value is not None and value not in ("error", "drop_block"):
+            return _v(RULE_BLOCK_BINDING_INPUT, f"{path}.{key}: Input should be 'error' or 'drop_block'")
+    return None
 
 
 # ------------------------------------------------------------------ phase 1-2: shape
@@ -311,11 +356,16 @@ def _verify(block: dict[str, Any], model: str, minter: Minter) -> MintInfo | Non
     return minter.verify_redacted(model, block["data"])
 
 
-def _check_signatures(msgs: list[Msg], model: str, minter: Minter, strict: bool) -> Violation | None:
+def _check_signatures(msgs: list[Msg], model: str, minter: Minter, strict: bool,
+                      bound: bool = False) -> Violation | None:
     assistants = [pos for pos, m in enumerate(msgs) if m.role == "assistant"]
     if not assistants:
         return None
     latest = assistants[-1]
+    if bound:  # rule 7 only, and only where every block is this model's own (else: binding decides)
+        m = msgs[latest]
+        own = all(_verify(b, model, minter) is not None for b in m.blocks if b.get("type") in THINKING_TYPES)
+        return _check_latest(m, model, minter) if own else None
     start = turn_start(msgs)
     for pos in assistants:
         if not strict and pos < start and pos != latest:

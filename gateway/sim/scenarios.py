@@ -38,9 +38,10 @@ from typing import Any
 
 import orjson
 
+from gateway.sim.binding import Outcome, block_id, reply_binding
 from gateway.sim.convo import first_user_text, tool_round, turn_number, view
 from gateway.sim.oracle import NAME, conversation_line
-from gateway.sim.rules import INTERLEAVED_BETA, thinking_mode
+from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
 from gateway.sim.signing import Minter
 
 MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
@@ -194,30 +195,37 @@ def estimate_tokens(obj: object) -> int:
 
 
 def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
-               interleaved: bool | None = None) -> Reply:
-    """Plan the answer to a request that passed validation."""
+               interleaved: bool | None = None, bound: Outcome | None = None) -> Reply:
+    """Plan the answer to a request that passed validation. ``bound``: the model binds its blocks
+    (``binding.check_binding``'s outcome): they are minted with their prefix record."""
     msgs = view(body["messages"])
     scenario = parse_scenario(first_user_text(body["messages"]))
     round_ = tool_round(msgs)
     key = conversation_key(body)
-    mode = thinking_mode(body)
+    mode = thinking_mode(body, bound is not None)
     if interleaved is None:
         interleaved = mode == "adaptive" or INTERLEAVED_BETA in betas
     model: str = body["model"]
     response_id = new_id("msg_01")
-    display = body["thinking"].get("display") if mode else None
+    thinking = body.get("thinking")
+    display = thinking.get("display") if mode and isinstance(thinking, dict) else None
 
     content: list[dict[str, Any]] = []
     if mode and (round_ == 0 or interleaved):
         text = "" if display == "omitted" else thinking_text(f"{key}/{turn_number(msgs)}/{round_}",
                                                                  scenario.conv)
         run_len = 2 if scenario.redacted else 1
-        content.append({"type": "thinking", "thinking": text,
-                        "signature": minter.mint_thinking(model, text, response_id, 0, run_pos=0,
-                                                          run_len=run_len)})
+        chain = bound.last_kept if bound is not None else None
+        binding = reply_binding(body, content, 0, chain) if bound is not None else None
+        block = {"type": "thinking", "thinking": text,
+                 "signature": minter.mint_thinking(model, text, response_id, 0, run_pos=0, run_len=run_len,
+                                                   binding=binding)}
+        content.append(block)
         if scenario.redacted:
+            binding = reply_binding(body, content, 1, block_id(block)) if bound is not None else None
             content.append({"type": "redacted_thinking",
-                            "data": minter.mint_redacted(model, response_id, 1, run_pos=1, run_len=2)})
+                            "data": minter.mint_redacted(model, response_id, 1, run_pos=1, run_len=2,
+                                                         binding=binding)})
     if round_ < scenario.tools:
         name, schema = _tool(body)
         calls = scenario.parallel
@@ -234,8 +242,11 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
         stop_reason = "end_turn"
     usage = {"input_tokens": estimate_tokens(body), "cache_creation_input_tokens": 0,
              "cache_read_input_tokens": 0, "output_tokens": estimate_tokens(content)}
-    message = {"id": response_id, "type": "message", "role": "assistant", "model": model,
-               "content": content, "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+    message: dict[str, Any] = {"id": response_id, "type": "message", "role": "assistant", "model": model,
+                               "content": content, "stop_reason": stop_reason, "stop_sequence": None,
+                               "usage": usage}
+    if BINDING_BETA in betas:  # 1.9: with the header every answer carries the array, [] when empty
+        message["input_transformations"] = list(bound.transformations) if bound is not None else []
     fault = scenario.fault
     if scenario.fault_round is not None and scenario.fault_round != round_:
         fault = None

@@ -16,6 +16,20 @@ HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
 INTERLEAVED = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 Event = tuple[str, dict[str, Any]]
 
+# thinking-block binding (bound models, tests/sim/test_binding*.py)
+BOUND_MODEL = "claude-opus-5-5"
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+WEATHER_TOOL = {"name": "get_weather", "description": "Weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+CLOCK_TOOL = {"name": "get_time", "description": "Time in a zone",
+              "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}
+BOUND_400 = ("messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to a different "
+             "conversation. Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to "
+             "\"drop_block\".")
+NEEDS_BETA = (" That setting requires the `thinking-binding-controls-2026-08-01` value in the `anthropic-beta` "
+              "header.")
+SYSTEM_CHANGED = " The `system` prompt differs from the one this block was created with."
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

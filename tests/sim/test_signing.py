@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from gateway.sim.signing import Minter, MintInfo, model_family
+from gateway.sim.signing import Binding, Minter, MintInfo, model_family
 
 MODEL = "claude-sonnet-4-5-20250929"
 TEXT = "  Let me think.  \r\n\r\nStep 1: café — 思考 🤔   \r\n   done \n"
@@ -90,3 +90,40 @@ def test_bad_positions_are_refused() -> None:
     with pytest.raises(ValueError):
         m.mint_thinking(MODEL, TEXT, "", 0)
     assert repr(m) == "Minter(<secret>)"
+
+
+BINDING = Binding(b"s" * 12, b"t" * 12, b"m" * 12, bytes(12))
+
+
+def test_bound_signature_commits_to_producer_and_prefix_record() -> None:
+    m = Minter(b"s")
+    bound = "claude-opus-5-5"
+    sig = m.mint_thinking(bound, TEXT, RID, 0, binding=BINDING)
+    assert sig.startswith("Eq") and sig != m.mint_thinking(bound, TEXT, RID, 0)
+    info = m.verify_thinking(bound, TEXT, sig)
+    assert info == MintInfo(RID, 0, 0, 1, "claude-opus-5-5", BINDING)
+    assert m.verify_thinking("claude-fable-5-1", TEXT, sig) is None  # another model: not its own block
+    assert m.inspect_thinking(TEXT, sig) == info  # but authentic, under the producer it names
+    assert m.inspect_thinking(TEXT + " ", sig) is None
+    assert m.inspect_thinking(TEXT, m.mint_thinking(MODEL, TEXT, RID, 0)) is None  # unbound: names no producer
+    data = m.mint_redacted(bound, RID, 1, run_pos=1, run_len=2, binding=BINDING)
+    assert data.startswith("Eq") and m.inspect_redacted(data) == MintInfo(RID, 1, 1, 2, "claude-opus-5-5", BINDING)
+
+
+def test_a_rewritten_prefix_record_is_not_authentic() -> None:
+    """The record is under the MAC: a client cannot re-bind a block by editing its envelope."""
+    m = Minter(b"s")
+    sig = m.mint_thinking("claude-opus-5-5", TEXT, RID, 0, binding=BINDING)
+    raw = bytearray(base64.b64decode(sig))
+    at = bytes(raw).index(b"s" * 12)
+    raw[at:at + 12] = b"x" * 12
+    forged = base64.b64encode(bytes(raw)).decode()
+    assert m.verify_thinking("claude-opus-5-5", TEXT, forged) is None
+    assert m.inspect_thinking(TEXT, forged) is None
+
+
+def test_unbound_signatures_are_byte_identical_to_before() -> None:
+    """The pre-binding wire format: no producer field, the 164-byte inner envelope ("EqQB")."""
+    sig = Minter(b"s").mint_thinking(MODEL, TEXT, RID, 0)
+    raw = base64.b64decode(sig)
+    assert sig.startswith("EqQB") and len(raw) == 167 and b"claude" not in raw
