@@ -10,11 +10,10 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway import metrics, pipeline, surfaces
+from gateway import pipeline, surfaces
 from gateway.endpoints.handler import Codec, Relay, endpoint, unreadable
 from gateway.protocols import openai_chat, openai_chat_messages, openai_chat_stream
 from gateway.protocols.canonical import Message, Request, Turn
-from gateway.protocols.params import DROPPED_PARAMS
 from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
 
@@ -23,29 +22,24 @@ class ChatCompletions(Codec):
     surface, hides = surfaces.CHAT_COMPLETIONS, frozenset({"content-type"})  # (the answer is re-encoded)
 
     def decoder(self) -> pipeline.ReplayDecoder:
-        def decode(body: Any, kept: list[Message] | None) -> Request:
-            kind = self.caps_of(body).kind  # an OpenAI-compatible upstream gets the client's provider fields
-            req = openai_chat.decode_request(body, provider_fields=kind == "openai", replayed=kept, route=kind,
-                                             drop_unsupported=self.gw.settings.drop_unsupported_params)
-            metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), kind)
-            return req
+        def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
+            kind = self.caps_of(body).kind
+            return openai_chat.decode_request(body, provider_fields=kind == "openai", replayed=kept, route=kind,
+                                              drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
             kept, tail, len(body["messages"]), provider_fields=self.caps_of(body).kind == "openai"))
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,
-                                               exclude_reasoning=self.excludes)
+                                               exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")))
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
         usage = bool(self.call.req.surface.get("include_usage"))
         encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.ex.scid,
-                                                   exclude_reasoning=self.excludes, include_usage=usage)
+                                                   exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")),
+                                                   include_usage=usage)
         return encoder, "text/event-stream", snap
-
-    @property
-    def excludes(self) -> bool:
-        return bool(self.call.req.surface.get("exclude_reasoning"))
 
 
 chat_completions = endpoint(ChatCompletions)

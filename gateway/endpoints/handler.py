@@ -36,6 +36,7 @@ from gateway.errors import GatewayError, render_error
 from gateway.exchange import Exchange
 from gateway.protocols.canonical import Message, Request, Turn
 from gateway.protocols.gemini_parts import Mint
+from gateway.protocols.params import DROPPED_PARAMS
 from gateway.records import lift_turn
 from gateway.routing import ModelCaps
 from gateway.streaming.accumulate import Snapshot
@@ -89,6 +90,7 @@ class Codec:
         caps = UNROUTED if self.kinds is None else route(self.gw.router, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
         self.call = Call(caps, req)
+        metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), caps.kind)  # (a surface that may drop some)
         return req
 
     async def prepare(self) -> None:
