@@ -14,6 +14,7 @@ from typing import NamedTuple
 class ActionKind(StrEnum):
     KEPT_VERIFIED = "kept_verified"              # thinking block verified and kept as is
     RESTORED = "restored"                        # block/turn restored from a record
+    TURN_REINSTATED = "turn_reinstated"          # a recorded turn the client dropped, put back before its results
     SIGNATURE_RESTORED = "signature_restored"    # signature re-attached from the exact-text index
     DOWNGRADED_TEXT = "downgraded_text"          # unverifiable thinking sent as text
     DROPPED = "dropped"                          # unverifiable thinking removed

@@ -27,7 +27,10 @@ in the tool_results that follow. Unmatched thinking blocks are checked against t
 strict exact-text index (Layer 2): a signature is attached only to the exact text it
 was issued for, never to other text (seed invariant 4.1.1).
 
-The client's user messages define the path: repair never adds or removes turns.
+The client's user messages define the path: repair never removes turns, and adds one only where the client
+dropped a recorded turn but kept its tool results (``_reinstate``): results right after a user message whose ids
+all name one turn of the identified conversation, a turn the request does not carry otherwise. That turn goes back
+whole, as recorded, right before them (``turn_reinstated``); any other orphan result is sanitize's to degrade.
 """
 
 from __future__ import annotations
@@ -341,6 +344,11 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
     resumed = prior.repaired if prior is not None else None
     if resumed is not None and not _covers(resumed, msgs):
         resumed = None
+    # recorded turns the client dropped, put back before their results (pinned in their places)
+    reinstated = _reinstate(msgs, recs.conversation, resumed.count if resumed is not None else 0) \
+        if not pinned else {}
+    if reinstated:
+        pinned = reinstated
     restorations = prior.restorations if prior is not None else {}
     made: dict[int, Restoration] = {}  # this request's new restorations
     client_msgs = list(msgs)  # (``Repaired.messages``: as the client's, before any restoration)
@@ -362,6 +370,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
         keys.update(resumed.keys)
         start = res.resumed = cut
         assistants = len(res.matched)
+    if reinstated:
+        taken.reserve(reinstated.values())  # no earlier message takes a turn put back after it
     for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role == "user":
@@ -405,10 +415,12 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
             if not _same(m.peek_content(), restored) or m.provider != turn.provider:
                 m = msgs[i] = _restored(m, turn, restored)
                 verbatim = m.raw_blocks is not None  # restored as the record's JSON
-                if verbatim:
+                if verbatim and i not in reinstated:
                     made[id(client)] = Restoration(client, turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
+                if i in reinstated:
+                    res.actions.append(Action(ActionKind.TURN_REINSTATED, i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
                 verbatim = True
         mapped = mapped or bool(id_map)
@@ -427,7 +439,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
                 res.verified.add(id(b))
     # every assistant message the recorded turn as relayed and no id mapped: repair's only actions are the
     # restorations
-    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored):
+    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored) \
+            and not reinstated:
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
@@ -459,6 +472,12 @@ class _Taken:
 
     def kept(self, m: Message) -> None:
         self.ids.update(m.tool_use_ids())
+
+    def reserve(self, turns: Iterable[RecordedTurn]) -> None:
+        """``turns`` are taken by messages further on (reinstated turns, ``_reinstate``)."""
+        if self._positions is None:
+            self._positions = {t.position for t in self._matched.values()}
+        self._positions.update(t.position for t in turns)
 
     def add(self, turn: RecordedTurn) -> None:
         """``turn`` was just matched (``RepairResult.matched`` has it)."""
@@ -577,6 +596,63 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
     # the same client JSON restored from this record before: it agreed then
     if _restoration(m, turn, restorations) is None and not _agrees(m, turn, by_place):
         return None
+    return turn
+
+
+def _reinstate(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, RecordedTurn]:
+    """Put back, in place, the recorded turns the client dropped but whose tool results it kept (a history
+    trimmer that cuts whole messages): a user message right after a user message (from ``msgs[start]`` on) whose
+    tool_results name one turn of the identified conversation by their ids, every one of them, gets that turn
+    before it (an empty assistant message, which ``run`` restores as recorded, its index pinned to the turn).
+    Never when the turn's calls are in the request already (its tool_use ids sent with another message: a
+    turn merged or moved, not dropped), nor twice. Returns the pinned indexes, in order (after the insertions)."""
+    out: dict[int, RecordedTurn] = {}
+    if not conv:
+        return out
+    sent: set[str] | None = None  # the request's tool_use ids, gathered on the first candidate
+    i = max(start, 1)
+    while i < len(msgs):
+        m = msgs[i]
+        if m.role != "user" or msgs[i - 1].role != "user":
+            i += 1
+            continue
+        ids = m.result_shape().result_ids
+        turn = _named_by(ids, conv) if ids else None
+        if turn is not None:
+            if sent is None:
+                sent = {t for x in msgs if x.role == "assistant" for t in x.tool_use_ids()}
+            calls = _tool_ids(turn.content)
+            if sent.isdisjoint(calls) and all(t.position != turn.position for t in out.values()):
+                msgs.insert(i, Message("assistant", []))
+                out[i] = turn
+                sent.update(calls)
+                i += 1
+        i += 1
+    return out
+
+
+def dropped_result_ids(msgs: list[Message]) -> list[str]:
+    """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
+    (a user message right after a user message: ``_reinstate``), for the load query: with no assistant message
+    to name the conversation, they may be the only ids that do."""
+    out: list[str] = []
+    for i in range(len(msgs) - 1, 0, -1):
+        m = msgs[i]
+        if m.role == "assistant":
+            break
+        if m.role == "user" and msgs[i - 1].role == "user":
+            out += m.result_shape().result_ids
+    return out
+
+
+def _named_by(ids: Iterable[str], conv: ConversationView) -> RecordedTurn | None:
+    """The one turn of ``conv`` all of these tool ids name (each names one turn: ``find_tool``); None otherwise."""
+    turn: RecordedTurn | None = None
+    for tid in ids:
+        t = conv.find_tool(tid)
+        if t is None or (turn is not None and t.position != turn.position):
+            return None
+        turn = t
     return turn
 
 
