@@ -1,0 +1,201 @@
+"""Repair puts back a recorded turn the client dropped but whose tool results it kept (issue 23, item 3), and only
+where the evidence singles it out: every tool_result id of the orphan results names the same turn of the identified
+conversation, and the request carries none of that turn's calls otherwise. Anything else is left to sanitize."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.actions import ActionKind
+from gateway.identity import build_query, identify_conversation
+from gateway.protocols import anthropic
+from gateway.protocols.canonical import Message, Request
+from gateway.records import records_from
+from gateway.repair import Records, dropped_result_ids, repair
+from gateway.routing import caps_for
+from gateway.sanitize import Policy, sanitize
+from state.hashing import replay_digest
+from state.keys import new_scid
+from state.memory_store import MemoryStore
+from state.records import ConversationState, TurnRecord
+from state.store import LoadResult
+from tests.gateway.test_repair_identity_property import TENANT, _record
+
+SCID = "scid-reinstate-0001"
+MODEL = "claude-opus-4-5"
+
+
+def turn(n: int, *calls: str) -> list[dict[str, Any]]:
+    return [{"type": "thinking", "thinking": f"  Plan {n}:\r\n  look it up.  \n", "signature": f"sig-{n}"},
+            {"type": "text", "text": f"Step {n}."},
+            *({"type": "tool_use", "id": c, "name": "get_weather", "input": {"city": c}} for c in calls)]
+
+
+TURNS = [turn(0, "toolu_a1"), turn(1, "toolu_b1", "toolu_b2"), turn(2)]
+
+
+def records(*contents: list[dict[str, Any]]) -> Records:
+    recs = tuple(TurnRecord(content=c, replay_digest=replay_digest(c) or b"", position=i)
+                 for i, c in enumerate(contents))
+    conv = ConversationState(scid=SCID, created_at=0, updated_at=0, version=1, turns=recs, last_verified=None,
+                             first_position=0, next_position=len(recs))
+    return records_from(LoadResult(conversation=conv, conversations={SCID: conv}), SCID)
+
+
+def results(*ids: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": t, "content": "sunny"} for t in ids]}
+
+
+def request(*messages: dict[str, Any]) -> Request:
+    return anthropic.decode_request({"model": MODEL, "max_tokens": 4096, "messages": list(messages),
+                                     "thinking": {"type": "enabled", "budget_tokens": 2048}})
+
+
+def wire(msgs: list[Message]) -> list[dict[str, Any]]:
+    return [anthropic.encode_message(m) for m in msgs]
+
+
+def run(req: Request, recs: Records) -> tuple[list[ActionKind], list[ActionKind]]:
+    res = repair(req.messages, recs)
+    cleaned = sanitize(req, res.is_verified, caps_for(MODEL), Policy(), verbatim=res.verbatim)
+    return [a.kind for a in res.actions], [a.kind for a in cleaned]
+
+
+ASK = {"role": "user", "content": "weather?"}
+
+
+def test_a_dropped_turn_goes_back_before_its_results_as_recorded() -> None:
+    req = request(ASK, results("toolu_a1"))
+    repaired, cleaned = run(req, records(*TURNS))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")]
+    assert repaired == [ActionKind.RESTORED, ActionKind.TURN_REINSTATED]
+    assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+
+
+def test_a_dropped_turn_in_the_middle_with_its_results_in_any_order() -> None:
+    """The second turn dropped; its two results kept (the client swapped them): the turn goes back and sanitize
+    puts the results in call order."""
+    req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                  results("toolu_b2", "toolu_b1"), {"role": "assistant", "content": TURNS[2]})
+    recs = records(*TURNS)
+    res = repair(req.messages, recs)
+    assert [m.role for m in req.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert sorted(res.matched) == [1, 3, 5] and [res.matched[i].position for i in (1, 3, 5)] == [0, 1, 2]
+    assert wire(req.messages)[3]["content"] == TURNS[1]
+    cleaned = [a.kind for a in sanitize(req, res.is_verified, caps_for(MODEL), Policy(), verbatim=res.verbatim)]
+    assert ActionKind.TOOL_RESULTS_REORDERED in cleaned and ActionKind.TOOL_RESULT_TEXTUALIZED not in cleaned
+    assert wire(req.messages)[4] == results("toolu_b1", "toolu_b2")
+
+
+def test_a_dropped_turn_whose_results_are_split_over_two_messages_goes_back_once() -> None:
+    req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"), results("toolu_b1"),
+                  results("toolu_b2"))
+    repaired, cleaned = run(req, records(*TURNS))
+    assert repaired.count(ActionKind.TURN_REINSTATED) == 1
+    assert wire(req.messages)[3:5] == [{"role": "assistant", "content": TURNS[1]}, results("toolu_b1", "toolu_b2")]
+    assert ActionKind.TOOL_RESULT_TEXTUALIZED not in cleaned  # (the message it left holds a placeholder text)
+
+
+def test_a_partly_known_set_of_results_is_no_evidence() -> None:
+    """One id names the turn, the other names none (or another turn): no turn is singled out."""
+    for other in ("toolu_unknown", "toolu_a1"):
+        req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                      results("toolu_b1", other))
+        repaired, cleaned = run(req, records(*TURNS))
+        assert ActionKind.TURN_REINSTATED not in repaired
+        assert [m.role for m in req.messages].count("assistant") == 1
+        assert ActionKind.TOOL_RESULT_TEXTUALIZED in cleaned
+
+
+def test_no_turn_goes_back_whose_calls_the_request_carries() -> None:
+    """The client kept the turn's call (moved it after its results, say): not a dropped turn, never a duplicate."""
+    req = request(ASK, results("toolu_a1"), {"role": "assistant", "content": TURNS[0]})
+    repaired, _ = run(req, records(*TURNS))
+    assert ActionKind.TURN_REINSTATED not in repaired
+    ids = [b["id"] for m in wire(req.messages) if m["role"] == "assistant" for b in m["content"]
+           if b["type"] == "tool_use"]
+    assert ids == ["toolu_a1"]
+
+
+def test_nothing_goes_back_without_a_conversation_or_after_an_assistant_message() -> None:
+    req = request(ASK, results("toolu_a1"))
+    assert ActionKind.TURN_REINSTATED not in run(req, Records())[0]
+    assert [m.role for m in req.messages] == ["user", "user"]
+    # results right after an assistant message are the tool chain's (answered, moved or textualized there)
+    req = request(ASK, {"role": "assistant", "content": TURNS[2]}, results("toolu_a1"))
+    assert ActionKind.TURN_REINSTATED not in run(req, records(*TURNS))[0]
+
+
+def test_a_rebuilt_history_is_left_as_it_was_pinned() -> None:
+    req = request(ASK, results("toolu_a1"))
+    res = repair(req.messages, records(*TURNS), pinned={})
+    assert ActionKind.TURN_REINSTATED in [a.kind for a in res.actions]  # an empty pin map pins nothing
+    req = request(ASK, {"role": "assistant", "content": TURNS[2]}, ASK, results("toolu_a1"))
+    recs = records(*TURNS)
+    res = repair(req.messages, recs, pinned={1: recs.conversation[2]})
+    assert ActionKind.TURN_REINSTATED not in [a.kind for a in res.actions] and len(req.messages) == 4
+
+
+def test_the_load_query_looks_up_a_dropped_turns_result_ids() -> None:
+    """With no assistant message left, the results' ids are the only ones that can name the conversation."""
+    msgs = request(ASK, results("toolu_a1")).messages
+    assert dropped_result_ids(msgs) == ["toolu_a1"] and build_query(msgs, None).tool_ids == ["toolu_a1"]
+    # answered results (right after their assistant message) are not looked up again
+    msgs = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"), results("toolu_b1")).messages
+    assert dropped_result_ids(msgs) == ["toolu_b1"]
+    assert build_query(msgs, None).tool_ids == ["toolu_a1", "toolu_b1"]
+    msgs = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")).messages
+    assert dropped_result_ids(msgs) == []
+
+
+# ------------------------------------------------------------------ as a property over the real load path
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prompts=st.lists(st.sampled_from(["fix the bug", "add a test"]), min_size=2, max_size=4),
+       turns=st.integers(1, 3), files=st.lists(st.sampled_from(["a.py", "b.py"]), min_size=12, max_size=12),
+       source=st.integers(0, 3), upto=st.integers(1, 3), dropped=st.integers(0, 2),
+       ids=st.sampled_from(["kept", "renumbered"]), header=st.sampled_from(["none", "own", "fresh", "other"]))
+def test_a_reinstated_turn_is_always_the_dropped_one_of_the_identified_conversation(
+        prompts: list[str], turns: int, files: list[str], source: int, upto: int, dropped: int, ids: str,
+        header: str) -> None:
+    """One tenant, several conversations with the same visible text and calls. A replay of one of them drops the
+    assistant message of round ``dropped`` (its results kept), its tool ids kept or renumbered by the client, under
+    its own SCID, none, a fresh one or another conversation's. A turn goes back only where the results' ids name
+    it, and it is then the dropped turn of the conversation identified, which is the client's; with the ids kept
+    and the conversation's own (or no) header, it always goes back."""
+    async def run() -> None:
+        store = MemoryStore()
+        convs = [await _record(store, c, p, files[3 * c:3 * c + turns]) for c, p in enumerate(prompts)]
+        src = convs[source % len(convs)]
+        rounds = min(upto, turns)
+        k = dropped % rounds
+        history = copy.deepcopy(src.history[:1 + 2 * rounds])
+        del history[1 + 2 * k]  # the assistant message of round k
+        if ids == "renumbered":
+            for m in history:
+                for b in m["content"] if isinstance(m["content"], list) else ():
+                    if b["type"] == "tool_result":
+                        b["tool_use_id"] = "call_" + b["tool_use_id"][-4:]
+        msgs = anthropic.decode_request({"model": MODEL, "max_tokens": 1, "messages": history}).messages
+        other = convs[(source + 1) % len(convs)].scid
+        scid = {"none": None, "own": src.scid, "fresh": new_scid(), "other": other}[header]
+        query = build_query(msgs, scid)
+        result = await store.load(TENANT, query)
+        found = identify_conversation(result, query)
+        res = repair(msgs, records_from(result, found.scid))
+        back = [a.message_index for a in res.actions if a.kind is ActionKind.TURN_REINSTATED]
+        for i in back:
+            assert i is not None and msgs[i].role == "assistant"
+            t = res.matched[i]
+            assert (t.scid, t.position) == (src.scid, k) == (found.scid, k), (header, ids)
+        if ids == "kept" and header in ("none", "own", "fresh"):
+            assert len(back) == 1 and [m.role for m in msgs] == ["user", *["assistant", "user"] * rounds]
+        if ids == "renumbered" or header == "other":
+            assert not back
+    asyncio.run(run())
