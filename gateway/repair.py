@@ -28,9 +28,10 @@ strict exact-text index (Layer 2): a signature is attached only to the exact tex
 was issued for, never to other text (seed invariant 4.1.1).
 
 The client's user messages define the path: repair never removes turns, and adds one only where the client
-dropped a recorded turn but kept its tool results (``_reinstate``): results right after a user message whose ids
-all name one turn of the identified conversation, a turn the request does not carry otherwise. That turn goes back
-whole, as recorded, right before them (``turn_reinstated``); any other orphan result is sanitize's to degrade.
+dropped a recorded turn but kept its tool results, and splits one where the client merged consecutive turns into
+one message (``_reshape``): only where the tool ids name the turns in the identified conversation, and the request
+carries their calls nowhere else. Each turn goes back whole, as recorded (``turn_reinstated``, ``turns_separated``);
+any other orphan result is sanitize's to degrade.
 """
 
 from __future__ import annotations
@@ -345,8 +346,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
     if resumed is not None and not _covers(resumed, msgs):
         resumed = None
     # recorded turns the client dropped, put back before their results (pinned in their places)
-    reinstated = _reinstate(msgs, recs.conversation, resumed.count if resumed is not None else 0) \
-        if not pinned else {}
+    reshaped = _reshape(msgs, recs.conversation, resumed.count if resumed is not None else 0) if not pinned else {}
+    reinstated = {i: turn for i, (turn, _) in reshaped.items()}
     if reinstated:
         pinned = reinstated
     restorations = prior.restorations if prior is not None else {}
@@ -419,8 +420,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
                     made[id(client)] = Restoration(client, turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
-                if i in reinstated:
-                    res.actions.append(Action(ActionKind.TURN_REINSTATED, i))
+                if i in reshaped:
+                    res.actions.append(Action(reshaped[i][1], i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
                 verbatim = True
         mapped = mapped or bool(id_map)
@@ -474,7 +475,7 @@ class _Taken:
         self.ids.update(m.tool_use_ids())
 
     def reserve(self, turns: Iterable[RecordedTurn]) -> None:
-        """``turns`` are taken by messages further on (reinstated turns, ``_reinstate``)."""
+        """``turns`` are taken by messages further on (turns put back in their shape, ``_reshape``)."""
         if self._positions is None:
             self._positions = {t.position for t in self._matched.values()}
         self._positions.update(t.position for t in turns)
@@ -599,41 +600,85 @@ def _place(m: Message, msgs: list[Message], i: int, conv: ConversationView, prev
     return turn
 
 
-def _reinstate(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, RecordedTurn]:
-    """Put back, in place, the recorded turns the client dropped but whose tool results it kept (a history
-    trimmer that cuts whole messages): a user message right after a user message (from ``msgs[start]`` on) whose
-    tool_results name one turn of the identified conversation by their ids, every one of them, gets that turn
-    before it (an empty assistant message, which ``run`` restores as recorded, its index pinned to the turn).
-    Never when the turn's calls are in the request already (its tool_use ids sent with another message: a
-    turn merged or moved, not dropped), nor twice. Returns the pinned indexes, in order (after the insertions)."""
-    out: dict[int, RecordedTurn] = {}
+def _reshape(msgs: list[Message], conv: ConversationView,
+             start: int) -> dict[int, tuple[RecordedTurn, ActionKind]]:
+    """Give recorded turns back the message boundaries the client changed, in place, from ``msgs[start]`` on, where
+    the tool ids single them out in the identified conversation (each id names one turn there: ``find_tool``):
+
+    - a turn the client dropped but whose tool results it kept (a history trimmer that cuts whole messages): a
+      user message right after a user message whose tool_results all name one turn goes after that turn
+      (``turn_reinstated``), unless the request carries that turn's calls elsewhere (a turn merged or moved,
+      not dropped);
+    - turns the client merged into one assistant message (consecutive turns whose calls, all of them and in
+      order, are the message's, the client's call names and inputs agreeing): each turn in a message of its own
+      (``turns_separated``), an empty user message between them, where sanitize's tool chain moves each one's
+      results (indexes stay as repair leaves them: the pipeline records by them).
+
+    Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
+    the pinned indexes (after the insertions), in order, with the action each gets."""
+    out: dict[int, tuple[RecordedTurn, ActionKind]] = {}
     if not conv:
         return out
-    sent: set[str] | None = None  # the request's tool_use ids, gathered on the first candidate
+    calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
+    taken: set[int] = set()
     i = max(start, 1)
     while i < len(msgs):
         m = msgs[i]
-        if m.role != "user" or msgs[i - 1].role != "user":
-            i += 1
-            continue
-        ids = m.result_shape().result_ids
-        turn = _named_by(ids, conv) if ids else None
-        if turn is not None:
-            if sent is None:
-                sent = {t for x in msgs if x.role == "assistant" for t in x.tool_use_ids()}
-            calls = _tool_ids(turn.content)
-            if sent.isdisjoint(calls) and all(t.position != turn.position for t in out.values()):
-                msgs.insert(i, Message("assistant", []))
-                out[i] = turn
-                sent.update(calls)
-                i += 1
+        turns: list[RecordedTurn] | None = None
+        kind = ActionKind.TURNS_SEPARATED
+        if m.role == "assistant" and len(m.tool_use_ids()) > 1:
+            turns = _merged(m, conv)
+        elif m.role == "user" and msgs[i - 1].role == "user":
+            ids = m.result_shape().result_ids
+            turn = _named_by(ids, conv) if ids else None
+            turns, kind = ([turn] if turn is not None else None), ActionKind.TURN_REINSTATED
+        if turns:
+            if calls is None:
+                calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
+            own = Counter(m.tool_use_ids()) if kind is ActionKind.TURNS_SEPARATED else Counter()
+            if all(t.position not in taken and all(calls[c] == own[c] for c in _tool_ids(t.content)) for t in turns):
+                if kind is ActionKind.TURN_REINSTATED:
+                    msgs.insert(i, Message("assistant", []))
+                    new = [i]
+                else:  # between the turns, a message for each one's results (the tool chain moves them there)
+                    msgs[i:i + 1] = [Message("assistant" if k % 2 == 0 else "user", [])
+                                     for k in range(2 * len(turns) - 1)]
+                    new = list(range(i, i + 2 * len(turns) - 1, 2))
+                for j, t in zip(new, turns, strict=True):
+                    out[j] = (t, kind)
+                    taken.add(t.position)
+                    calls.update(_tool_ids(t.content))
+                i = new[-1] + 1
+                continue
         i += 1
     return out
 
 
+def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:
+    """The consecutive turns of ``conv`` merged into ``m``: its tool ids name two or more, and are all of their
+    calls, in order, with the same names and (where the client kept them) inputs. None otherwise."""
+    ids = m.tool_use_ids()
+    turns: list[RecordedTurn] = []
+    for tid in ids:
+        t = conv.find_tool(tid)
+        if t is None:
+            return None
+        if not turns or turns[-1].position != t.position:
+            turns.append(t)
+    if len(turns) < 2 or [t.position for t in turns] != list(range(turns[0].position, turns[0].position + len(turns))):
+        return None
+    recorded = [b for t in turns for b in t.content if isinstance(b, ToolUseBlock)]
+    client = [b for b in m.peek_content() if isinstance(b, ToolUseBlock)]
+    if [b.id for b in recorded] != ids or len(client) != len(recorded):
+        return None
+    if any(c.name != r.name or (c.input and c.input != r.input) for c, r in zip(client, recorded, strict=True)):
+        return None
+    return turns
+
+
 def dropped_result_ids(msgs: list[Message]) -> list[str]:
     """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
-    (a user message right after a user message: ``_reinstate``), for the load query: with no assistant message
+    (a user message right after a user message: ``_reshape``), for the load query: with no assistant message
     to name the conversation, they may be the only ids that do."""
     out: list[str] = []
     for i in range(len(msgs) - 1, 0, -1):

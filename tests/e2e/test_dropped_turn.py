@@ -121,6 +121,25 @@ def test_a_dropped_turn_in_the_middle_of_a_loop_is_restored(
     assert again == scid
 
 
+def test_two_turns_merged_into_one_message_go_upstream_as_recorded(
+        sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
+    """Two rounds; the client merges both tool-call messages into one, and both results messages into one (no SCID
+    header): the upstream receives each turn as recorded, each followed by its results."""
+    uid = uuid.uuid4().hex[:10]
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=f"sk-issue23-{uid}", max_retries=0,
+                             default_headers=BETA) as client:
+        history, scid = play(client, f"[[sim:tools=2]] [[sim:conv=s-{uid}]] Weather in two cities?", 2)
+        merged = [history[0], {"role": "assistant", "content": history[1]["content"] + history[3]["content"]},
+                  {"role": "user", "content": history[2]["content"] + history[4]["content"]}]
+        seen = len(access_lines(dropped_gw.log_lines()))
+        answer, again = create(client, merged)
+        sent = sim.last()["body"]
+        line = last_access(dropped_gw, seen)
+    assert sent["messages"] == history and sent.get("thinking") == THINKING and not textualized(sent)
+    assert answer.stop_reason == "end_turn" and again == scid
+    assert line["actions"].get("turns_separated") == 2, line
+
+
 def test_results_the_gateway_holds_no_turn_for_still_degrade(
         sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
     """Tool results whose ids name no recorded turn (a conversation that began before the gateway, a made-up

@@ -153,6 +153,31 @@ def test_the_load_query_looks_up_a_dropped_turns_result_ids() -> None:
     assert dropped_result_ids(msgs) == []
 
 
+def test_consecutive_turns_merged_into_one_message_are_separated_again() -> None:
+    """The client merged the first two turns (and their results): each goes back as recorded, its results after it."""
+    req = request(ASK, {"role": "assistant", "content": TURNS[0] + TURNS[1]},
+                  results("toolu_a1", "toolu_b1", "toolu_b2"))
+    repaired, cleaned = run(req, records(*TURNS))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                                  {"role": "assistant", "content": TURNS[1]}, results("toolu_b1", "toolu_b2")]
+    assert repaired == [ActionKind.RESTORED, ActionKind.TURNS_SEPARATED] * 2
+    assert ActionKind.KEPT_VERIFIED in cleaned and req.thinking_enabled()
+    assert ActionKind.TOOL_RESULT_TEXTUALIZED not in cleaned and ActionKind.TOOL_RESULT_SYNTHESIZED not in cleaned
+
+
+def test_a_merged_message_the_records_do_not_agree_with_is_left_as_it_is() -> None:
+    """Calls in another order, an input the client changed, a call the turns do not have, one turn's calls only:
+    no split (the tool chain and sanitize deal with the message as before)."""
+    three = turn(3, "toolu_c1")
+    swapped = [*TURNS[1][:2], TURNS[1][3], TURNS[1][2]]
+    edited = [*TURNS[1][:3], {**TURNS[1][3], "input": {"city": "Paris"}}]
+    extra = [*TURNS[1], {"type": "tool_use", "id": "toolu_x9", "name": "get_weather", "input": {}}]
+    for content in (TURNS[0] + swapped, TURNS[0] + edited, TURNS[0] + extra, TURNS[1], TURNS[0] + three):
+        req = request(ASK, {"role": "assistant", "content": content}, results("toolu_a1"))
+        repaired, _ = run(req, records(*TURNS[:2], TURNS[2][:2], three))  # (three: not next to turn 0)
+        assert ActionKind.TURNS_SEPARATED not in repaired, content
+
+
 # ------------------------------------------------------------------ as a property over the real load path
 
 
