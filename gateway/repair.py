@@ -53,6 +53,7 @@ from gateway.protocols.canonical import (
     Block,
     Message,
     ProviderFields,
+    RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -614,6 +615,10 @@ def _reshape(msgs: list[Message], conv: ConversationView,
       (``turns_separated``), an empty user message between them, where sanitize's tool chain moves each one's
       results (indexes stay as repair leaves them: the pipeline records by them).
 
+    - a turn the client split into several assistant messages (its thinking and text apart from its calls: the
+      messages right before the one with its calls hold nothing else of it, ``_split_from``): one message again
+      (``turn_joined``).
+
     Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
     the pinned indexes (after the insertions), in order, with the action each gets."""
     out: dict[int, tuple[RecordedTurn, ActionKind]] = {}
@@ -626,12 +631,21 @@ def _reshape(msgs: list[Message], conv: ConversationView,
         m = msgs[i]
         turns: list[RecordedTurn] | None = None
         kind = ActionKind.TURNS_SEPARATED
+        if m.role == "assistant" and msgs[i - 1].role == "assistant" and m.tool_use_ids() and \
+                (split := _split_from(msgs, i, conv)) is not None:
+            j, whole = split
+            if whole.position not in taken:  # (its calls are this message's: ``_split_from``)
+                msgs[j:i + 1] = [Message("assistant", [])]
+                out[j] = (whole, ActionKind.TURN_JOINED)
+                taken.add(whole.position)
+                i = j + 1
+                continue
         if m.role == "assistant" and len(m.tool_use_ids()) > 1:
             turns = _merged(m, conv)
         elif m.role == "user" and msgs[i - 1].role == "user":
             ids = m.result_shape().result_ids
-            turn = _named_by(ids, conv) if ids else None
-            turns, kind = ([turn] if turn is not None else None), ActionKind.TURN_REINSTATED
+            named = _named_by(ids, conv) if ids else None
+            turns, kind = ([named] if named is not None else None), ActionKind.TURN_REINSTATED
         if turns:
             if calls is None:
                 calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
@@ -652,6 +666,42 @@ def _reshape(msgs: list[Message], conv: ConversationView,
                 continue
         i += 1
     return out
+
+
+def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, RecordedTurn] | None:
+    """A turn the client split into messages: ``msgs[i]``'s tool ids name one turn, whose calls are exactly its (in
+    order, names agreeing), and the assistant messages right before it carry no call and nothing but blocks of that
+    turn (thinking and redacted thinking by their exact text or data, text by its exact text), none of them a
+    recorded turn by its replay digest. (The first of those messages' index, the turn); None otherwise."""
+    m = msgs[i]
+    ids = m.tool_use_ids()
+    turn = _named_by(ids, conv)
+    if turn is None or _tool_ids(turn.content) != ids:
+        return None
+    recorded = [b for b in turn.content if isinstance(b, ToolUseBlock)]
+    if any(c.name != r.name for c, r in zip((b for b in m.peek_content() if isinstance(b, ToolUseBlock)),
+                                            recorded, strict=False)):
+        return None
+    parts = {_part_key(b) for b in turn.content}
+    j = i
+    while j > 0 and msgs[j - 1].role == "assistant" and not msgs[j - 1].tool_use_ids():
+        prev = msgs[j - 1]
+        if (prev.replay_digest and conv.find_digest(prev.replay_digest)) or not prev.peek_content() or \
+                any(_part_key(b) not in parts for b in prev.peek_content()):
+            break
+        j -= 1
+    return (j, turn) if j < i else None
+
+
+def _part_key(b: Block) -> tuple[str, str] | None:
+    """What identifies a block as part of a recorded turn when a client split the turn (``_split_from``)."""
+    if isinstance(b, ThinkingBlock):
+        return ("thinking", b.thinking or "")
+    if isinstance(b, RedactedThinkingBlock):
+        return ("redacted_thinking", b.data)
+    if isinstance(b, TextBlock):
+        return ("text", b.text)
+    return None
 
 
 def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:

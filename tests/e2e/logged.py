@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from state.keys import tenant_prefix
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 from tests.reliability.loops import access_lines
@@ -37,4 +38,18 @@ def last_access(gw: ServerProcess, seen: int, timeout: float = 5.0) -> dict[str,
             return lines[seen]
         if time.monotonic() > deadline:
             raise AssertionError(f"no access-log line after {seen}:\n{gw.log()[-2000:]}")
+        time.sleep(0.02)  # polling a child's log file: there is no event to await
+
+
+def tenant_access(gw: ServerProcess, secret: str, api_key: str, n: int, timeout: float = 5.0) -> dict[str, Any]:
+    """The access-log line of the ``n``-th request (from 1) the gateway served with ``api_key`` (its tenant, under
+    ``secret``): unlike counting all lines, a line written late for an earlier request cannot be taken for it."""
+    tenant = tenant_prefix(secret.encode(), api_key)
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [rec for rec in access_lines(gw.log_lines()) if rec.get("tenant") == tenant]
+        if len(lines) >= n:
+            return lines[n - 1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(lines)} access-log lines of the tenant, not {n}:\n{gw.log()[-2000:]}")
         time.sleep(0.02)  # polling a child's log file: there is no event to await

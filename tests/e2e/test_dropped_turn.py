@@ -24,22 +24,22 @@ import openai
 import pytest
 
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, tool_results
-from tests.e2e.logged import last_access, logged_gateway
+from tests.e2e.logged import logged_gateway, tenant_access
 from tests.openai.helpers import THINKING as OPENAI_THINKING
 from tests.openai.helpers import ask, tool_messages
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
-from tests.reliability.loops import access_lines
 
 MODEL = "claude-opus-4-5"
 SCID = "x-ag-conversation-id"
 BETA = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 TEXTUALIZED = "[tool result for "
+SECRET = "issue-23-dropped-0123456789abcdef"
 
 
 @pytest.fixture(scope="module", params=["redis", "embedded"])
 def dropped_gw(request: pytest.FixtureRequest, sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
     """A gateway with the JSON access log, on a real redis-server (or the embedded store)."""
-    yield from logged_gateway(request, sim, gateways, "issue-23-dropped-0123456789abcdef")
+    yield from logged_gateway(request, sim, gateways, SECRET)
 
 
 @pytest.fixture()
@@ -81,14 +81,14 @@ def test_a_dropped_tool_call_message_is_restored_before_its_results(
     """[user, assistant(thinking, tool_use), user(tool_result)] replayed as [user, user(tool_result)]: the
     upstream receives the recorded turn, byte for byte, between the two, and thinking stays on."""
     uid = uuid.uuid4().hex[:10]
-    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=f"sk-issue23-{uid}", max_retries=0,
+    key = f"sk-issue23-{uid}"
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
                              default_headers=BETA) as client:
         history, scid = play(client, f"[[sim:tools=1]] [[sim:conv=d-{uid}]] What's the weather?", 1)
         trimmed = [history[0], history[2]]  # the assistant tool-call message dropped, its results kept
-        seen = len(access_lines(dropped_gw.log_lines()))
         answer, again = create(client, trimmed, scid if evidence == "header" else None)
         sent = sim.last()["body"]
-        line = last_access(dropped_gw, seen)
+        line = tenant_access(dropped_gw, SECRET, key, 2)
     assert sent["messages"] == history, "the upstream must receive the recorded turn before its results"
     assert sent["messages"][1]["content"] == history[1]["content"]  # thinking, signature, tool_use as recorded
     assert sent.get("thinking") == THINKING, "thinking stays on"
@@ -126,18 +126,39 @@ def test_two_turns_merged_into_one_message_go_upstream_as_recorded(
     """Two rounds; the client merges both tool-call messages into one, and both results messages into one (no SCID
     header): the upstream receives each turn as recorded, each followed by its results."""
     uid = uuid.uuid4().hex[:10]
-    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=f"sk-issue23-{uid}", max_retries=0,
+    key = f"sk-issue23-{uid}"
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
                              default_headers=BETA) as client:
         history, scid = play(client, f"[[sim:tools=2]] [[sim:conv=s-{uid}]] Weather in two cities?", 2)
         merged = [history[0], {"role": "assistant", "content": history[1]["content"] + history[3]["content"]},
                   {"role": "user", "content": history[2]["content"] + history[4]["content"]}]
-        seen = len(access_lines(dropped_gw.log_lines()))
         answer, again = create(client, merged)
         sent = sim.last()["body"]
-        line = last_access(dropped_gw, seen)
+        line = tenant_access(dropped_gw, SECRET, key, 3)
     assert sent["messages"] == history and sent.get("thinking") == THINKING and not textualized(sent)
     assert answer.stop_reason == "end_turn" and again == scid
     assert line["actions"].get("turns_separated") == 2, line
+
+
+def test_a_turn_split_into_two_messages_goes_upstream_as_one(
+        sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
+    """The client replays the turn's thinking and text as one assistant message and its tool call as another: the
+    upstream receives the turn as recorded, in one message, thinking on."""
+    uid = uuid.uuid4().hex[:10]
+    key = f"sk-issue23-{uid}"
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
+                             default_headers=BETA) as client:
+        history, scid = play(client, f"[[sim:tools=1]] [[sim:conv=j-{uid}]] What's the weather?", 1)
+        blocks = history[1]["content"]
+        calls = [b for b in blocks if b["type"] == "tool_use"]
+        split = [history[0], {"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
+                 {"role": "assistant", "content": calls}, history[2]]
+        answer, again = create(client, split)
+        sent = sim.last()["body"]
+        line = tenant_access(dropped_gw, SECRET, key, 2)
+    assert sent["messages"] == history and sent.get("thinking") == THINKING
+    assert answer.stop_reason == "end_turn" and again == scid
+    assert line["actions"].get("turn_joined") == 1, line
 
 
 def test_results_the_gateway_holds_no_turn_for_still_degrade(

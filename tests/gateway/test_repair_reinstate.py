@@ -178,6 +178,29 @@ def test_a_merged_message_the_records_do_not_agree_with_is_left_as_it_is() -> No
         assert ActionKind.TURNS_SEPARATED not in repaired, content
 
 
+def test_a_turn_split_into_messages_is_one_message_again() -> None:
+    """The client sent the turn's thinking and text apart from its call (in one or two messages before it): the
+    turn goes upstream as recorded, in one message, its thinking kept."""
+    t = TURNS[0]
+    for parts in ([t[:2], t[2:]], [t[:1], t[1:]], [t[:1], t[1:2], t[2:]], [[{**t[0], "signature": "x"}], t[1:]]):
+        req = request(ASK, *({"role": "assistant", "content": p} for p in parts), results("toolu_a1"))
+        repaired, cleaned = run(req, records(*TURNS))
+        assert wire(req.messages) == [ASK, {"role": "assistant", "content": t}, results("toolu_a1")], parts
+        assert repaired == [ActionKind.RESTORED, ActionKind.TURN_JOINED]
+        assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+
+
+def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it() -> None:
+    """Text the turn does not hold, thinking of another turn, or a recorded turn replayed as it is (its digest)
+    before the message with the calls: nothing is joined."""
+    other = turn(7)
+    for before in ([{"type": "text", "text": "Something else."}], other[:1], TURNS[2]):
+        req = request(ASK, {"role": "assistant", "content": before}, {"role": "assistant", "content": TURNS[0]},
+                      results("toolu_a1"))
+        res = repair(req.messages, records(*TURNS))
+        assert ActionKind.TURN_JOINED not in [a.kind for a in res.actions] and len(req.messages) == 4, before
+
+
 # ------------------------------------------------------------------ as a property over the real load path
 
 
