@@ -708,6 +708,9 @@ def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:
     """The consecutive turns of ``conv`` merged into ``m``: its tool ids name two or more, and are all of their
     calls, in order, with the same names and (where the client kept them) inputs. None otherwise."""
     ids = m.tool_use_ids()
+    first, last = conv.find_tool(ids[0]), conv.find_tool(ids[-1])
+    if first is None or last is None or first.position == last.position:
+        return None  # (one turn's parallel calls, the common case: two lookups)
     turns: list[RecordedTurn] = []
     for tid in ids:
         t = conv.find_tool(tid)

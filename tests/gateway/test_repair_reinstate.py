@@ -101,6 +101,20 @@ def test_a_dropped_turn_whose_results_are_split_over_two_messages_goes_back_once
     assert ActionKind.TOOL_RESULT_TEXTUALIZED not in cleaned  # (the message it left holds a placeholder text)
 
 
+def test_a_dropped_turns_results_moved_behind_the_next_question_go_back_first() -> None:
+    """The second turn dropped and its results moved into the next user message, after its text: the turn goes
+    back before that message, whose tool_results then lead it (the upstream's order)."""
+    req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                  {"role": "user", "content": [{"type": "text", "text": "and tomorrow?"},
+                                               *results("toolu_b1", "toolu_b2")["content"]]})
+    repaired, cleaned = run(req, records(*TURNS))
+    assert ActionKind.TURN_REINSTATED in repaired and ActionKind.TOOL_RESULT_TEXTUALIZED not in cleaned
+    sent = wire(req.messages)
+    assert sent[3] == {"role": "assistant", "content": TURNS[1]}
+    question = {"type": "text", "text": "and tomorrow?"}
+    assert sent[4]["content"] == [*results("toolu_b1", "toolu_b2")["content"], question]
+
+
 def test_a_partly_known_set_of_results_is_no_evidence() -> None:
     """One id names the turn, the other names none (or another turn): no turn is singled out."""
     for other in ("toolu_unknown", "toolu_a1"):
@@ -204,27 +218,48 @@ def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it
 # ------------------------------------------------------------------ as a property over the real load path
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RESHAPED = {ActionKind.TURN_REINSTATED, ActionKind.TURNS_SEPARATED, ActionKind.TURN_JOINED}
+
+
+def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) -> list[dict[str, Any]]:
+    """``history`` (the first user message, then an assistant message and its results per round) with round ``k``'s
+    boundaries changed: its assistant message dropped, merged with the next round's (their results too), or split
+    (thinking and text apart from the calls)."""
+    out = copy.deepcopy(history)
+    a = 1 + 2 * k
+    if shape == "drop":
+        del out[a]
+    elif shape == "merge" and k + 1 < rounds:
+        out[a:a + 4] = [{"role": "assistant", "content": out[a]["content"] + out[a + 2]["content"]},
+                        {"role": "user", "content": out[a + 1]["content"] + out[a + 3]["content"]}]
+    elif shape == "split":
+        blocks = out[a]["content"]
+        out[a:a + 1] = [{"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
+                        {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}]
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompts=st.lists(st.sampled_from(["fix the bug", "add a test"]), min_size=2, max_size=4),
        turns=st.integers(1, 3), files=st.lists(st.sampled_from(["a.py", "b.py"]), min_size=12, max_size=12),
-       source=st.integers(0, 3), upto=st.integers(1, 3), dropped=st.integers(0, 2),
-       ids=st.sampled_from(["kept", "renumbered"]), header=st.sampled_from(["none", "own", "fresh", "other"]))
-def test_a_reinstated_turn_is_always_the_dropped_one_of_the_identified_conversation(
-        prompts: list[str], turns: int, files: list[str], source: int, upto: int, dropped: int, ids: str,
-        header: str) -> None:
-    """One tenant, several conversations with the same visible text and calls. A replay of one of them drops the
-    assistant message of round ``dropped`` (its results kept), its tool ids kept or renumbered by the client, under
-    its own SCID, none, a fresh one or another conversation's. A turn goes back only where the results' ids name
-    it, and it is then the dropped turn of the conversation identified, which is the client's; with the ids kept
-    and the conversation's own (or no) header, it always goes back."""
+       source=st.integers(0, 3), upto=st.integers(1, 3), changed=st.integers(0, 2),
+       shape=st.sampled_from(["drop", "merge", "split"]), ids=st.sampled_from(["kept", "renumbered"]),
+       header=st.sampled_from(["none", "own", "fresh", "other"]))
+def test_a_reshaped_turn_is_always_the_identified_conversations_own(
+        prompts: list[str], turns: int, files: list[str], source: int, upto: int, changed: int, shape: str,
+        ids: str, header: str) -> None:
+    """One tenant, several conversations with the same visible text and calls. A replay of one of them changes the
+    boundaries of round ``changed`` (dropped, merged with the next, split), its results' tool ids kept or
+    renumbered by the client, under its own SCID, none, a fresh one or another conversation's. Every turn repair
+    matches is then the identified conversation's, which is the client's, each once; where the ids name the
+    conversation, every round's turn is matched (the reshaped one included); under another conversation's SCID,
+    nothing is reshaped."""
     async def run() -> None:
         store = MemoryStore()
         convs = [await _record(store, c, p, files[3 * c:3 * c + turns]) for c, p in enumerate(prompts)]
         src = convs[source % len(convs)]
         rounds = min(upto, turns)
-        k = dropped % rounds
-        history = copy.deepcopy(src.history[:1 + 2 * rounds])
-        del history[1 + 2 * k]  # the assistant message of round k
+        history = _reshaped(src.history[:1 + 2 * rounds], rounds, changed % rounds, shape)
         if ids == "renumbered":
             for m in history:
                 for b in m["content"] if isinstance(m["content"], list) else ():
@@ -237,13 +272,15 @@ def test_a_reinstated_turn_is_always_the_dropped_one_of_the_identified_conversat
         result = await store.load(TENANT, query)
         found = identify_conversation(result, query)
         res = repair(msgs, records_from(result, found.scid))
-        back = [a.message_index for a in res.actions if a.kind is ActionKind.TURN_REINSTATED]
-        for i in back:
-            assert i is not None and msgs[i].role == "assistant"
-            t = res.matched[i]
-            assert (t.scid, t.position) == (src.scid, k) == (found.scid, k), (header, ids)
-        if ids == "kept" and header in ("none", "own", "fresh"):
-            assert len(back) == 1 and [m.role for m in msgs] == ["user", *["assistant", "user"] * rounds]
-        if ids == "renumbered" or header == "other":
-            assert not back
+        kinds = {a.kind for a in res.actions}
+        positions = [t.position for t in res.matched.values()]
+        assert all(t.scid == found.scid for t in res.matched.values()), (shape, header, ids)
+        assert len(positions) == len(set(positions)) and positions == sorted(positions), (shape, header, ids)
+        assert all(msgs[i].role == "assistant" for i in res.matched)
+        if header == "other":
+            assert not kinds & RESHAPED
+        elif ids == "kept" or shape != "drop":
+            assert found.scid == src.scid and positions == list(range(rounds)), (shape, header, ids, positions)
+        else:  # the dropped turn's results renumbered: no evidence names it
+            assert ActionKind.TURN_REINSTATED not in kinds
     asyncio.run(run())
