@@ -16,7 +16,8 @@ from gateway.identity import build_query, identify_conversation
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request
 from gateway.records import records_from
-from gateway.repair import Records, dropped_result_ids, repair
+from gateway.repair import Records, repair
+from gateway.reshape import dropped_result_ids
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from state.hashing import replay_digest
