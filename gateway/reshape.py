@@ -43,21 +43,29 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
     taken: set[int] = set()
     i = max(start, 1)
+    # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none of
+    # them is reshaped (by object: indexes move as messages go in)
+    replayed = [m for m in msgs[i:] if m.role == "assistant" and m.replay_digest]
+    as_is = {id(m) for m, held in zip(replayed, conv.held([m.replay_digest or b"" for m in replayed]), strict=True)
+             if held is not None}
     while i < len(msgs):
         m = msgs[i]
         turns: list[RecordedTurn] | None = None
         kind = ActionKind.TURNS_SEPARATED
-        if m.role == "assistant" and msgs[i - 1].role == "assistant" and m.tool_use_ids() and \
-                (split := _split_from(msgs, i, conv)) is not None:
-            j, whole = split
-            if whole.position not in taken:  # (its calls are this message's: ``_split_from``)
+        if m.role == "assistant":
+            if id(m) in as_is or not m.tool_use_ids():
+                i += 1
+                continue
+            split = _split_from(msgs, i, conv) if msgs[i - 1].role == "assistant" else None
+            if split is not None and split[1].position not in taken:  # (its calls are this message's)
+                j, whole = split
                 msgs[j:i + 1] = [Message("assistant", [])]
                 out[j] = (whole, ActionKind.TURN_JOINED)
                 taken.add(whole.position)
                 i = j + 1
                 continue
-        if m.role == "assistant" and len(m.tool_use_ids()) > 1:
-            turns = _merged(m, conv)
+            if len(m.tool_use_ids()) > 1:
+                turns = _merged(m, conv)
         elif m.role == "user" and msgs[i - 1].role == "user":
             ids = m.result_shape().result_ids
             named = _named_by(ids, conv) if ids else None
