@@ -14,6 +14,9 @@ from typing import NamedTuple
 class ActionKind(StrEnum):
     KEPT_VERIFIED = "kept_verified"              # thinking block verified and kept as is
     RESTORED = "restored"                        # block/turn restored from a record
+    TURN_REINSTATED = "turn_reinstated"          # a recorded turn the client dropped, put back before its results
+    TURNS_SEPARATED = "turns_separated"          # recorded turns the client merged into one message, one each again
+    TURN_JOINED = "turn_joined"                  # a recorded turn the client split into messages, one again
     SIGNATURE_RESTORED = "signature_restored"    # signature re-attached from the exact-text index
     DOWNGRADED_TEXT = "downgraded_text"          # unverifiable thinking sent as text
     DROPPED = "dropped"                          # unverifiable thinking removed

@@ -17,6 +17,7 @@ from gateway.credentials import credential_of
 from gateway.paths import Known, path_fingerprint
 from gateway.protocols.canonical import Message, assistant_indexes
 from gateway.repair import lookup_hashes
+from gateway.reshape import dropped_result_ids
 from gateway.vocab import Via
 from state.keys import is_valid_scid, tenant_prefix
 from state.store import LoadQuery, LoadResult
@@ -90,6 +91,7 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
         m = msgs[i]
         tool_ids += m.tool_use_ids()
         exact += lookup_hashes(m)[1]  # an undecoded message stays so (``replay_memo`` reuses it as it is)
+    tool_ids += dropped_result_ids(msgs)  # the results of a turn the client dropped name it (``reshape``)
     fps = []
     prefix = prefix_before_last_assistant(msgs)
     fp = path_fingerprint(prefix, known) if prefix else None

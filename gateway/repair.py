@@ -27,7 +27,11 @@ in the tool_results that follow. Unmatched thinking blocks are checked against t
 strict exact-text index (Layer 2): a signature is attached only to the exact text it
 was issued for, never to other text (seed invariant 4.1.1).
 
-The client's user messages define the path: repair never adds or removes turns.
+The client's user messages define the path: repair never removes turns. Where the client changed a recorded turn's
+message boundaries (dropped it but kept its tool results, merged consecutive turns, split one) and the tool ids name
+the turns in the identified conversation, with their calls nowhere else in the request, each goes back whole, as
+recorded (``gateway.reshape``: ``turn_reinstated``, ``turns_separated``, ``turn_joined``); any other orphan result
+is sanitize's to degrade.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from gateway.reshape import reshape
 from state.hashing import exact_hash, norm_hash
 
 _TAGGED = re.compile(r"<(think|thinking)>(.*?)</\1>", re.DOTALL)
@@ -341,6 +346,11 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
     resumed = prior.repaired if prior is not None else None
     if resumed is not None and not _covers(resumed, msgs):
         resumed = None
+    # recorded turns the client dropped, put back before their results (pinned in their places)
+    reshaped = reshape(msgs, recs.conversation, resumed.count if resumed is not None else 0) if not pinned else {}
+    reinstated = {i: turn for i, (turn, _) in reshaped.items()}
+    if reinstated:
+        pinned = reinstated
     restorations = prior.restorations if prior is not None else {}
     made: dict[int, Restoration] = {}  # this request's new restorations
     client_msgs = list(msgs)  # (``Repaired.messages``: as the client's, before any restoration)
@@ -362,6 +372,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
         keys.update(resumed.keys)
         start = res.resumed = cut
         assistants = len(res.matched)
+    if reinstated:
+        taken.reserve(reinstated.values())  # no earlier message takes a turn put back after it
     for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role == "user":
@@ -405,10 +417,12 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
             if not _same(m.peek_content(), restored) or m.provider != turn.provider:
                 m = msgs[i] = _restored(m, turn, restored)
                 verbatim = m.raw_blocks is not None  # restored as the record's JSON
-                if verbatim:
+                if verbatim and i not in reinstated:
                     made[id(client)] = Restoration(client, turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
+                if i in reshaped:
+                    res.actions.append(Action(reshaped[i][1], i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
                 verbatim = True
         mapped = mapped or bool(id_map)
@@ -427,7 +441,8 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
                 res.verified.add(id(b))
     # every assistant message the recorded turn as relayed and no id mapped: repair's only actions are the
     # restorations
-    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored):
+    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored) \
+            and not reinstated:
         j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
         digests = resumed.digests[:j] if resumed is not None else []
         new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
@@ -459,6 +474,12 @@ class _Taken:
 
     def kept(self, m: Message) -> None:
         self.ids.update(m.tool_use_ids())
+
+    def reserve(self, turns: Iterable[RecordedTurn]) -> None:
+        """``turns`` are taken by messages further on (turns put back in their shape, ``gateway.reshape``)."""
+        if self._positions is None:
+            self._positions = {t.position for t in self._matched.values()}
+        self._positions.update(t.position for t in turns)
 
     def add(self, turn: RecordedTurn) -> None:
         """``turn`` was just matched (``RepairResult.matched`` has it)."""

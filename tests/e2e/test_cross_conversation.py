@@ -20,7 +20,6 @@ real redis-server) and the official anthropic SDK.
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,9 +30,9 @@ import pytest
 
 from state.keys import new_scid
 from tests.e2e.helpers import THINKING, block_dicts
+from tests.e2e.logged import last_access, logged_gateway
 from tests.e2e.rewrites import ANTHROPIC, drop_thinking, strings
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
-from tests.redis_fixtures import RedisServer
 from tests.reliability.loops import access_lines
 
 MODEL = "claude-opus-4-5"
@@ -53,14 +52,7 @@ X_TOOL, Y_TOOL = weather_tool("city"), weather_tool("location")
 @pytest.fixture(scope="module", params=["embedded", "redis"])
 def cross_gw(request: pytest.FixtureRequest, sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
     """A gateway with the JSON access log: the embedded store, or a real redis-server."""
-    env = {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json",
-           "GATEWAY_SECRET": "issue-20-cross-0123456789abcdef0"}
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        env |= {"GATEWAY_REDIS_URL": server.url, "GATEWAY_STORE_TIMEOUT_MS": "1000"}
-    sp = gateways.start(sim.url, env)
-    yield sp
-    sp.stop()
+    yield from logged_gateway(request, sim, gateways, "issue-20-cross-0123456789abcdef0")
 
 
 @dataclass
@@ -85,19 +77,6 @@ def oracle_problems(sim: Sim, before: SimCounts) -> list[str]:
     if stats["rejections"] != before.rejections:
         out.append(f"the simulator rejected requests: {stats['rejections']} (before {before.rejections})")
     return out
-
-
-def last_access(gw: ServerProcess, seen: int, timeout: float = 5.0) -> dict[str, Any]:
-    """The access-log line of the request after the first ``seen`` ones (the gateway may write it just after
-    the answer)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = access_lines(gw.log_lines())
-        if len(lines) > seen:
-            return lines[seen]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no access-log line after {seen}:\n{gw.log()[-2000:]}")
-        time.sleep(0.02)  # polling a child's log file: there is no event to await
 
 
 def create(client: anthropic.Anthropic, tool: dict[str, Any], history: list[dict[str, Any]],

@@ -1,0 +1,182 @@
+"""Recorded turns given back the message boundaries a client changed (issue 23: "the recorded turn's shape, whatever
+the client did to it"): a turn dropped while its tool results were kept, consecutive turns merged into one message,
+a turn split into several. Part of repair (``gateway.repair.run`` calls ``reshape`` first and restores each turn
+it pins as recorded); pure, and only on the evidence repair trusts: tool ids, each naming one turn of the
+identified conversation (``ConversationView.find_tool``), never text alone, never another conversation's turn.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from gateway.actions import ActionKind
+from gateway.protocols.canonical import Block, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+
+if TYPE_CHECKING:  # (repair imports this module; these are its types)
+    from gateway.repair import ConversationView, RecordedTurn
+
+
+def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, tuple[RecordedTurn, ActionKind]]:
+    """Give recorded turns back the message boundaries the client changed, in place, from ``msgs[start]`` on, where
+    the tool ids single them out in the identified conversation (each id names one turn there: ``find_tool``):
+
+    - a turn the client dropped but whose tool results it kept (a history trimmer that cuts whole messages): a
+      user message right after a user message whose tool_results all name one turn goes after that turn
+      (``turn_reinstated``), unless the request carries that turn's calls elsewhere (a turn merged or moved,
+      not dropped);
+    - turns the client merged into one assistant message (consecutive turns whose calls, all of them and in
+      order, are the message's, the client's call names and inputs agreeing): each turn in a message of its own
+      (``turns_separated``), an empty user message between them, where sanitize's tool chain moves each one's
+      results (indexes stay as repair leaves them: the pipeline records by them).
+
+    - a turn the client split into several assistant messages (its thinking and text apart from its calls: the
+      messages right before the one with its calls hold nothing else of it, ``_split_from``): one message again
+      (``turn_joined``).
+
+    Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
+    the pinned indexes (after the insertions), in order, with the action each gets."""
+    out: dict[int, tuple[RecordedTurn, ActionKind]] = {}
+    if not conv:
+        return out
+    calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
+    taken: set[int] = set()
+    i = max(start, 1)
+    # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none of
+    # them is reshaped (by object: indexes move as messages go in)
+    replayed = [m for m in msgs[i:] if m.role == "assistant" and m.replay_digest]
+    as_is = {id(m) for m, held in zip(replayed, conv.held([m.replay_digest or b"" for m in replayed]), strict=True)
+             if held is not None}
+    while i < len(msgs):
+        m = msgs[i]
+        turns: list[RecordedTurn] | None = None
+        kind = ActionKind.TURNS_SEPARATED
+        if m.role == "assistant":
+            if id(m) in as_is or not m.tool_use_ids():
+                i += 1
+                continue
+            split = _split_from(msgs, i, conv) if msgs[i - 1].role == "assistant" else None
+            if split is not None and split[1].position not in taken:  # (its calls are this message's)
+                j, whole = split
+                msgs[j:i + 1] = [Message("assistant", [])]
+                out[j] = (whole, ActionKind.TURN_JOINED)
+                taken.add(whole.position)
+                i = j + 1
+                continue
+            if len(m.tool_use_ids()) > 1:
+                turns = _merged(m, conv)
+        elif m.role == "user" and msgs[i - 1].role == "user":
+            ids = m.result_shape().result_ids
+            named = _named_by(ids, conv) if ids else None
+            turns, kind = ([named] if named is not None else None), ActionKind.TURN_REINSTATED
+        if turns:
+            if calls is None:
+                calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
+            own = Counter(m.tool_use_ids()) if kind is ActionKind.TURNS_SEPARATED else Counter()
+            if all(t.position not in taken and all(calls[c] == own[c] for c in _tool_ids(t.content)) for t in turns):
+                if kind is ActionKind.TURN_REINSTATED:
+                    msgs.insert(i, Message("assistant", []))
+                    new = [i]
+                else:  # between the turns, a message for each one's results (the tool chain moves them there)
+                    msgs[i:i + 1] = [Message("assistant" if k % 2 == 0 else "user", [])
+                                     for k in range(2 * len(turns) - 1)]
+                    new = list(range(i, i + 2 * len(turns) - 1, 2))
+                for j, t in zip(new, turns, strict=True):
+                    out[j] = (t, kind)
+                    taken.add(t.position)
+                    calls.update(_tool_ids(t.content))
+                i = new[-1] + 1
+                continue
+        i += 1
+    return out
+
+
+def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, RecordedTurn] | None:
+    """A turn the client split into messages: ``msgs[i]``'s tool ids name one turn, whose calls are exactly its (in
+    order, names agreeing), and the assistant messages right before it carry no call and nothing but blocks of that
+    turn (thinking and redacted thinking by their exact text or data, text by its exact text), none of them a
+    recorded turn by its replay digest. (The first of those messages' index, the turn); None otherwise."""
+    m = msgs[i]
+    ids = m.tool_use_ids()
+    turn = _named_by(ids, conv)
+    if turn is None or _tool_ids(turn.content) != ids:
+        return None
+    recorded = [b for b in turn.content if isinstance(b, ToolUseBlock)]
+    if any(c.name != r.name for c, r in zip((b for b in m.peek_content() if isinstance(b, ToolUseBlock)),
+                                            recorded, strict=False)):
+        return None
+    parts = {_part_key(b) for b in turn.content}
+    j = i
+    while j > 0 and msgs[j - 1].role == "assistant" and not msgs[j - 1].tool_use_ids():
+        prev = msgs[j - 1]
+        if (prev.replay_digest and conv.find_digest(prev.replay_digest)) or not prev.peek_content() or \
+                any(_part_key(b) not in parts for b in prev.peek_content()):
+            break
+        j -= 1
+    return (j, turn) if j < i else None
+
+
+def _part_key(b: Block) -> tuple[str, str] | None:
+    """What identifies a block as part of a recorded turn when a client split the turn (``_split_from``)."""
+    if isinstance(b, ThinkingBlock):
+        return ("thinking", b.thinking or "")
+    if isinstance(b, RedactedThinkingBlock):
+        return ("redacted_thinking", b.data)
+    if isinstance(b, TextBlock):
+        return ("text", b.text)
+    return None
+
+
+def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:
+    """The consecutive turns of ``conv`` merged into ``m``: its tool ids name two or more, and are all of their
+    calls, in order, with the same names and (where the client kept them) inputs. None otherwise."""
+    ids = m.tool_use_ids()
+    first, last = conv.find_tool(ids[0]), conv.find_tool(ids[-1])
+    if first is None or last is None or first.position == last.position:
+        return None  # (one turn's parallel calls, the common case: two lookups)
+    turns: list[RecordedTurn] = []
+    for tid in ids:
+        t = conv.find_tool(tid)
+        if t is None:
+            return None
+        if not turns or turns[-1].position != t.position:
+            turns.append(t)
+    if len(turns) < 2 or [t.position for t in turns] != list(range(turns[0].position, turns[0].position + len(turns))):
+        return None
+    recorded = [b for t in turns for b in t.content if isinstance(b, ToolUseBlock)]
+    client = [b for b in m.peek_content() if isinstance(b, ToolUseBlock)]
+    if [b.id for b in recorded] != ids or len(client) != len(recorded):
+        return None
+    if any(c.name != r.name or (c.input and c.input != r.input) for c, r in zip(client, recorded, strict=True)):
+        return None
+    return turns
+
+
+def dropped_result_ids(msgs: list[Message]) -> list[str]:
+    """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
+    (a user message right after a user message: ``_reshape``), for the load query: with no assistant message
+    to name the conversation, they may be the only ids that do."""
+    out: list[str] = []
+    for i in range(len(msgs) - 1, 0, -1):
+        m = msgs[i]
+        if m.role == "assistant":
+            break
+        if m.role == "user" and msgs[i - 1].role == "user":
+            out += m.result_shape().result_ids
+    return out
+
+
+def _named_by(ids: Iterable[str], conv: ConversationView) -> RecordedTurn | None:
+    """The one turn of ``conv`` all of these tool ids name (each names one turn: ``find_tool``); None otherwise."""
+    turn: RecordedTurn | None = None
+    for tid in ids:
+        t = conv.find_tool(tid)
+        if t is None or (turn is not None and t.position != turn.position):
+            return None
+        turn = t
+    return turn
+
+
+def _tool_ids(content: Iterable[Block]) -> list[str]:
+    return [b.id for b in content if isinstance(b, ToolUseBlock)]
