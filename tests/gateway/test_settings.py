@@ -132,3 +132,14 @@ def test_a_short_secret_stops_the_server_with_one_line() -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "thinkgate: GATEWAY_SECRET must be at least 32 bytes (it keys every tenant prefix; e.g. openssl rand -hex 32)"]
+
+
+@pytest.mark.parametrize("name", ["GATEWAY_BODY_TIMEOUT_S", "GATEWAY_KEEP_ALIVE_TIMEOUT_S"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_a_client_timeout_that_would_refuse_every_client_is_refused_at_startup(name: str, value: str) -> None:
+    """``GATEWAY_BODY_TIMEOUT_S=0`` would answer every request 408 (and a keep-alive of 0 close every connection):
+    an operator's slip that looks like an outage, so it is a one-line error at start instead."""
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({name: value})
+    assert str(e.value) == f"{name} must be a number of seconds above 0"
+    assert Settings.from_env({name: "2.5"}) is not None
