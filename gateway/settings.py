@@ -108,8 +108,9 @@ class Settings:
         _int(kw, "upstream_retries", get("UPSTREAM_RETRIES"))
         _float(kw, "upstream_retry_max_delay_s", get("UPSTREAM_RETRY_MAX_DELAY_S"))
         _int(kw, "max_body_bytes", get("MAX_BODY_BYTES"))
+        _float(kw, "body_timeout_s", get("BODY_TIMEOUT_S"))
+        _float(kw, "keep_alive_timeout_s", get("KEEP_ALIVE_TIMEOUT_S"))
         for name in ("body_timeout_s", "keep_alive_timeout_s"):  # 0 would refuse or drop every client at once
-            _float(kw, name, get(name.upper()))
             if name in kw and not float(kw[name]) > 0:  # type: ignore[arg-type]
                 raise SettingsError(f"GATEWAY_{name.upper()} must be a number of seconds above 0")
         _str(kw, "redis_url", get("REDIS_URL"))
