@@ -40,16 +40,11 @@ HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_to
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:
     """``anthropic`` and ``gemini`` always; ``openai`` when ``GATEWAY_OPENAI_BASE_URL`` is set; one more per
     OpenAI-compatible flavor that ``GATEWAY_ROUTES`` names with its own base URL."""
-    urls = {"anthropic": settings.anthropic_base_url, "gemini": settings.gemini_base_url}
-    if settings.openai_base_url:
-        urls["openai"] = settings.openai_base_url
-    for name, route in settings.router().named_upstreams().items():
-        urls[name] = route.base_url or ""
     return {
         name: Upstream(name, url, connect_timeout=settings.connect_timeout_s, read_timeout=settings.read_timeout_s,
                        retry=RetryPolicy(max(0, settings.upstream_retries),
                                          max(0.0, settings.upstream_retry_max_delay_s)))
-        for name, url in urls.items()
+        for name, url in settings.upstream_urls().items()
     }
 
 

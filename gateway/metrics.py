@@ -259,6 +259,13 @@ def bind(ex: Exchange) -> None:
         obs.exchange = ex
 
 
+def observe_upstream_tried(upstream: str) -> None:
+    """Endpoints: the upstream is being called; its name is the request's ``upstream`` label (and the access line's)
+    even when it never answers (unreachable: 502)."""
+    if (obs := logs.current.get()) is not None:
+        obs.upstream = label(upstream, UPSTREAMS)
+
+
 def observe_upstream(upstream: str, status: int) -> None:
     """Endpoints: the upstream answered (its name becomes the request's ``upstream`` label)."""
     if (obs := logs.current.get()) is not None:

@@ -26,6 +26,46 @@ class SettingsError(ValueError):
     pass
 
 
+# One line per setting (``thinkgate serve --help``; README "Configuration" says more). A test checks that every
+# field has one and that the listed variables are exactly the ones ``from_env`` reads.
+DESCRIPTIONS: dict[str, str] = {
+    "anthropic_base_url": "Anthropic upstream (claude-* models)",
+    "gemini_base_url": "Gemini upstream (gemini-* models)",
+    "openai_base_url": "default OpenAI-compatible upstream (every other model), with its version path; "
+                       "unset: such models get 400",
+    "openai_flavor": f"what that upstream is: {' | '.join(FLAVORS)}",
+    "routes": "extra routes checked first: PREFIX=anthropic|gemini|openai|FLAVOR@BASE_URL, comma-separated",
+    "connect_timeout_s": "upstream connect timeout, seconds (-> 502)",
+    "read_timeout_s": "longest silence from the upstream while reading, seconds (-> 504)",
+    "upstream_retries": "retries before the first byte (429/503/529, refused connections)",
+    "upstream_retry_max_delay_s": "longest wait before one retry, seconds (a longer retry-after is relayed)",
+    "max_body_bytes": "larger request bodies get 413",
+    "body_timeout_s": "seconds a client may take to send its request body (-> 408)",
+    "keep_alive_timeout_s": "idle client connections are closed after this many seconds",
+    "redis_url": "redis://, rediss://, redis+cluster://, redis+sentinel://; unset: embedded store (one process)",
+    "secret": "HMAC key of tenant prefixes, at least 32 bytes; required with GATEWAY_REDIS_URL",
+    "previous_secret": "the secret before a rotation (its conversations continue)",
+    "state_ttl_seconds": "lifetime of conversation records, refreshed on use",
+    "state_max_turns": "turns kept per conversation (oldest trimmed)",
+    "tenant_storage_mb": "MiB one tenant may record per TTL window; 0 = no budget",
+    "max_prompt_kb": "KiB (stored) above which a turn is recorded without its prompt; 0 = no cap",
+    "store_timeout_ms": "time Redis has to answer one round trip, ms",
+    "decoded_turn_cache": "decoded stored turns each worker keeps (LRU); 0 = off",
+    "load_cache_mb": "MiB of loaded conversations each worker keeps (LRU); 0 = off",
+    "replay_memo_mb": "MiB of decoded histories each worker keeps (LRU); 0 = off",
+    "continuations_off": f"benchmarks only: switch off {', '.join(sorted(CONTINUATIONS))} (comma-separated)",
+    "state_machine_enabled": "record turns and repair replays from the records (the sanitizer always runs)",
+    "unverifiable_thinking": "drop | text: what happens to thinking that cannot be verified",
+    "fix_thinking_params": "repair request parameters that thinking forbids",
+    "drop_unsupported_params": "false: 400 for chat parameters the upstream cannot honour; true: drop them",
+    "gemini_signature_bypass": f"dummy Gemini thoughtSignature: {' | '.join(BYPASS_VALUES)} | {BYPASS_OFF}",
+    "log_level": " | ".join(LOG_LEVELS),
+    "log_format": "text | json (one JSON object per line)",
+    "drain_timeout_s": "after SIGTERM: longest wait for requests in flight, seconds",
+    "drain_delay_s": "after SIGTERM: seconds to keep accepting (readiness false) before closing the listener",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     anthropic_base_url: str = "https://api.anthropic.com"
@@ -62,6 +102,38 @@ class Settings:
     log_format: Literal["json", "text"] = "text"
     drain_timeout_s: float = 30.0  # after SIGTERM: longest wait for requests in flight
     drain_delay_s: float = 0.0     # after SIGTERM: keep accepting (readiness false) before closing the listener
+
+    @staticmethod
+    def env_name(field_name: str) -> str:
+        """The environment variable a field is read from (``redis_url`` -> ``GATEWAY_REDIS_URL``)."""
+        return "GATEWAY_" + field_name.upper()
+
+    @classmethod
+    def reference(cls) -> list[tuple[str, str, str]]:
+        """(variable, default, meaning) for every setting, in field order: what ``thinkgate serve --help`` lists."""
+        out = []
+        for f in fields(cls):
+            default = f.default
+            if f.name == "secret":
+                shown = "built-in dev value"
+            elif default is None or default == "" or default == frozenset():
+                shown = "unset"
+            elif isinstance(default, bool):
+                shown = str(default).lower()
+            else:
+                shown = str(default)
+            out.append((cls.env_name(f.name), shown, DESCRIPTIONS[f.name]))
+        return out
+
+    def upstream_urls(self) -> dict[str, str]:
+        """Upstream name -> base URL: ``anthropic`` and ``gemini`` always, ``openai`` when
+        ``GATEWAY_OPENAI_BASE_URL`` is set, one more per OpenAI-compatible flavor ``GATEWAY_ROUTES`` names."""
+        urls = {"anthropic": self.anthropic_base_url, "gemini": self.gemini_base_url}
+        if self.openai_base_url:
+            urls["openai"] = self.openai_base_url
+        for name, route in self.router().named_upstreams().items():
+            urls[name] = route.base_url or ""
+        return urls
 
     def __repr__(self) -> str:  # secrets never appear, whatever dataclass does
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -34,6 +35,14 @@ class UpstreamConnectError(GatewayError):
 
 class UpstreamTimeout(GatewayError):
     pass
+
+
+def display_url(url: str) -> str:
+    """A base URL as logs and error messages show it: scheme, host, port and path; user info and query (where a
+    key could hide) left out."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else url.split("?", 1)[0]
 
 
 def forward_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -105,6 +114,7 @@ class Upstream:
         self.name = name
         self.retry = retry or RetryPolicy()
         self.base_url = base_url.rstrip("/")
+        self.shown_url = display_url(self.base_url)
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._limit = limit
@@ -123,6 +133,15 @@ class Upstream:
             await self._session.close()
             self._session = None
 
+    def _unreachable(self, e: Exception) -> UpstreamConnectError:
+        """502 naming the upstream, its base URL and why (``Connection refused``, a DNS failure): what an operator
+        needs to fix a wrong ``GATEWAY_*_BASE_URL``. The reason is the OS's, never request content."""
+        reason = type(e).__name__
+        os_error = getattr(e, "os_error", None) or (e if isinstance(e, OSError) else None)
+        if isinstance(os_error, OSError) and os_error.strerror:
+            reason += f" ({os_error.strerror})"
+        return UpstreamConnectError(502, f"could not reach upstream {self.name} at {self.shown_url}: {reason}")
+
     async def post(self, path: str, body: bytes, headers: Mapping[str, str],
                    query: str = "") -> UpstreamResponse:
         if self._session is None:
@@ -137,26 +156,24 @@ class Upstream:
             try:
                 resp = await self._session.post(url, data=body, headers=hdrs)
             except TimeoutError as e:
-                raise UpstreamTimeout(504, f"upstream {self.name} timed out") from e
+                raise UpstreamTimeout(504, f"upstream {self.name} at {self.shown_url} timed out") from e
             except aiohttp.ClientConnectorError as e:  # nothing was sent: safe to try again
                 wait = self.retry.delay(attempt, None, {})
                 if wait is None:
-                    raise UpstreamConnectError(502, f"could not reach upstream {self.name}: "
-                                                    f"{type(e).__name__}") from e
+                    raise self._unreachable(e) from e
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                 # The connection went away before any answer: almost always a pooled keep-alive connection the
                 # upstream closed just as this request went out on it (the upstream's idle timeout racing ours).
                 # Sent again once on a fresh connection, as the official SDKs do for a connection error.
                 if resent:
-                    raise UpstreamConnectError(502, f"could not reach upstream {self.name}: "
-                                                    f"{type(e).__name__}") from e
+                    raise self._unreachable(e) from e
                 resent = True
                 log.info("upstream %s: connection closed before an answer (%s); sent again", self.name,
                          type(e).__name__)
                 await asyncio.sleep(0)  # (lets the loop see other pooled connections the upstream closed)
                 continue
             except aiohttp.ClientError as e:
-                raise UpstreamConnectError(502, f"could not reach upstream {self.name}: {type(e).__name__}") from e
+                raise self._unreachable(e) from e
             else:
                 out = forward_response_headers(resp.headers)
                 if resp.status in RETRYABLE_STATUSES and "retry-after" not in out:

@@ -49,6 +49,34 @@ def check_store_url(url: str) -> None:
                          "redis+sentinel:// or nothing for in-memory)")
 
 
+def describe_store(url: str | None) -> str:
+    """The store a URL names, for the startup banner: backend, scheme, hosts, port, db, user; never the password
+    (``password=<redacted>`` when there is one)."""
+    if not url:
+        return "backend=memory (embedded, this process only)"
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    path = [p for p in parts.path.split("/") if p]
+    fields: dict[str, str] = {"scheme": parts.scheme}
+    if parts.scheme == "redis+sentinel":
+        fields = {"backend": "redis-sentinel", **fields, "sentinels": hosts,
+                  "service": path[0] if path else "?", "db": path[1] if len(path) > 1 else "0"}
+    elif parts.scheme in _CLUSTER_SCHEMES:
+        fields = {"backend": "redis-cluster", **fields, "nodes": hosts}
+    else:
+        try:
+            port = str(parts.port or 6379)
+        except ValueError:
+            port = "?"
+        fields = {"backend": "redis", **fields, "host": parts.hostname or "localhost", "port": port,
+                  "db": path[0] if path else "0"}
+    if parts.username:
+        fields["user"] = unquote(parts.username)
+    if parts.password:
+        fields["password"] = "<redacted>"
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
 DEFAULT_TIMEOUT_MS = 250  # GATEWAY_STORE_TIMEOUT_MS: Redis's time to answer a round trip once written
 
 

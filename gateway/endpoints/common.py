@@ -114,6 +114,7 @@ async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, hea
     """Post ``ex.outgoing`` to ``upstream``; the answer's body, read, unless it is the stream the client asked for
     (status 200, ``text/event-stream``): then None, and ``stream_answer`` relays it."""
     up = gw.upstreams[upstream]
+    metrics.observe_upstream_tried(up.name)
     resp = await up.post(path, ex.outgoing, headers, query)
     metrics.observe_upstream(up.name, resp.status)
     if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):

@@ -14,6 +14,7 @@ async def count_tokens(request: HTTPRequest) -> Response:
     gw = gateway_of(request)
     ex = await exchange_from(request, surfaces.COUNT_TOKENS)
     pipeline.parse_json(ex.raw_body)  # reject non-JSON early, in the client's dialect
+    metrics.observe_upstream_tried("anthropic")
     resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", ex.raw_body,
                                                 forward_request_headers(ex.headers), ex.query)
     body = await resp.read()

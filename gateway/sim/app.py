@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -66,6 +67,9 @@ class SimConfig:
     bound_models: tuple[str, ...] = DEFAULT_BOUND_MODELS
     # False: an account created before 2026-08-31, where the prefix check is not enforced by default
     binding_enforced: bool = True
+    # tool rounds for a conversation whose first user message has no [[sim:tools=N]] marker, when the request
+    # declares tools (``thinkgate sim --tools N``): a first tool loop against the simulator calls its tools
+    tools: int = 0
 
 
 @dataclass
@@ -199,7 +203,8 @@ def create_sim_app(config: SimConfig) -> Starlette:
             state.stats.rejections[str(outcome.rule)] += 1
             return _error(400, outcome.message, rid, "invalid_request_error")
         state.stats.accepted += 1
-        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome)
+        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome,
+                           default_tools=config.tools)
         state.remember(conversation, minted_tokens(reply.message))
         return await _respond(state, reply, bool(body.get("stream")), rid)
 
@@ -338,6 +343,9 @@ def run_sim(host: str, port: int, config: SimConfig) -> None:
     hconfig = Config()
     hconfig.bind = [f"{host}:{port}"]
     hconfig.accesslog = None
+    # hypercorn's own "-" error log adds a handler of its own and still propagates to the root logger's: every
+    # line (its "Running on ...") came out twice. Through the logger alone, it comes out once, as configured.
+    hconfig.errorlog = logging.getLogger("hypercorn.error")
     hconfig.graceful_timeout = 0.5
     app = create_sim_app(config)
 

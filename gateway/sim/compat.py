@@ -47,7 +47,7 @@ from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
 from gateway.sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
-from gateway.sim.scenarios import _tool_input, parse_scenario, thinking_text
+from gateway.sim.scenarios import _tool_input, parse_scenario, scenario_of, thinking_text
 from gateway.sim.signing import model_family
 
 GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
@@ -224,11 +224,12 @@ def _first_user_text(msgs: Any) -> str:
     return ""
 
 
-def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner) -> tuple[dict[str, Any], str]:
-    """(the assistant message, finish_reason)."""
+def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner,
+         default_tools: int = 0) -> tuple[dict[str, Any], str]:
+    """(the assistant message, finish_reason); ``default_tools``: ``scenarios.scenario_of``."""
     msgs: list[dict[str, Any]] = body["messages"]
     model: str = body["model"]
-    scenario = parse_scenario(_first_user_text(msgs))
+    scenario = scenario_of(body, _first_user_text(msgs), default_tools)
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
     round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and _calls(m))
     key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
@@ -349,7 +350,7 @@ def compat_routes(state: Any) -> list[Route]:
                 state.stats.rejections[f"compat-{bad[2]}"] += 1
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
-            msg, finish = plan(profile, body, minter, state.gemini_signer)
+            msg, finish = plan(profile, body, minter, state.gemini_signer, state.config.tools)
             state.remember(conv, minted_tokens(msg))
             base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}
             if not body.get("stream"):

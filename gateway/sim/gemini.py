@@ -44,7 +44,7 @@ from gateway.sim.gemini_rules import (
     turn_start,
 )
 from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import _tool_input, new_id, parse_scenario, thinking_text
+from gateway.sim.scenarios import _tool_input, new_id, parse_scenario, scenario_of, thinking_text
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -123,10 +123,12 @@ def tool_round(contents: list[dict[str, Any]]) -> int:
     return sum(1 for c in contents[turn_start(contents):] if c.get("role") == "model" and calls_of(c))
 
 
-def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str) -> list[dict[str, Any]]:
-    """The answer's parts (signatures minted) for a request that passed validation."""
+def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str,
+               default_tools: int = 0) -> list[dict[str, Any]]:
+    """The answer's parts (signatures minted) for a request that passed validation; ``default_tools``:
+    ``scenarios.scenario_of``."""
     contents: list[dict[str, Any]] = body["contents"]
-    scenario = parse_scenario(first_user_text(contents))
+    scenario = scenario_of(body, first_user_text(contents), default_tools)
     round_ = tool_round(contents)
     turn = sum(1 for k in range(len(contents)) if turn_start(contents[:k + 1]) == k + 1)
     cfg = thinking_config(body) or {}
@@ -238,7 +240,7 @@ def gemini_routes(state: Any) -> list[Route]:
             if kind == "ratelimit":
                 return _json(429, rate_limited(profile, model, scenario.fault.value))  # type: ignore[union-attr]
             rid = new_id("")[:22]
-            full = response_body(plan_parts(body, model, signer, rid), model, rid, body)
+            full = response_body(plan_parts(body, model, signer, rid, state.config.tools), model, rid, body)
             state.remember(conv, minted_tokens(full["candidates"][0]["content"]["parts"]))
             if action == "generateContent":
                 if kind == "drop":

@@ -49,6 +49,21 @@ MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
 FAULT_KINDS = frozenset({"overloaded", "midstream", "slow", "drop", "ratelimit"})
 DEFAULT_TOOL = "get_weather"
 
+# (marker, what it does): ``thinkgate sim --help`` lists these (README "Try it locally" too; a test compares them).
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("[[sim:tools=N]]", "N tool rounds, then a final text answer (default 0, or sim --tools when the request "
+                        "declares tools)"),
+    ("[[sim:parallel=K]]", "each tool round calls K tools in one assistant message (default 1)"),
+    ("[[sim:redacted]]", "a redacted_thinking block follows the thinking block"),
+    ("[[sim:hold]]", "a streamed reply pauses after its first content delta until POST /_sim/release (or 10 s)"),
+    ("[[sim:fault=KIND]]", "overloaded (529), midstream (an error event after 200), slow:MS (first byte after MS "
+                           "ms), drop (connection closed mid-body), ratelimit:S (429 with retry-after: S)"),
+    ("[[sim:fault_round=R]]", "inject the fault in tool round R only"),
+    ("[[sim:fault_times=N]]", "inject the fault in the first N requests of a conversation and round only"),
+    ("[[sim:conv=NAME]]", "name the conversation: thinking carries it, and /_sim/stats counts requests that carry "
+                          "another conversation's content"),
+)
+
 _MARKER = re.compile(r"\[\[sim:([a-z_]+)(?:=([^\]]*))?\]\]")
 _BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
 _WORDS = ("amber", "basalt", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo", "juniper",
@@ -96,9 +111,10 @@ def _int(value: str | None, default: int, low: int = 0) -> int:
         return default
 
 
-def parse_scenario(text: str) -> Scenario:
-    """The scenario the markers in ``text`` ask for (unknown markers are ignored)."""
-    tools, parallel, redacted, hold = 0, 1, MAGIC_REDACTED in text, False
+def parse_scenario(text: str, default_tools: int = 0) -> Scenario:
+    """The scenario the markers in ``text`` ask for (unknown markers are ignored); ``default_tools``: the tool
+    rounds without a ``[[sim:tools=N]]`` marker (``SimConfig.tools``, for requests that declare tools)."""
+    tools, parallel, redacted, hold = default_tools, 1, MAGIC_REDACTED in text, False
     fault: Fault | None = None
     fault_round: int | None = None
     fault_times: int | None = None
@@ -123,6 +139,12 @@ def parse_scenario(text: str) -> Scenario:
         elif name == "conv" and conv is None and NAME.fullmatch(value):
             conv = value
     return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv)
+
+
+def scenario_of(body: dict[str, Any], text: str, default_tools: int) -> Scenario:
+    """The scenario of a request whose first user message is ``text``: ``default_tools`` rounds apply only when
+    the request declares tools (a model calls no tool it was not given)."""
+    return parse_scenario(text, default_tools if body.get("tools") else 0)
 
 
 def conversation_key(body: dict[str, Any]) -> str:
@@ -195,11 +217,12 @@ def estimate_tokens(obj: object) -> int:
 
 
 def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
-               interleaved: bool | None = None, bound: Outcome | None = None) -> Reply:
+               interleaved: bool | None = None, bound: Outcome | None = None, default_tools: int = 0) -> Reply:
     """Plan the answer to a request that passed validation. ``bound``: the model binds its blocks
-    (``binding.check_binding``'s outcome): they are minted with their prefix record."""
+    (``binding.check_binding``'s outcome): they are minted with their prefix record. ``default_tools``:
+    ``scenario_of``."""
     msgs = view(body["messages"])
-    scenario = parse_scenario(first_user_text(body["messages"]))
+    scenario = scenario_of(body, first_user_text(body["messages"]), default_tools)
     round_ = tool_round(msgs)
     key = conversation_key(body)
     mode = thinking_mode(body, bound is not None)
