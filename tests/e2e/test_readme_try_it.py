@@ -1,0 +1,135 @@
+"""README "Try it locally", run as written: its first block starts ``thinkgate sim`` and ``thinkgate serve`` (the
+ports swapped for free ones), then every family's ``curl`` block is run through ``bash`` against them. Each answer
+must be that family's answer with a tool call (``sim --tools 1``, no marker), and the gateway's access lines must
+name every upstream the recipe routes to."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.routing import FLAVORS, KINDS
+from tests.process_fixtures import ServerProcess, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# the README's label of each family's block -> (the upstream its access line names, how its answer shows a call)
+FAMILIES = {"Anthropic": "anthropic", "Gemini": "gemini", "OpenRouter-style": "openai",
+            "Copilot-style": "copilot", "DeepSeek-style": "deepseek"}
+
+pytestmark = [pytest.mark.process,
+              pytest.mark.skipif(shutil.which("curl") is None, reason="the recipe calls curl")]
+
+
+def section(name: str) -> str:
+    text = README.read_text()
+    m = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, re.S)
+    assert m, f"README has no {name} section"
+    return m[1]
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(the first word of the paragraph before it, the code) for every ```sh block."""
+    out, end = [], 0
+    for m in re.finditer(r"```sh\n(.*?)```", text, re.S):
+        paragraphs = [p for p in text[end:m.start()].split("\n\n") if p.strip()]
+        out.append((paragraphs[-1].split()[0] if paragraphs else "", m[1]))
+        end = m.end()
+    return out
+
+
+def commands(code: str) -> list[str]:
+    """Shell commands, backslash continuations joined."""
+    return [c.strip() for c in code.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def wait_ready(sp: ServerProcess, path: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if sp.proc.poll() is not None:
+            raise RuntimeError(f"{sp.name} exited ({sp.proc.returncode}):\n{sp.log()}")
+        try:
+            if httpx.get(sp.url + path, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{sp.name} not ready in {timeout}s:\n{sp.log()}")
+        time.sleep(0.05)  # polling a starting process's port: there is no event to await
+
+
+@pytest.fixture
+def recipe() -> Iterator[tuple[dict[str, str], list[tuple[str, str]], ServerProcess]]:
+    found = blocks(section("try-it"))
+    ports = {"8090": str(free_port()), "8080": str(free_port())}
+
+    def local(code: str) -> str:
+        return re.sub(r"\b(8090|8080)\b", lambda m: ports[m[1]], code)
+
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONUNBUFFERED="1")
+    started: list[ServerProcess] = []
+    try:
+        start = commands(local(found[0][1]))
+        assert [c.split()[0:2] for c in start if not c.startswith("GATEWAY_")] == [["thinkgate", "sim"]]
+        for cmd in start:
+            assert cmd.endswith("&"), f"the start block runs its servers in the background: {cmd!r}"
+            name = "sim" if " sim " in cmd else "gateway"
+            port = int(re.search(r"--port (\d+)", cmd)[1])  # type: ignore[index]
+            fd, log_path = tempfile.mkstemp(prefix=f"thinkgate-readme-{name}-", suffix=".log")
+            with os.fdopen(fd, "wb") as logf:
+                assigns, program = re.fullmatch(r"((?:\w+=\S+\s+)*)(.*)", cmd.removesuffix("&").strip()).groups()  # type: ignore[union-attr]
+                proc = subprocess.Popen(["bash", "-c", f"{assigns}exec {program}"], env=env,  # its pid is the server's
+                                        stdout=logf, stderr=subprocess.STDOUT)
+            started.append(ServerProcess(name, port, proc, log_path))
+        sim, gateway = started
+        wait_ready(sim, "/_sim/stats")
+        wait_ready(gateway, "/readyz")
+        yield env, [(label, local(code)) for label, code in found[1:]], gateway
+    finally:
+        for sp in started:
+            sp.stop()
+            os.unlink(sp.log_path)
+
+
+def tool_call(family: str, answer: dict[str, Any]) -> str | None:
+    """The name of the first tool the answer calls, in the family's own shape."""
+    if family == "Anthropic":
+        return next((b["name"] for b in answer["content"] if b["type"] == "tool_use"), None)
+    if family == "Gemini":
+        parts = answer["candidates"][0]["content"]["parts"]
+        return next((p["functionCall"]["name"] for p in parts if "functionCall" in p), None)
+    calls = answer["choices"][0]["message"].get("tool_calls") or []
+    return calls[0]["function"]["name"] if calls else None
+
+
+def test_readme_try_it_recipe_runs_for_every_upstream_family(recipe: Any) -> None:
+    env, calls, gateway = recipe
+    labels = [label for label, _ in calls]
+    assert labels == list(FAMILIES), labels
+    # every upstream kind and every OpenAI-compatible flavor but the generic one has its recipe
+    assert set(FAMILIES.values()) - {"openai"} | {"openrouter"} == set(KINDS) - {"openai"} | set(FLAVORS) - {"generic"}
+    for label, code in calls:
+        done = subprocess.run(["bash", "-c", code], env=env, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, (label, done.stderr)
+        answer = json.loads(done.stdout)
+        assert "error" not in answer, (label, answer)
+        assert tool_call(label, answer) == "get_weather", (label, answer)
+    upstreams = re.findall(r"thinkgate\.access request .* upstream=(\w+) upstream_status=200 status=200",
+                           gateway.log())
+    assert upstreams == list(FAMILIES.values()), gateway.log()
+    banner = next(line for line in gateway.log().splitlines() if "starting thinkgate" in line)
+    for url in ("/openrouter/api/v1", "/copilot", "/deepseek/v1"):
+        assert url in banner
