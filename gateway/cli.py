@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="thinkgate", description="LLM API gateway that keeps thinking valid",
                                 formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"thinkgate {version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,sim,demo}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,sim,demo}",
+                           help="`thinkgate COMMAND --help` says more")
     s = sub.add_parser("serve", help="run the gateway", formatter_class=_Formatter, epilog=settings_epilog(),
                        description=_wrap("Run the gateway (hypercorn). Configured by the GATEWAY_* environment "
                                    "variables below."))
