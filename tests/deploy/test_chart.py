@@ -248,10 +248,12 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
     assert settings.secret and settings.secret != "thinkgate-dev-secret"
 
 
-## Set by the Deployment from the Secret (or from redis.url / bundledRedis), not by the ConfigMap.
-FROM_SECRET_OR_REDIS = {"SECRET", "PREVIOUS_SECRET", "REDIS_URL"}
-## Benchmark switches, never set in a deployment (bench/continuations.py).
-BENCH_ONLY = {"CONTINUATIONS_OFF"}
+## Set by the Deployment from the Secret (or from redis.url / bundledRedis), not by the ConfigMap: the values
+## that set them.
+FROM_SECRET_OR_REDIS = {"SECRET": {"auth": {"secret": "from-a-value-0123456789abcdef0123456789"}},
+                        "PREVIOUS_SECRET": {"auth": {**SECRET["auth"],
+                                                     "previousSecret": "the-previous-one-0123456789abcdef0123"}},
+                        "REDIS_URL": {"redis": {"url": "redis://redis.example:6379/0"}}}
 ## Where the chart's defaults deliberately differ from the gateway's: JSON lines for log collectors,
 ## a drain that covers endpoint removal and long streams (terminationGracePeriodSeconds is 150).
 CHART_DEFAULTS = {"log_format": "json", "drain_delay_s": 10.0, "drain_timeout_s": 120.0}
@@ -270,10 +272,35 @@ def test_chart_sets_every_gateway_setting_with_the_gateways_defaults() -> None:
     Secret), and the chart's defaults are the gateway's, apart from the documented CHART_DEFAULTS."""
     known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
     config = one(render(SECRET), "ConfigMap")["data"]
-    assert {k.removeprefix("GATEWAY_") for k in config} == known - FROM_SECRET_OR_REDIS - BENCH_ONLY
+    assert {k.removeprefix("GATEWAY_") for k in config} == known - set(FROM_SECRET_OR_REDIS)
     assert Settings.from_env(config) == dataclasses.replace(Settings(), **CHART_DEFAULTS)
+    # every ConfigMap key comes from a gateway value the schema describes
+    template = (CHART / "templates" / "configmap.yaml").read_text()
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["gateway"]["properties"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]
+    for key, value in re.findall(r"^  (GATEWAY_[A-Z0-9_]+): \{\{ \.(\w+) ", template, re.M):
+        assert value in schema and value in values, f"{key}: gateway.{value} is not a documented value"
+    assert len(re.findall(r"^  GATEWAY_", template, re.M)) == len(config)
+    # the others are set by values too
+    for name, values_for in FROM_SECRET_OR_REDIS.items():
+        env = container_env_resolved(render({**SECRET, **values_for}))
+        assert env.get("GATEWAY_" + name), f"GATEWAY_{name} is not set by {values_for}"
     assert config["GATEWAY_GEMINI_SIGNATURE_BYPASS"] == "skip_thought_signature_validator"
     assert config["GATEWAY_FIX_THINKING_PARAMS"] == "true"
+
+
+def container_env_resolved(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """The container's environment with secretKeyRefs read from the chart's own Secret."""
+    ctr = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = dict(one(rendered, "ConfigMap")["data"])
+    for var in ctr["env"]:
+        if "valueFrom" in var:
+            value = _secret_values(rendered, var["valueFrom"]["secretKeyRef"])
+            if value is not None:
+                env[var["name"]] = value
+        else:
+            env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], ""), var["value"])
+    return env
 
 
 @pytest.mark.parametrize("bypass", ["off", "context_engineering_is_the_way_to_go"])
@@ -283,7 +310,7 @@ def test_gateway_values_reach_the_container(bypass: str) -> None:
         "geminiBaseUrl": "https://gemini.example.com", "openaiBaseUrl": "https://openrouter.ai/api/v1",
         "openaiFlavor": "openrouter", "routes": "deepseek-=deepseek@https://api.deepseek.com/v1",
         "upstreamRetries": 2, "upstreamRetryMaxDelaySeconds": 2.5, "decodedTurnCache": 0,
-        "loadCacheMb": 0, "replayMemoMb": 8,
+        "loadCacheMb": 0, "replayMemoMb": 8, "continuationsOff": "splice, carried_repair",
     }
     settings = Settings.from_env(container_env(render({"gateway": overrides, **SECRET})))
     assert settings.gemini_signature_bypass == bypass and settings.fix_thinking_params is False
@@ -293,6 +320,7 @@ def test_gateway_values_reach_the_container(bypass: str) -> None:
     assert settings.routes == overrides["routes"] and settings.router()
     assert (settings.upstream_retries, settings.upstream_retry_max_delay_s, settings.decoded_turn_cache) == (2, 2.5, 0)
     assert (settings.load_cache_mb, settings.replay_memo_mb) == (0, 8)
+    assert settings.continuations_off == {"splice", "carried_repair"}
 
 
 def test_values_schema_rejects_settings_the_gateway_refuses() -> None:
@@ -300,7 +328,8 @@ def test_values_schema_rejects_settings_the_gateway_refuses() -> None:
     assert tuple(gateway["openaiFlavor"]["enum"]) == FLAVORS
     assert tuple(gateway["geminiSignatureBypass"]["enum"]) == (*BYPASS_VALUES, BYPASS_OFF)
     for bad in ({"geminiSignatureBypass": "none"}, {"openaiFlavor": "azure"}, {"openaiBaseUrl": "openrouter.ai"},
-                {"upstreamRetries": -1}, {"decodedTurnCache": -1}, {"replayMemoMb": -1}, {"fixThinkingParams": "yes"}):
+                {"upstreamRetries": -1}, {"decodedTurnCache": -1}, {"replayMemoMb": -1}, {"fixThinkingParams": "yes"},
+                {"continuationsOff": "splice,cache"}):
         with pytest.raises(helm.HelmValuesError):
             render({"gateway": bad, **SECRET})
 
@@ -315,7 +344,24 @@ def kinds(rendered: dict[str, list[dict[str, Any]]]) -> set[str]:
 def test_optional_features_default_off() -> None:
     rendered = render(SECRET)
     assert kinds(rendered) == {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount", "Pod"}
-    assert one(rendered, "Deployment")["spec"]["replicas"] == 2
+    assert one(rendered, "Deployment")["spec"]["replicas"] == 1  # no shared store by default: one pod
+
+
+@pytest.mark.parametrize("values", [
+    {"replicaCount": 2},
+    {"autoscaling": {"enabled": True}},
+    {"autoscaling": {"enabled": True, "minReplicas": 1}},
+], ids=["replicas", "hpa", "hpa-min-1"])
+def test_no_replicas_without_a_shared_store_unless_accepted(values: dict[str, Any]) -> None:
+    """Pods with embedded stores each keep their own records: a conversation whose requests land on different
+    pods loses its thinking. The chart refuses to render that unless the operator says so."""
+    with pytest.raises(helm.HelmRenderError, match=r"without a shared store.*allowEmbeddedStoreWithReplicas"):
+        render({**SECRET, **values})
+    accepted = render_text({**SECRET, **values, "allowEmbeddedStoreWithReplicas": True})
+    assert "WARNING: no shared store" in accepted["thinkgate/templates/NOTES.txt"]
+    for store in ({"redis": {"url": "redis://redis.example:6379/0"}}, {"bundledRedis": {"enabled": True}}):
+        assert "Deployment" in kinds(render({**SECRET, **values, **store}))
+    assert "NOTE: one pod with its embedded store" in render_text(SECRET)["thinkgate/templates/NOTES.txt"]
 
 
 def test_autoscaling_and_pdb() -> None:

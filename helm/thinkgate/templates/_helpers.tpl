@@ -146,6 +146,13 @@ Checks that fail the render with a clear message.
 {{- if and .Values.redis.existingSecretPassword (not .Values.auth.existingSecret) }}
 {{- fail "redis.existingSecretPassword needs auth.existingSecret" }}
 {{- end }}
+{{- if and (not (or .Values.redis.url .Values.bundledRedis.enabled)) (not .Values.allowEmbeddedStoreWithReplicas) }}
+{{- if .Values.autoscaling.enabled }}
+{{- fail "autoscaling.enabled without a shared store (redis.url empty, bundledRedis disabled): every pod would keep its own embedded store and a conversation whose requests land on different pods loses its thinking. Set redis.url or bundledRedis.enabled, or allowEmbeddedStoreWithReplicas: true to accept it" }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "replicaCount %v without a shared store (redis.url empty, bundledRedis disabled): every pod would keep its own embedded store and a conversation whose requests land on different pods loses its thinking. Set redis.url or bundledRedis.enabled, or allowEmbeddedStoreWithReplicas: true to accept it" .Values.replicaCount) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
