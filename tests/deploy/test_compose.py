@@ -184,3 +184,49 @@ def test_promtool_accepts_the_scrape_configuration() -> None:
     done = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def env_file(path: Path) -> dict[str, str]:
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))  # type: ignore[misc]
+
+
+def upstream_families() -> dict[str, str]:
+    """Every family of upstream thinkgate calls (``gateway.dialects``: its upstream kinds, the OpenAI-compatible one
+    once per flavor but the generic one) -> a model the compose routing sends there."""
+    from gateway.dialects import UPSTREAM_DIALECTS
+    from gateway.routing import FLAVORS
+
+    families = [k for k in UPSTREAM_DIALECTS if k != "openai"] + [f for f in FLAVORS if f != "generic"]
+    models = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview", "openrouter": "x-ai/grok-4",
+              "copilot": "gpt-5", "deepseek": "deepseek-reasoner"}
+    assert set(families) == set(models), "a new upstream family: wire it in deploy/compose.yaml and here"
+    return models
+
+
+@pytest.mark.parametrize("with_sim", [False, True], ids=["real-upstreams", "sim-env-file"])
+def test_compose_wires_every_upstream_family(compose: dict[str, Any], with_sim: bool) -> None:
+    """Each family's model routes to an upstream of that family; with deploy/sim.env every one is the compose
+    simulator, at a path the simulator serves; without it, the public service."""
+    from gateway.sim.app import SimConfig, create_sim_app
+
+    svc = compose["services"][GATEWAYS[0]]
+    env_vars = {"THINKGATE_SECRET": "s3cret" * 6, **(env_file(DEPLOY / "sim.env") if with_sim else {})}
+    settings = Settings.from_env({k: interpolate(str(v), env_vars) for k, v in svc["environment"].items()})
+    router, urls = settings.router(), settings.upstream_urls()
+    sim = compose["services"]["sim"]
+    sim_paths = {route.path for route in create_sim_app(SimConfig()).routes}  # type: ignore[attr-defined]
+    for family, model in upstream_families().items():
+        caps = router.caps_for(model)
+        assert (caps.kind if caps.kind != "openai" else caps.flavor) == family, (family, caps)
+        url = urls[caps.upstream]
+        if with_sim:
+            prefix = f"http://sim:{service_port(sim)}"
+            assert url.startswith(prefix), (family, url)
+            path = url.removeprefix(prefix)
+            served = {"anthropic": path + "/v1/messages", "gemini": path + "/v1beta/models/{rest:path}"}.get(
+                family, path + "/chat/completions")
+            assert served in sim_paths, (family, served)
+        else:
+            assert url.startswith("https://") and "sim" not in url, (family, url)
+    assert "--tools" in sim["command"]  # a first tool loop against the simulator calls its tools
