@@ -60,6 +60,13 @@ def test_serve_help_lists_every_setting_settings_py_reads(capsys: pytest.Capture
             assert shown == (str(value).lower() if isinstance(value, bool) else str(value)), line
 
 
+def test_readme_configuration_table_lists_every_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `(GATEWAY_[A-Z0-9_]+)` \|", table, re.M))
+    assert documented == READ_BY_SETTINGS
+
+
 def test_every_setting_the_help_lists_is_one_from_env_reads() -> None:
     """The variable names come from the fields; each must be the one ``from_env`` reads for that field."""
     for f in dataclasses.fields(Settings):
