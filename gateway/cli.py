@@ -79,6 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("thinkgate").info(
         "starting thinkgate %s on http://%s:%s (%d worker(s)); store: %s; upstreams: %s; %r", version(),
         args.host, args.port, args.workers, store, upstreams, settings)
+    if args.workers > 1 and settings.state_machine_enabled and not settings.redis_url:
+        logging.getLogger("thinkgate").warning(
+            "%d workers without GATEWAY_REDIS_URL: each worker keeps its own embedded store, so a conversation "
+            "whose requests reach different workers loses its recorded thinking there; set GATEWAY_REDIS_URL",
+            args.workers)
     from gateway.server import serve_gateway
 
     with metrics.multiprocess_dir(args.workers):  # before the workers spawn; removed after

@@ -62,6 +62,7 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
     assert match, gw.log()
     mp_dir = match[1]
     assert os.path.isdir(mp_dir)
+    assert "2 workers without GATEWAY_REDIS_URL: each worker keeps its own embedded store" in gw.log()
 
     served = 0
     while served < 400:  # until both workers answered some requests
