@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal
 
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
@@ -113,7 +113,7 @@ class Settings:
         """(variable, default, meaning) for every setting, in field order: what ``thinkgate serve --help`` lists."""
         out = []
         for f in fields(cls):
-            default = f.default
+            default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
             if f.name == "secret":
                 shown = "built-in dev value"
             elif default is None or default == "" or default == frozenset():
@@ -122,7 +122,7 @@ class Settings:
                 shown = str(default).lower()
             else:
                 shown = str(default)
-            out.append((cls.env_name(f.name), shown, DESCRIPTIONS[f.name]))
+            out.append((cls.env_name(f.name), shown, DESCRIPTIONS.get(f.name, "")))  # (a test: every field has one)
         return out
 
     def upstream_urls(self) -> dict[str, str]:
