@@ -1,23 +1,9 @@
 """Deterministic scripted replies, chosen by markers in the FIRST user message.
 
-Markers (any combination, anywhere in the first user message's text):
-
-* ``[[sim:tools=N]]``     N tool rounds, then a final text answer (default 0).
-* ``[[sim:parallel=K]]``  each tool round calls K tools in one assistant message (default 1).
-* ``[[sim:redacted]]``    a ``redacted_thinking`` block follows the thinking block (also
-  triggered by Anthropic's documented magic string).
-* ``[[sim:hold]]``        streamed replies pause after the first content delta until
-  ``POST /_sim/release`` (or 10 s).
-* ``[[sim:fault=overloaded]]`` HTTP 529; ``[[sim:fault=midstream]]`` HTTP 200 then an
-  ``error`` event; ``[[sim:fault=slow:MS]]`` first byte after MS ms;
-  ``[[sim:fault=drop]]`` connection closed mid-body; ``[[sim:fault=ratelimit:S]]``
-  HTTP 429 with ``retry-after: S``.
-* ``[[sim:fault_round=R]]`` only inject the fault in tool round R (default: every round);
-  ``[[sim:fault_times=N]]`` only for the first N requests of a conversation and round
-  (counted by the app; default: always).
-* ``[[sim:conv=NAME]]``   the request belongs to conversation NAME (``[A-Za-z0-9_-]{1,64}``): thinking
-  texts carry the line ``conversation NAME`` and the app's ``oracle`` flags requests that carry
-  another conversation's content (every flavor: Anthropic, Gemini, OpenAI-compatible).
+Markers (any combination, anywhere in the first user message's text) are listed in ``MARKERS`` below, the one
+list ``thinkgate sim --help`` and README show (e.g. ``[[sim:tools=N]]``: N tool rounds, then a final text answer;
+``[[sim:fault=overloaded]]``: HTTP 529). ``SimConfig.tools`` (``thinkgate sim --tools N``) gives conversations
+that declare tools N rounds without a marker (``scenario_of``).
 
 The round is the number of assistant messages carrying ``tool_use`` in the current
 turn (see ``convo``). With thinking on (``enabled`` or ``adaptive``) every answer that
@@ -54,7 +40,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("[[sim:tools=N]]", "N tool rounds, then a final text answer (default 0, or sim --tools when the request "
                         "declares tools)"),
     ("[[sim:parallel=K]]", "each tool round calls K tools in one assistant message (default 1)"),
-    ("[[sim:redacted]]", "a redacted_thinking block follows the thinking block"),
+    ("[[sim:redacted]]", "a redacted_thinking block follows the thinking block (so does Anthropic's documented "
+                         "magic string)"),
     ("[[sim:hold]]", "a streamed reply pauses after its first content delta until POST /_sim/release (or 10 s)"),
     ("[[sim:fault=KIND]]", "overloaded (529), midstream (an error event after 200), slow:MS (first byte after MS "
                            "ms), drop (connection closed mid-body), ratelimit:S (429 with retry-after: S)"),
