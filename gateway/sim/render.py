@@ -64,6 +64,9 @@ def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
     elif btype == "tool_use":
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         deltas = [delta({"type": "input_json_delta", "partial_json": part}) for part in split_json(block["input"])]
+    elif btype == "compaction":  # the summary in one ``compaction_delta`` (the SDK's accumulator replaces it)
+        start = {**block, "content": None}
+        deltas = [delta({"type": "compaction_delta", "content": block.get("content")})]
     else:  # redacted_thinking and anything else arrive whole
         start, deltas = block, []
     return [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),

@@ -82,6 +82,8 @@ def reassemble(events: list[Event]) -> dict[str, Any]:
                 block["signature"] = delta["signature"]
             elif delta["type"] == "text_delta":
                 block["text"] += delta["text"]
+            elif delta["type"] == "compaction_delta":
+                block["content"] = delta["content"]
             elif delta["type"] == "input_json_delta":
                 partial[data["index"]] = partial.get(data["index"], "") + delta["partial_json"]
         elif name == "content_block_stop":
