@@ -31,6 +31,10 @@ class ActionKind(StrEnum):
     PARAMS_FIXED = "params_fixed"
     HISTORY_REBUILT = "history_rebuilt"
     SIGNATURE_BYPASS = "signature_bypass"        # Gemini: no record vouches for a required signature
+    # thinking recorded under another model passed back unchanged to a model that cannot read it (the API drops it)
+    MODEL_BINDING_MISMATCH = "model_binding_mismatch"
+    COMPACTION_RESTORED = "compaction_restored"  # a recorded compaction block the client dropped or re-encoded
+    THINKING_CLEARED = "thinking_cleared"        # a turn restored without the thinking clear_thinking clears
 
 
 class Action(NamedTuple):

@@ -40,8 +40,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.errors import anthropic_error_body
-from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim import context
+from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
 from gateway.sim.dropped import DroppedResponse
