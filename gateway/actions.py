@@ -45,5 +45,8 @@ class Action(NamedTuple):
     detail: str = ""                   # closed vocabulary: never model text, keys or ids
 
 
+# kinds that record a decision and change nothing of the request (it may still go upstream byte for byte)
+UNCHANGED = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.MODEL_BINDING_MISMATCH})
+
 # an action's kind, as a C-level getter: ``set(map(action_kind, actions))`` reads a long replay's actions fast
 action_kind = operator.itemgetter(0)

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from gateway import context_edits, continuation, identity, metrics, model_switch, paths, repair, sanitize, splice
-from gateway.actions import Action, ActionKind, action_kind
+from gateway.actions import UNCHANGED, Action, ActionKind, action_kind
 from gateway.deps import Gateway
 from gateway.errors import bad_request
 from gateway.exchange import Exchange
@@ -178,7 +178,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     kinds = set(map(action_kind, actions))
-    cont.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
+    cont.changed = fixed.changed or bool(kinds - UNCHANGED)
     cont.in_place = continuation.changes_in_place(kinds)
     cont.restored = fixed.restored
     if cont.in_place:
