@@ -27,7 +27,8 @@ def apply(msgs: list[Message], matched: Mapping[int, RecordedTurn], model: str, 
     actions: list[Action] = []
     for i, turn in matched.items():
         producer = turn.model
-        if not producer or i >= len(msgs) or reads_thinking(model, producer) or not msgs[i].has_thinking():
+        if not producer or producer == model or i >= len(msgs) or reads_thinking(model, producer) \
+                or not msgs[i].has_thinking():
             continue
         if caps.drops_unreadable_thinking:
             actions.append(Action(ActionKind.MODEL_BINDING_MISMATCH, i))

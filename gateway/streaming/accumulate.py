@@ -69,6 +69,8 @@ def accumulate(event: dict[str, Any], snap: Snapshot) -> Snapshot:
         if isinstance(delta, dict):
             for k, v in delta.items():
                 snap.message[k] = v
+        if isinstance(event.get("context_management"), dict):  # the applied context-management edits
+            snap.message["context_management"] = event["context_management"]
         usage = event.get("usage")
         if isinstance(usage, dict):
             merged = dict(snap.message.get("usage") or {})

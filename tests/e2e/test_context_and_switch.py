@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from typing import Any
+from uuid import uuid4
 
 import anthropic
 import pytest
@@ -42,13 +43,17 @@ def replicas(gateways: GatewayFactory, sim: Sim, redis_server: RedisServer) -> l
 class Client:
     """Alternates every request between the replicas (only the shared Redis connects a conversation's turns)."""
 
-    def __init__(self, replicas: list[ServerProcess]) -> None:
+    def __init__(self, replicas: list[ServerProcess], stream: bool = False) -> None:
         self.clients = [anthropic.Anthropic(base_url=r.url, api_key=KEY, max_retries=0) for r in replicas]
         self.n = 0
+        self.stream = stream
 
     def create(self, betas: list[str], **params: Any) -> Any:
         client = self.clients[self.n % len(self.clients)]
         self.n += 1
+        if self.stream:
+            with client.beta.messages.stream(betas=betas, **params) as s:
+                return s.get_final_message()
         return client.beta.messages.create(betas=betas, **params)
 
 
@@ -57,7 +62,9 @@ def counted(replicas: list[ServerProcess], action: str) -> float:
 
 
 def blocks(reply: Any) -> list[dict[str, Any]]:
-    return [b.model_dump(exclude_unset=True) for b in reply.content]
+    """The answer's blocks as a client sends them back (what the SDK's stream accumulator leaves unset or
+    null, e.g. a compaction block's ``encrypted_content``, left out)."""
+    return [b.model_dump(exclude_none=True) for b in reply.content]
 
 
 def results(reply: Any) -> dict[str, Any]:
@@ -87,22 +94,23 @@ def loop(create: Callable[..., Any], first: str, models: Callable[[int], str], t
     raise AssertionError("the tool loop did not finish")
 
 
-@pytest.fixture
-def client(replicas: list[ServerProcess]) -> Iterator[Client]:
-    c = Client(replicas)
+@pytest.fixture(params=["json", "stream"])
+def client(replicas: list[ServerProcess], request: pytest.FixtureRequest) -> Iterator[Client]:
+    c = Client(replicas, stream=request.param == "stream")
     yield c
     for each in c.clients:
         each.close()
 
 
+@pytest.mark.parametrize("mangle", [lambda c: c, drop_thinking], ids=["faithful", "drops_thinking"])
 def test_switch_to_a_model_that_cannot_read_the_blocks_completes_and_is_counted(
-        client: Client, replicas: list[ServerProcess], sim: Sim) -> None:
+        client: Client, replicas: list[ServerProcess], sim: Sim, mangle: Callable[..., Any]) -> None:
     # Opus 5.5 blocks cannot be read by Sonnet 5.5: the API drops them; a Cursor-like client drops thinking, so
     # the gateway restores the recorded Opus blocks and passes them back unchanged
     before, rejected = counted(replicas, "model_binding_mismatch"), sum(sim.stats()["rejections"].values())
-    replies = loop(client.create, "Fix the failing test [[sim:tools=3]]",
+    replies = loop(client.create, f"Fix the failing test {uuid4()} [[sim:tools=3]]",
                    lambda n: "claude-opus-5-5" if n < 2 else "claude-sonnet-5-5", lambda n: {"type": "adaptive"},
-                   betas=[], mangle=drop_thinking)
+                   betas=[], mangle=mangle)
     assert [r.stop_reason for r in replies] == ["tool_use"] * 3 + ["end_turn"]
     assert sum(sim.stats()["rejections"].values()) == rejected
     assert counted(replicas, "model_binding_mismatch") > before
@@ -110,16 +118,18 @@ def test_switch_to_a_model_that_cannot_read_the_blocks_completes_and_is_counted(
     assert any(b["type"] == "thinking" for b in last["messages"][1]["content"])  # passed back, unchanged
 
 
+@pytest.mark.parametrize("mangle", [lambda c: c, drop_thinking], ids=["faithful", "drops_thinking"])
 def test_switch_to_an_older_model_does_not_restore_the_other_models_thinking(
-        client: Client, replicas: list[ServerProcess], sim: Sim) -> None:
+        client: Client, replicas: list[ServerProcess], sim: Sim, mangle: Callable[..., Any]) -> None:
     thinking = {"type": "enabled", "budget_tokens": 2048}
     models: Callable[[int], str] = lambda n: "claude-sonnet-4-5" if n < 2 else "claude-opus-4-5"  # noqa: E731
     with anthropic.Anthropic(base_url=sim.url, api_key=KEY, max_retries=0) as direct, \
             pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `thinking` block"):
-        loop(lambda betas, **p: direct.beta.messages.create(betas=betas, **p), "Check the weather [[sim:tools=3]]",
-             models, lambda n: thinking, betas=[])
+        loop(lambda betas, **p: direct.beta.messages.create(betas=betas, **p),
+             f"Check the weather {uuid4()} [[sim:tools=3]]", models, lambda n: thinking, betas=[])
     before = counted(replicas, "dropped")
-    replies = loop(client.create, "Check the weather again [[sim:tools=3]]", models, lambda n: thinking, betas=[])
+    replies = loop(client.create, f"Check the weather again {uuid4()} [[sim:tools=3]]", models,
+                   lambda n: thinking, betas=[], mangle=mangle)
     assert replies[-1].stop_reason == "end_turn"
     assert counted(replicas, "dropped") > before
 
@@ -127,7 +137,8 @@ def test_switch_to_an_older_model_does_not_restore_the_other_models_thinking(
 def test_context_management_and_compaction_round_trip_byte_exact(
         client: Client, replicas: list[ServerProcess], sim: Sim) -> None:
     betas = ["compact-2026-01-12"]
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Summarize the repo [[sim:tools=2]]\n{PAD}"}]
+    first = f"Summarize the repo {uuid4()} [[sim:tools=2]]\n{PAD}"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
     params = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "tools": [WEATHER_TOOL],
               "thinking": {"type": "adaptive"}, "context_management": COMPACT}
     reply = client.create(betas, messages=messages, **params)
@@ -145,7 +156,8 @@ def test_a_dropped_or_re_encoded_compaction_block_is_restored(
         client: Client, replicas: list[ServerProcess], sim: Sim, mangle: str) -> None:
     betas = ["compact-2026-01-12"]
     model = "claude-opus-5-5"  # the thinking after the compaction block is bound to it
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Audit the code, {mangle} [[sim:tools=2]]\n{PAD}"}]
+    first = f"Audit the code {uuid4()} [[sim:tools=2]]\n{PAD}"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
     params = {"model": model, "max_tokens": 4096, "tools": [WEATHER_TOOL], "thinking": {"type": "adaptive"},
               "context_management": COMPACT}
     reply = client.create(betas, messages=messages, **params)
@@ -163,7 +175,9 @@ def test_a_dropped_or_re_encoded_compaction_block_is_restored(
     before = counted(replicas, "compaction_restored")
     final = client.create(betas, messages=messages, **params)
     assert final.stop_reason == "tool_use"
-    assert sim.last()["body"]["messages"][1]["content"] == content  # the recorded turn, compaction block first
+    upstream = sim.last()["body"]
+    assert upstream["messages"][1]["content"] == content  # the recorded turn, compaction block first
+    assert upstream["context_management"] == COMPACT  # a repaired (re-encoded) request keeps the edits
     assert counted(replicas, "compaction_restored") > before
 
 
@@ -174,7 +188,7 @@ def test_thinking_cleared_by_clear_thinking_is_not_restored(
     extra = {"context_management": CLEAR} if edit else {}
     params = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "tools": [WEATHER_TOOL],
               "thinking": {"type": "adaptive"}, **extra}
-    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Plan the trip, edit={edit} [[sim:tools=1]]"}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Plan the trip {uuid4()} [[sim:tools=1]]"}]
     for _ in range(2):  # turn 1: one tool round and the answer
         reply = client.create(betas, messages=messages, **params)
         messages += [{"role": "assistant", "content": blocks(reply)}]

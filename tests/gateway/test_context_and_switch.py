@@ -143,6 +143,10 @@ def test_streamed_compaction_block_accumulates_as_sent_whole() -> None:
         {"type": "content_block_delta", "index": 0,
          "delta": {"type": "compaction_delta", "content": COMPACTION["content"]}},
         {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "compaction"}, "usage": {"output_tokens": 9},
+         "context_management": {"applied_edits": []}},
     ]:
         accumulate(event, snap)
-    assert message_dict(snap)["content"] == [COMPACTION]
+    message = message_dict(snap)
+    assert message["content"] == [COMPACTION]
+    assert message["context_management"] == {"applied_edits": []} and message["stop_reason"] == "compaction"

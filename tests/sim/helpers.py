@@ -91,6 +91,8 @@ def reassemble(events: list[Event]) -> dict[str, Any]:
                 message["content"][data["index"]]["input"] = orjson.loads(partial.pop(data["index"]))
         elif name == "message_delta":
             message.update(data["delta"])
+            if "context_management" in data:
+                message["context_management"] = data["context_management"]
             message["usage"] = {**message["usage"], **data["usage"]}
     return message
 

@@ -18,6 +18,7 @@ from tests.sim.helpers import (
     NEEDS_BETA,
     WEATHER_TOOL,
     answer,
+    events_of,
     history,
     rejection,
     request,
@@ -77,6 +78,16 @@ async def test_trigger_below_the_minimum_is_a_400(client: httpx.AsyncClient) -> 
     body["context_management"]["edits"][0]["trigger"]["value"] = 1000
     status, _, message = await rejection(client, body, beta(COMPACT_BETA))
     assert status == 400 and message.endswith("Input should be greater than or equal to 50000")
+
+
+async def test_applied_edits_come_with_the_final_message_delta_when_streamed(client: httpx.AsyncClient) -> None:
+    body = request("Look around [[sim:tools=1]]", thinking="adaptive", model="claude-sonnet-4-6", stream=True,
+                   tools=[WEATHER_TOOL], **CLEAR)
+    resp = await client.post("/v1/messages", json=body, headers={"x-api-key": "k", "anthropic-beta": CONTEXT_BETA})
+    events = events_of(resp.content)
+    assert "context_management" not in events[0][1]["message"]
+    [delta] = [data for name, data in events if name == "message_delta"]
+    assert delta["context_management"] == {"applied_edits": []}
 
 
 @pytest.mark.parametrize("stream", [False, True])
