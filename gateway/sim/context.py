@@ -11,7 +11,8 @@ edits, ``compact-2026-01-12`` for ``compact_20260112``) and with ``compaction`` 
   compaction, a no-op). A tampered, re-signed or unsigned block is a 400.
 * ``plan``: what the edits do to this request: ``clear_thinking_20251015`` clears the thinking of all but
   the last ``keep`` assistant turns (default 1; ``"all"`` keeps all) server-side, reported in the answer's
-  ``context_management.applied_edits``; ``compact_20260112`` compacts when the input since the latest
+  ``context_management.applied_edits``; ``clear_tool_uses_20250919`` past its trigger clears the results of all
+  but the last ``keep`` tool uses (reported the same way); ``compact_20260112`` compacts when the input since the latest
   compaction block reaches its trigger: the answer starts with a new signed ``compaction`` block (alone, with
   ``stop_reason: "compaction"``, when ``pause_after_compaction`` is set).
 * ``effective_start``: the API drops every block before the latest compaction block; the input the trigger
@@ -157,10 +158,47 @@ def plan(body: dict[str, Any], minter: Minter, tokens: int) -> Plan:
                             size += len(str(b.get("thinking") or b.get("data") or "")) // 4 + 1
                 out.report["applied_edits"].append({"type": CLEAR_THINKING, "cleared_thinking_turns": len(cleared),
                                                     "cleared_input_tokens": size})
+        elif e["type"] == CLEAR_TOOL_USES:
+            applied = _clear_tool_uses(e, messages, tokens)
+            if applied is not None:
+                out.report["applied_edits"].append(applied)
         elif e["type"] == COMPACT and tokens >= _trigger(e):
             out.compaction = compaction_block(minter, summary(body))
             out.pause = e.get("pause_after_compaction") is True
     return out
+
+
+def _int_field(obj: Any, key: str, default: int) -> int:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _clear_tool_uses(edit: dict[str, Any], messages: list[Any], tokens: int) -> dict[str, Any] | None:
+    """``clear_tool_uses_20250919``: past its trigger (default 100,000 input tokens, or a count of tool uses), the
+    results of all but the last ``keep`` tool uses (default 3; ``exclude_tools`` never) are cleared, if that
+    clears at least ``clear_at_least`` input tokens. The applied-edit entry, or None when nothing was cleared."""
+    names: dict[str, str] = {}
+    uses: list[str] = []
+    results: dict[str, int] = {}
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        for b in content if isinstance(content, list) else ():
+            if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
+                uses.append(b["id"])
+                names[b["id"]] = str(b.get("name"))
+            elif isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+                results[b["tool_use_id"]] = len(str(b.get("content"))) // 4 + 1
+    trigger = edit.get("trigger")
+    by_uses = isinstance(trigger, dict) and trigger.get("type") == "tool_uses"
+    if (len(uses) if by_uses else tokens) < _int_field(trigger, "value", 100_000):
+        return None
+    keep = _int_field(edit.get("keep"), "value", 3)
+    excluded = set(edit.get("exclude_tools") or ())
+    cleared = [u for u in uses[:max(0, len(uses) - keep)] if u in results and names[u] not in excluded]
+    size = sum(results[u] for u in cleared)
+    if not cleared or size < _int_field(edit.get("clear_at_least"), "value", 0):
+        return None
+    return {"type": CLEAR_TOOL_USES, "cleared_tool_uses": len(cleared), "cleared_input_tokens": size}
 
 
 def summary(body: dict[str, Any]) -> str:

@@ -129,3 +129,15 @@ async def test_bound_model_prefix_starts_at_the_compaction_block(client: httpx.A
     trimmed = copy.deepcopy(body)
     trimmed["messages"][0]["content"] = "Refactor this module [[sim:tools=2]]"
     await answer(client, trimmed, beta(COMPACT_BETA))
+
+
+async def test_clear_tool_uses_reports_the_results_it_cleared(client: httpx.AsyncClient) -> None:
+    edits = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 3},
+                        "keep": {"type": "tool_uses", "value": 1}}]}
+    body = request("Look around [[sim:tools=3]]", thinking="adaptive", model="claude-sonnet-4-6",
+                   tools=[WEATHER_TOOL], context_management=edits)
+    body = await history(client, body, 2, beta(CONTEXT_BETA))
+    assert (await answer(client, body, beta(CONTEXT_BETA)))["context_management"] == {"applied_edits": []}
+    body = await history(client, body, 1, beta(CONTEXT_BETA))
+    [edit] = (await answer(client, body, beta(CONTEXT_BETA)))["context_management"]["applied_edits"]
+    assert edit["type"] == "clear_tool_uses_20250919" and edit["cleared_tool_uses"] == 2
