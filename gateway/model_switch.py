@@ -1,7 +1,7 @@
 """Model switches: thinking recorded under one model in a conversation that moved to another (pure).
 
-A recorded turn knows the model it was produced by (``RecordedTurn.model``). When the request's model cannot
-read that model's thinking blocks (``routing.reads_thinking``):
+A recorded turn knows the model it was produced by (``RecordedTurn.model``). When the request goes to an Anthropic
+upstream whose model cannot read that model's thinking blocks (``routing.reads_thinking``):
 
 * a model that binds thinking to its model (``ModelCaps.drops_unreadable_thinking``: the API drops a block the
   model cannot read before the model sees it, without an error; protocols.md 1.8, 1.9) gets the blocks back
@@ -25,6 +25,8 @@ from gateway.routing import ModelCaps, reads_thinking
 def apply(msgs: list[Message], matched: Mapping[int, RecordedTurn], model: str, caps: ModelCaps) -> list[Action]:
     """Apply the rule to each matched assistant message of ``msgs`` (replaced, never changed in place)."""
     actions: list[Action] = []
+    if caps.kind != "anthropic":
+        return actions  # Anthropic thinking going to another kind of upstream: sanitize's foreign-reasoning rule
     for i, turn in matched.items():
         producer = turn.model
         if not producer or producer == model or i >= len(msgs) or reads_thinking(model, producer) \
