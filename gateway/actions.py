@@ -31,6 +31,10 @@ class ActionKind(StrEnum):
     PARAMS_FIXED = "params_fixed"
     HISTORY_REBUILT = "history_rebuilt"
     SIGNATURE_BYPASS = "signature_bypass"        # Gemini: no record vouches for a required signature
+    # thinking recorded under another model passed back unchanged to a model that cannot read it (the API drops it)
+    MODEL_BINDING_MISMATCH = "model_binding_mismatch"
+    COMPACTION_RESTORED = "compaction_restored"  # a recorded compaction block the client dropped or re-encoded
+    THINKING_CLEARED = "thinking_cleared"        # a turn restored without the thinking clear_thinking clears
 
 
 class Action(NamedTuple):
@@ -40,6 +44,9 @@ class Action(NamedTuple):
     message_index: int | None = None   # index in the *outgoing* messages list
     detail: str = ""                   # closed vocabulary: never model text, keys or ids
 
+
+# kinds that record a decision and change nothing of the request (it may still go upstream byte for byte)
+UNCHANGED = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.MODEL_BINDING_MISMATCH})
 
 # an action's kind, as a C-level getter: ``set(map(action_kind, actions))`` reads a long replay's actions fast
 action_kind = operator.itemgetter(0)

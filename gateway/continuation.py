@@ -42,8 +42,10 @@ from gateway.splice import SplicePrior
 # each leaves every message as decoded, or gives it a new content list or puts a new message in its place,
 # which both notice by identity. A thinking block kept as it is; a parameter fixed (the request's own params
 # and thinking dicts, built by its decoder, never the parsed body's values); a turn restored from its record
-# (repair puts a new message, the record's, in the client's message's place, and touches no other message).
-MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED})
+# (repair puts a new message, the record's, in the client's message's place, and touches no other message); another
+# model's thinking passed back as it is (``model_switch``: counted, nothing changed).
+MESSAGES_KEPT = frozenset({ActionKind.KEPT_VERIFIED, ActionKind.PARAMS_FIXED, ActionKind.RESTORED,
+                           ActionKind.MODEL_BINDING_MISMATCH})
 
 
 @dataclass(slots=True)

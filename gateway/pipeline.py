@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from gateway import continuation, identity, metrics, paths, repair, sanitize, splice
-from gateway.actions import Action, ActionKind, action_kind
+from gateway import context_edits, continuation, identity, metrics, model_switch, paths, repair, sanitize, splice
+from gateway.actions import UNCHANGED, Action, ActionKind, action_kind
 from gateway.deps import Gateway
 from gateway.errors import bad_request
 from gateway.exchange import Exchange
@@ -162,19 +162,23 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         req.messages = rebuilt[0]
     cont = ex.continuation
     ticket, off = cont.ticket, gw.settings.continuations_off
+    client = list(req.messages)  # as the client sent them (``context_edits`` compares)
     fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,
                                  continuation.repair_prior(ticket, off))
     if rebuilt is not None:
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
+    caps = gw.router.caps_for(req.model)
+    fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
+    fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, gw.router.caps_for(req.model), policy,
+    cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, caps, policy,
                                       ex.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     kinds = set(map(action_kind, actions))
-    cont.changed = fixed.changed or bool(kinds - {ActionKind.KEPT_VERIFIED})
+    cont.changed = fixed.changed or bool(kinds - UNCHANGED)
     cont.in_place = continuation.changes_in_place(kinds)
     cont.restored = fixed.restored
     if cont.in_place:

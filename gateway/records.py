@@ -236,7 +236,7 @@ class _StoredTurn(RecordedTurn):
     def __init__(self, scid: str, rec: TurnRecord, caches: RecordCaches) -> None:
         super().__init__(scid, rec.position if rec.position is not None else -1,
                          provider=load_fields(rec.provider) if rec.provider else None,
-                         replay_digest=rec.replay_digest, path=rec.prefix_fingerprint)
+                         replay_digest=rec.replay_digest, path=rec.prefix_fingerprint, model=rec.model)
         self._content = None
         self._record = rec
         self._caches = caches

@@ -71,15 +71,16 @@ class RecordedTurn:
     (after the previous turn; only a history rebuild needs them). ``gateway.records`` subclasses it to
     decode both on first use: a turn matched by its replay digest is never decoded.
     ``replay_digest`` is the recorded ``hashing.replay_digest`` of the content as the client received
-    it (b"" when none was recorded); ``path``: the recorded path fingerprint (None when none was recorded).
+    it (b"" when none was recorded); ``path``: the recorded path fingerprint (None when none was recorded);
+    ``model``: the model that produced it.
     """
 
-    __slots__ = ("_content", "path", "position", "prompt_loader", "provider", "replay_digest", "scid")
+    __slots__ = ("_content", "model", "path", "position", "prompt_loader", "provider", "replay_digest", "scid")
 
     def __init__(self, scid: str, position: int, content: tuple[Block, ...] = (),
                  prompt_loader: Callable[[], tuple[Message, ...]] | None = None,
                  provider: ProviderFields | None = None, *, replay_digest: bytes = b"",
-                 path: str | None = None) -> None:
+                 path: str | None = None, model: str = "") -> None:
         self.scid = scid
         self.position = position
         self._content: tuple[Block, ...] | None = content
@@ -87,6 +88,7 @@ class RecordedTurn:
         self.provider = provider  # message-level provider fields as relayed
         self.replay_digest = replay_digest
         self.path = path  # the path fingerprint of what it answered (``TurnRecord.prefix_fingerprint``)
+        self.model = model  # the model that produced it ("" when not recorded): ``gateway.model_switch``
 
     @property
     def content(self) -> tuple[Block, ...]:

@@ -15,6 +15,7 @@ routes in front of it (``parse_routes``): ``PREFIX=anthropic|gemini|openai`` or
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ class ModelCaps:
     adaptive_only: bool = False
     kind: Kind = "anthropic"       # the upstream's API dialect
     flavor: str = ""               # OpenAI-compatible upstreams: generic | openrouter | copilot | deepseek
+    # the model binds thinking blocks to their model (protocols.md 1.8, 1.9): a block it cannot read is dropped by
+    # the API before the model sees it, without an error; older models answer such a block with a 400 instead
+    drops_unreadable_thinking: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,8 @@ class Route:
 
 # Ordered (pattern, caps): first match wins.
 _TABLE: tuple[tuple[re.Pattern[str], ModelCaps], ...] = (
+    (re.compile(r"^claude-(fable|mythos|opus|sonnet|haiku)-5"), ModelCaps(
+        "anthropic", can_disable_thinking=False, adaptive_only=True, drops_unreadable_thinking=True)),
     (re.compile(r"^claude-(opus-4-7|opus-5|mythos)"), ModelCaps("anthropic", can_disable_thinking=False,
                                                                adaptive_only=True)),
     (re.compile(r"^claude-"), ModelCaps("anthropic")),
@@ -95,6 +101,22 @@ def caps_for(model: str) -> ModelCaps:
 def model_family(model: str) -> str:
     """``claude-sonnet-4-5-20250929`` -> ``claude-sonnet-4-5``; Vertex ``@20250929`` too."""
     return _FAMILY_SUFFIX.sub("", model)
+
+
+# Which other producers' thinking blocks a model that binds them reads, by family (protocols.md 1.9: "Opus 5.5
+# reads blocks of earlier Opus/Sonnet/Haiku models (and ... Sonnet/Haiku 5.5), not Fable or Mythos"; 1.8: "Fable
+# 5.1 reads blocks from Opus 5 and ... Opus 5.5"). Every model reads its own family's.
+_READS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
+    (re.compile(r"^claude-opus-5-5$"), re.compile(r"^claude-((opus|sonnet|haiku)-[34]|3-|(sonnet|haiku)-5-5$)")),
+    (re.compile(r"^claude-fable-5-1$"), re.compile(r"^claude-opus-5(-5)?$")),
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def reads_thinking(model: str, producer: str) -> bool:
+    """Whether ``model`` can read a thinking block ``producer`` minted (same family, or ``_READS``)."""
+    reader, made = model_family(model), model_family(producer)
+    return reader == made or any(r.search(reader) and p.search(made) for r, p in _READS)
 
 
 def origin_of(caps: ModelCaps, model: str) -> str:

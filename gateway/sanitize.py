@@ -46,6 +46,7 @@ import orjson
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.protocols.canonical import (
     CLIENT,
+    COMPACTION,
     THINKING_TYPES,
     Block,
     Message,
@@ -214,8 +215,9 @@ def _clean_assistant(m: Message, i: int, verbatim: bool, verified: Verified, pol
         return
     if verbatim or all(verified(b) for b in thinking):
         actions.append(Action(ActionKind.KEPT_VERIFIED, i))
-        if any(b.type not in THINKING_TYPES for b in m.content[: len(thinking)]):
-            m.content = thinking + [b for b in m.content if b.type not in THINKING_TYPES]
+        lead = list(itertools.takewhile(_leads, m.content))  # compaction blocks stay first
+        if any(b.type not in THINKING_TYPES for b in m.content[len(lead): len(lead) + len(thinking)]):
+            m.content = lead + thinking + [b for b in m.content[len(lead):] if b.type not in THINKING_TYPES]
             actions.append(Action(ActionKind.BLOCKS_REORDERED, i))
         return
     out: list[Block] = []
@@ -250,6 +252,8 @@ def _verbatim_shape(m: Message) -> tuple[bool, bool]:
     tidy = True
     for b in m.raw_blocks or ():
         t = b.get("type")
+        if t == COMPACTION and not seen_other and not thinking:
+            continue  # a leading compaction block: the API answers a compacting request with it first
         if t in THINKING_TYPES:
             thinking = True
             tidy = tidy and not seen_other  # thinking after other blocks: reorder the decoded blocks
@@ -344,8 +348,16 @@ def _drop_empty_assistants(msgs: list[Message], start: int = 0) -> None:
         msgs[:] = [m for m in msgs if not (m.role == "assistant" and m.is_empty())]
 
 
+def _leads(b: Block) -> bool:
+    return b.type == COMPACTION
+
+
 def _starts_with_thinking(m: Message) -> bool:
-    return m.first_type() in THINKING_TYPES
+    """Rule 9 reads the first block after any leading compaction block."""
+    first = m.first_type()
+    if first == COMPACTION:
+        first = next((b.type for b in m.content if not _leads(b)), None)
+    return first in THINKING_TYPES
 
 
 def trailing_loop_start(msgs: list[Message]) -> int | None:

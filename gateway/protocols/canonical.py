@@ -123,6 +123,9 @@ Block: TypeAlias = (
     TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ThoughtBlock | OpaqueBlock
 )
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+# Anthropic server-side compaction: an opaque, signed summary block that leads the answer it opens and must come
+# back byte-exact (``gateway.context_edits``); the thinking rules read past a leading one
+COMPACTION = "compaction"
 
 
 @dataclass(frozen=True, slots=True)

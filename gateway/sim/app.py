@@ -41,6 +41,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.errors import anthropic_error_body
+from gateway.sim import context
 from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
@@ -48,7 +49,7 @@ from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini import gemini_routes
 from gateway.sim.oracle import ConversationOracle
 from gateway.sim.render import first_delta_position, stream_events
-from gateway.sim.rules import check_messages_request
+from gateway.sim.rules import check_messages_request, thinking_mode
 from gateway.sim.scenarios import Fault, Reply, estimate_tokens, minted_tokens, new_id, parse_scenario, plan_reply
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
@@ -197,14 +198,20 @@ def create_sim_app(config: SimConfig) -> Starlette:
         if violation is not None:
             state.stats.rejections[str(violation.rule)] += 1
             return _error(violation.status, violation.message, rid, violation.error_type)
+        edits = context.check_request(body, betas, state.minter, thinking_mode(body, bound) is not None)
+        if edits is not None:
+            state.stats.rejections[str(edits.rule)] += 1
+            return _error(400, edits.message, rid, "invalid_request_error")
         outcome = (check_binding(body, minter=state.minter, betas=betas, enforced=config.binding_enforced)
                    if bound else None)
         if isinstance(outcome, Rejection):
             state.stats.rejections[str(outcome.rule)] += 1
             return _error(400, outcome.message, rid, "invalid_request_error")
         state.stats.accepted += 1
+        seen = {**body, "messages": context.cut_at_compaction(body["messages"])}
+        plan = context.plan(body, state.minter, estimate_tokens(seen))
         reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome,
-                           default_tools=config.tools)
+                           context=plan, default_tools=config.tools)
         state.remember(conversation, minted_tokens(reply.message))
         return await _respond(state, reply, bool(body.get("stream")), rid)
 

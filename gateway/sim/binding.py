@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from gateway.sim.context import compaction_positions, cut_at_compaction
 from gateway.sim.convo import THINKING_TYPES
 from gateway.sim.rules import BINDING_BETA
 from gateway.sim.signing import BINDING_DIGEST, Binding, Minter, MintInfo, model_family
@@ -165,6 +166,7 @@ def prefix_of(body: dict[str, Any], i: int, j: int) -> tuple[list[Any], Binding]
         content = head.get("content") if isinstance(head, dict) else None
         if isinstance(content, list) and j > 0:
             before.append({**head, "content": content[:j]})
+    before = cut_at_compaction(before)  # after server-side compaction: from the latest compaction block (1.9)
     msgs = _digest([_norm_message(m) for m in before])
     return before, Binding(system_digest(body.get("system")), tools_digest(body.get("tools"), before), msgs,
                            _NO_CHAIN)
@@ -257,7 +259,12 @@ def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str]
                 blocks.append((i, j, b, info))
     failed = allowed = False
     previous: bytes | None = None
+    compactions = compaction_positions(body["messages"])
+    epoch = 0  # compaction blocks before the current thinking block: each starts a new chain (1.9)
     for i, j, b, info in blocks:
+        now_epoch = sum(1 for c in compactions if c < (i, j))
+        if now_epoch != epoch:
+            epoch, previous, failed, allowed = now_epoch, None, False, False
         if not failed:
             _, now = prefix_of(body, i, j)
             rec = info.binding
@@ -283,6 +290,8 @@ def check_binding(body: dict[str, Any], *, minter: Minter, betas: frozenset[str]
         else:
             out.last_kept = block_id(b)
         previous = block_id(b)
+    if compactions and epoch != len(compactions):
+        out.last_kept = None  # a compaction block after every thinking block: the next block starts a chain
     out.transformations.sort(key=lambda e: _position(e["path"]))
     return out
 

@@ -64,6 +64,9 @@ def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
     elif btype == "tool_use":
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         deltas = [delta({"type": "input_json_delta", "partial_json": part}) for part in split_json(block["input"])]
+    elif btype == "compaction":  # the summary in one ``compaction_delta`` (the SDK's accumulator replaces it)
+        start = {**block, "content": None}
+        deltas = [delta({"type": "compaction_delta", "content": block.get("content")})]
     else:  # redacted_thinking and anything else arrive whole
         start, deltas = block, []
     return [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
@@ -76,16 +79,18 @@ def stream_events(message: dict[str, Any]) -> list[Event]:
     usage = dict(message["usage"])
     head = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {**usage, "output_tokens": 1}}
+    edits = head.pop("context_management", None)  # the applied edits come with the final message_delta
     events: list[Event] = [("message_start", {"type": "message_start", "message": head})]
     for index, block in enumerate(message["content"]):
         block_events = _block_events(index, block)
         if index == 0:
             block_events.insert(1, ("ping", {"type": "ping"}))
         events.extend(block_events)
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": message["stop_reason"],
-                                               "stop_sequence": message["stop_sequence"]},
-                                     "usage": usage}))
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    final: dict[str, Any] = {"type": "message_delta", "delta": stop, "usage": usage}
+    if edits is not None:  # (the SDK's ``BetaRawMessageDeltaEvent.context_management``)
+        final["context_management"] = edits
+    events.append(("message_delta", final))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 

@@ -326,16 +326,23 @@ def _check_tool_pairing(msgs: list[Msg]) -> Violation | None:
 
 # ------------------------------------------------------------------ phase 5: placement
 
+def _lead(m: Msg) -> dict[str, Any]:
+    """The block rules 8 and 9 read: the first one after any leading ``compaction`` block (the API answers a
+    compacting request with the compaction block first, then the model's own blocks: INFERRED that the rules
+    read past it, as the simulator's own answers must pass them)."""
+    return next((b for b in m.blocks if b.get("type") != "compaction"), m.blocks[0] if m.blocks else {})
+
+
 def _check_placement(msgs: list[Msg], mode: str | None) -> Violation | None:
     if mode:
         for m in msgs:  # rule 8
-            if m.role == "assistant" and m.has_thinking() and m.blocks[0].get("type") not in THINKING_TYPES:
-                return _v(8, _MSG_8.format(i=m.i, type=m.blocks[0].get("type")))
+            if m.role == "assistant" and m.has_thinking() and _lead(m).get("type") not in THINKING_TYPES:
+                return _v(8, _MSG_8.format(i=m.i, type=_lead(m).get("type")))
         users = [m for m in msgs if m.role == "user"]
         if users and users[-1].tool_results():  # rule 9: the request ends in a tool loop
             opener = next((m for m in msgs[turn_start(msgs):] if m.role == "assistant"), None)
-            if opener is not None and opener.blocks and opener.blocks[0].get("type") not in THINKING_TYPES:
-                return _v(9, _MSG_9.format(i=opener.i, type=opener.blocks[0].get("type")))
+            if opener is not None and opener.blocks and _lead(opener).get("type") not in THINKING_TYPES:
+                return _v(9, _MSG_9.format(i=opener.i, type=_lead(opener).get("type")))
     last = msgs[-1] if msgs else None
     if last is None or last.role != "assistant":
         return None

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from gateway.sim.binding import Outcome, block_id, reply_binding
+from gateway.sim.context import Plan
 from gateway.sim.convo import first_user_text, tool_round, turn_number, view
 from gateway.sim.oracle import NAME, conversation_line
 from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
@@ -204,10 +205,12 @@ def estimate_tokens(obj: object) -> int:
 
 
 def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
-               interleaved: bool | None = None, bound: Outcome | None = None, default_tools: int = 0) -> Reply:
+               interleaved: bool | None = None, bound: Outcome | None = None, context: Plan | None = None,
+               default_tools: int = 0) -> Reply:
     """Plan the answer to a request that passed validation. ``bound``: the model binds its blocks
-    (``binding.check_binding``'s outcome): they are minted with their prefix record. ``default_tools``:
-    ``scenario_of``."""
+    (``binding.check_binding``'s outcome): they are minted with their prefix record. ``context``: what the
+    request's ``context_management`` edits do (``sim.context.plan``): a compaction block first (alone when
+    paused), the ``applied_edits`` report. ``default_tools``: ``scenario_of``."""
     msgs = view(body["messages"])
     scenario = scenario_of(body, first_user_text(body["messages"]), default_tools)
     round_ = tool_round(msgs)
@@ -221,22 +224,29 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
     display = thinking.get("display") if mode and isinstance(thinking, dict) else None
 
     content: list[dict[str, Any]] = []
-    if mode and (round_ == 0 or interleaved):
+    compaction = context.compaction if context is not None else None
+    if compaction is not None:
+        content.append(compaction)
+    paused = compaction is not None and context is not None and context.pause
+    if mode and not paused and (round_ == 0 or interleaved):
         text = "" if display == "omitted" else thinking_text(f"{key}/{turn_number(msgs)}/{round_}",
                                                                  scenario.conv)
         run_len = 2 if scenario.redacted else 1
-        chain = bound.last_kept if bound is not None else None
-        binding = reply_binding(body, content, 0, chain) if bound is not None else None
+        chain = bound.last_kept if bound is not None and compaction is None else None
+        at = len(content)  # after a compaction block the run starts at index 1
+        binding = reply_binding(body, content, at, chain) if bound is not None else None
         block = {"type": "thinking", "thinking": text,
-                 "signature": minter.mint_thinking(model, text, response_id, 0, run_pos=0, run_len=run_len,
+                 "signature": minter.mint_thinking(model, text, response_id, at, run_pos=0, run_len=run_len,
                                                    binding=binding)}
         content.append(block)
         if scenario.redacted:
-            binding = reply_binding(body, content, 1, block_id(block)) if bound is not None else None
+            binding = reply_binding(body, content, at + 1, block_id(block)) if bound is not None else None
             content.append({"type": "redacted_thinking",
-                            "data": minter.mint_redacted(model, response_id, 1, run_pos=1, run_len=2,
+                            "data": minter.mint_redacted(model, response_id, at + 1, run_pos=1, run_len=2,
                                                          binding=binding)})
-    if round_ < scenario.tools:
+    if paused:
+        stop_reason = "compaction"
+    elif round_ < scenario.tools:
         name, schema = _tool(body)
         calls = scenario.parallel
         content.append({"type": "text", "text": f"Round {round_ + 1} of {scenario.tools}: I'll call "
@@ -255,6 +265,8 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
     message: dict[str, Any] = {"id": response_id, "type": "message", "role": "assistant", "model": model,
                                "content": content, "stop_reason": stop_reason, "stop_sequence": None,
                                "usage": usage}
+    if context is not None and context.report is not None:
+        message["context_management"] = context.report
     if BINDING_BETA in betas:  # 1.9: with the header every answer carries the array, [] when empty
         message["input_transformations"] = list(bound.transformations) if bound is not None else []
     fault = scenario.fault

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 _DOMAIN = b"thinkgate-sim/v1"
 _KIND_THINKING = b"thinking"
 _KIND_REDACTED = b"redacted_thinking"
+_KIND_COMPACTION = b"compaction"
 _FAMILY_SUFFIX = re.compile(r"(?:[-@]\d{8}|-latest)$")
 # inner lengths whose varint's first byte is 0xA_: the base64 then starts with "Eq"
 _THINKING_INNER = 164
@@ -143,6 +144,15 @@ class Minter:
         if info is None or info.producer is None:
             return None
         return self._verify(_KIND_REDACTED, info.producer, b"", data)
+
+    # ------------------------------------------------------------ compaction
+    def mint_compaction(self, content: str) -> str:
+        """The ``signature`` of a ``compaction`` block: over exactly its ``content`` bytes."""
+        mac = hmac.new(self._key, _KIND_COMPACTION + b"\0" + _text_bytes(content), hashlib.sha256).digest()
+        return base64.b64encode(b"\x1a\x20" + mac).decode("ascii")
+
+    def verify_compaction(self, content: str, sig: object) -> bool:
+        return isinstance(sig, str) and hmac.compare_digest(self.mint_compaction(content), sig)
 
     # ------------------------------------------------------------ internals
     def _mac(self, kind: bytes, model: str, text: bytes, info: MintInfo) -> bytes:

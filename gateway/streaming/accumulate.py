@@ -4,7 +4,8 @@ Stream events are the Anthropic Messages event dicts; other upstream dialects
 translate their chunks into these before accumulation. Rules (as the official
 SDKs apply them): thinking text appends, the signature replaces, text appends,
 ``input_json_delta`` fragments concatenate and are parsed at ``content_block_stop``,
-``message_delta`` overwrites stop_reason and merges the cumulative usage. Unknown
+``message_delta`` overwrites stop_reason and merges the cumulative usage; a ``compaction_delta`` sets the
+compaction block's ``content`` (and ``encrypted_content``). Unknown
 event and delta types are ignored here (the relay still forwards them).
 """
 
@@ -68,6 +69,8 @@ def accumulate(event: dict[str, Any], snap: Snapshot) -> Snapshot:
         if isinstance(delta, dict):
             for k, v in delta.items():
                 snap.message[k] = v
+        if isinstance(event.get("context_management"), dict):  # the applied context-management edits
+            snap.message["context_management"] = event["context_management"]
         usage = event.get("usage")
         if isinstance(usage, dict):
             merged = dict(snap.message.get("usage") or {})
@@ -96,6 +99,10 @@ def _apply_delta(snap: Snapshot, idx: Any, delta: Any) -> None:
         block["signature"] = delta.get("signature", "")
     elif dtype == "input_json_delta":
         snap.partial_json.setdefault(idx, []).append(delta.get("partial_json", ""))
+    elif dtype == "compaction_delta":  # the summary arrives whole; the SDKs replace the block's fields with it
+        for key in ("content", "encrypted_content"):
+            if key in delta:
+                block[key] = delta[key]
     elif dtype == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
 

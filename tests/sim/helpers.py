@@ -82,6 +82,8 @@ def reassemble(events: list[Event]) -> dict[str, Any]:
                 block["signature"] = delta["signature"]
             elif delta["type"] == "text_delta":
                 block["text"] += delta["text"]
+            elif delta["type"] == "compaction_delta":
+                block["content"] = delta["content"]
             elif delta["type"] == "input_json_delta":
                 partial[data["index"]] = partial.get(data["index"], "") + delta["partial_json"]
         elif name == "content_block_stop":
@@ -89,6 +91,8 @@ def reassemble(events: list[Event]) -> dict[str, Any]:
                 message["content"][data["index"]]["input"] = orjson.loads(partial.pop(data["index"]))
         elif name == "message_delta":
             message.update(data["delta"])
+            if "context_management" in data:
+                message["context_management"] = data["context_management"]
             message["usage"] = {**message["usage"], **data["usage"]}
     return message
 
