@@ -133,7 +133,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
                  store=metrics.instrument_store(store if store is not None else default_store(settings)),
                  replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None,
-                 caches=WorkerCaches.sized(settings.decoded_turn_cache))
+                 caches=WorkerCaches.sized(settings.decoded_turn_cache),
+                 tenant_labels=metrics.TenantLabels(settings.metrics_tenants))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
+from gateway.metrics import TenantLabels
 from gateway.record_retry import RecordRetry
 from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
 from gateway.routing import Router
-from gateway.settings import Settings
+from gateway.settings import DEFAULT_METRICS_TENANTS, Settings
 from gateway.splice import RecordedJson
 from gateway.upstream import Upstream
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
@@ -56,3 +57,4 @@ class Gateway:
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
+    tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))

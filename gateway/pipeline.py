@@ -279,8 +279,10 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
 
 
 async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
-    """Store the finished turn (one round trip); never fails the request."""
+    """Count the finished turn's tokens; store it (one round trip); never fails the request."""
     ex.turn = turn
+    metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
+                           gw.tenant_labels.of(ex.tenant))
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
     # With its user messages untouched and any other change a new content list (``repair_and_sanitize``

@@ -51,9 +51,10 @@ def test_label_values_are_validated_against_closed_sets() -> None:
 
 
 def test_unknown_label_values_become_other() -> None:
-    before = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature")
+    before = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature", model="other")
     metrics.observe_upstream_body("my-secret-upstream-name", 400, E2.encode())
-    assert value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature") == before + 1
+    after = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature", model="other")
+    assert after == before + 1
 
 
 # ------------------------------------------------------------------ pipeline observations
@@ -249,6 +250,7 @@ async def fake_upstream() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         await runner.cleanup()
 
 
+OPUS = {"model": "claude-opus"}  # the model label of REQUEST's model (``routing.model_label``)
 REQUEST = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
            "messages": [{"role": "user", "content": "hi"}]}
 
@@ -270,15 +272,17 @@ async def test_upstream_400_with_e2_text_counts_invalid_signature(
     body = b'{"type":"error","error":{"type":"invalid_request_error","message":"' + \
         E2.encode() + b'"},"request_id":"req_011CWkB65DcNzK2MiofhXx8b"}'
     answer.update(status=400, body=body)
-    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature")
-    before_4xx = value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx")
+    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature", **OPUS)
+    before_4xx = value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx", **OPUS)
     resp, scrape = await _post(url, REQUEST)
     assert resp.status_code == 400 and resp.content == body  # relayed unchanged
-    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature") == before + 1
-    assert value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx") == before_4xx + 1
+    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature", **OPUS) == before + 1
+    assert value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx", **OPUS) \
+        == before_4xx + 1
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(scrape) for s in fam.samples}
-    assert samples[("gateway_upstream_errors_total", (("kind", "invalid_signature"), ("upstream", "anthropic")))] \
+    assert samples[("gateway_upstream_errors_total", (("kind", "invalid_signature"), ("model", "claude-opus"),
+                                                        ("upstream", "anthropic")))] \
         == before + 1
 
 
@@ -289,19 +293,20 @@ async def test_in_stream_error_event_is_classified(fake_upstream: tuple[str, dic
         b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
         b'"role":"assistant","model":"claude-opus-4-5","content":[],"stop_reason":null,"usage":{}}}\n\n'
         b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'))
-    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded")
-    ttfb = value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic")
+    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded", **OPUS)
+    ttfb = value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic", **OPUS)
     resp, _ = await _post(url, {**REQUEST, "stream": True})
     assert resp.status_code == 200 and b"overloaded_error" in resp.content
-    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded") == before + 1
-    assert value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic") == ttfb + 1
+    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded", **OPUS) == before + 1
+    assert value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic", **OPUS) \
+        == ttfb + 1
     assert value("gateway_inflight_streams") == 0
 
 
 @pytest.mark.process
 async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[str, dict[str, Any]]) -> None:
     url, _ = fake_upstream
-    before = value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx")
+    before = value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx", model="other")
     app = create_app(Settings(anthropic_base_url=url))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
@@ -311,7 +316,8 @@ async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[st
             assert (await client.get("/healthz")).status_code == 200
     assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
     assert "gateway_requests_total" in scrape.text
-    assert value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx") == before + 1
+    assert value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx", model="other") \
+        == before + 1
 
 
 # ------------------------------------------------------------------ multiprocess directory
