@@ -11,6 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metrics, pipeline
@@ -337,3 +338,48 @@ def test_operator_multiprocess_dir_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_
     with metrics.multiprocess_dir(4) as path:
         assert path == str(tmp_path)
     assert tmp_path.is_dir() and os.environ[metrics.MULTIPROC_ENV] == str(tmp_path)
+
+
+# ------------------------------------------------------------------ model, tokens, tenants, series at zero
+
+
+def test_every_labelled_metric_is_zeroed_from_its_declared_vocabularies() -> None:
+    """Generic: a labelled metric defined the module's way (``_counter``/``_histogram``, labels in ``LABELS``) gets
+    its known series at start without a line of its own; traffic labels start at "other", upstreams as configured."""
+    labelled = {obj._name for obj in vars(metrics).values() if isinstance(obj, MetricWrapperBase) and obj._labelnames}
+    assert labelled == {m._name for n, m in metrics.LABELLED.items() if metrics.LABELS[n]}
+    series = list(metrics.zero_series(["anthropic", "gemini", "my-secret-upstream"]))
+    names = {name for name, _ in series}
+    assert names == {n for n, labels in metrics.LABELS.items() if labels}
+    assert ("gateway_tool_chain_repairs_total", ("reordered",)) in series
+    assert ("gateway_upstream_errors_total", ("anthropic", "invalid_signature", "other")) in series
+    assert ("gateway_tokens_total", ("other", "other", "reasoning")) in series
+    for name, values in series:
+        for lab, v in zip(metrics.LABELS[name], values, strict=True):
+            assert v in metrics.LABELS[name][lab] and (v != "other") == (lab not in metrics.TRAFFIC_LABELS), (name, lab)
+            assert lab != "upstream" or v in ("anthropic", "gemini")
+    assert len(series) < 1000  # (histograms: ~20 lines a series)
+
+
+def test_worker_started_creates_the_zero_series() -> None:
+    metrics.worker_started(["anthropic"])
+    assert REGISTRY.get_sample_value("gateway_tool_chain_repairs_total", {"kind": "id_mapped"}) is not None
+    assert REGISTRY.get_sample_value("gateway_tokens_total", {"model": "other", "tenant": "other",
+                                                              "type": "cache_write"}) is not None
+
+
+def test_tenant_labels_name_the_first_n_prefixes_then_other() -> None:
+    tenants = metrics.TenantLabels(2)
+    assert [tenants.of(t) for t in ("t-a", "t-b", "t-c", "t-a", None, "t-b")] == \
+        ["t-a", "t-b", "other", "t-a", "other", "t-b"]
+    assert metrics.TenantLabels(0).of("t-a") == "other"
+
+
+def test_observe_tokens_counts_each_reported_kind_by_model_family() -> None:
+    labels = {"model": "gemini-pro", "tenant": "t-tokens"}
+    kinds = ("input", "output", "reasoning", "cache_write")
+    before = {k: value("gateway_tokens_total", **labels, type=k) for k in kinds}
+    metrics.observe_tokens({"input_tokens": 20, "output_tokens": 39, "cache_read_input_tokens": 0,
+                            "_reasoning_tokens": 17}, "gemini-3-pro-preview", "t-tokens")
+    after = {k: value("gateway_tokens_total", **labels, type=k) - before[k] for k in before}
+    assert after == {"input": 20, "output": 39, "reasoning": 17, "cache_write": 0}
