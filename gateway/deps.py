@@ -13,6 +13,7 @@ from gateway.replay_memo import ReplayMemo
 from gateway.routing import Router
 from gateway.settings import DEFAULT_METRICS_TENANTS, Settings
 from gateway.splice import RecordedJson
+from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.lru import ObjectLru
@@ -58,3 +59,4 @@ class Gateway:
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
     tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
+    tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
