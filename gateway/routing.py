@@ -115,15 +115,15 @@ MODEL_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compil
     ("deepseek", r"^deepseek-"),
 ))
 MODEL_LABELS = frozenset(name for name, _ in MODEL_FAMILIES) | {"other"}
-_VENDOR = re.compile(r"^[a-z0-9-]{1,40}/")
+# the table as one alternation (first alternative wins, as the table's order), after an optional ``vendor/``
+_FAMILY = re.compile(r"(?:[a-z0-9-]{1,40}/)?(?:" + "|".join(
+    f"(?P<f{i}>{pattern.pattern.removeprefix('^')})" for i, (_, pattern) in enumerate(MODEL_FAMILIES)) + ")")
 
 
 def model_label(model: object) -> str:
     """The metrics' ``model`` label of a request's model (one of ``MODEL_LABELS``)."""
-    if not isinstance(model, str):
-        return "other"
-    name = _VENDOR.sub("", model[:200].lower(), count=1)
-    return next((label for label, pattern in MODEL_FAMILIES if pattern.search(name)), "other")
+    m = _FAMILY.match(model[:200].lower()) if isinstance(model, str) else None
+    return MODEL_FAMILIES[int(m.lastgroup[1:])][0] if m is not None and m.lastgroup else "other"
 
 
 def origin_of(caps: ModelCaps, model: str) -> str:
