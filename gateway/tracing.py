@@ -3,8 +3,9 @@ off and free otherwise. The one module that imports ``opentelemetry`` (and only 
 
 One span per client request (``TraceMiddleware``: the route, the status, and at the end the conversation id, tenant
 prefix, model family, repair actions and the classified upstream error kind); inside it one span per pipeline stage
-(``Tracing.span``: identify, decode, load, repair, sanitize, encode, upstream, record), one per store call
-(``TracedStore``) and one for the upstream call, whose W3C ``traceparent`` goes to the upstream (``Tracing.inject``).
+(``Tracing.span``: identify, decode, load, repair, sanitize, encode, upstream, record) and one per store call
+(``TracedStore``). The ``upstream`` stage is the upstream call (a ``CLIENT`` span, until a stream's headers or a
+whole answer's body), whose W3C ``traceparent`` goes to the upstream (``Tracing.inject``).
 A client's own ``traceparent`` makes the request span its child. Attributes are identifiers, labels and counts only:
 never a key, a prompt, thinking text or a signature.
 

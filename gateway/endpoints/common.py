@@ -114,18 +114,13 @@ async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, hea
     """Post ``ex.outgoing`` to ``upstream``; the answer's body, read, unless it is the stream the client asked for
     (status 200, ``text/event-stream``): then None, and ``stream_answer`` relays it."""
     up = gw.upstreams[upstream]
-    with gw.tracing.span("upstream", {"thinkgate.upstream": up.name}):
-        with gw.tracing.span(f"POST {up.name}", {"thinkgate.upstream": up.name, "url.path": path}, client=True) as sp:
-            gw.tracing.inject(headers)  # W3C traceparent: the upstream call span is the parent upstream
-            resp = await up.post(path, ex.outgoing, headers, query)
-            if sp is not None:
-                sp.set_attribute("http.response.status_code", resp.status)
-        metrics.observe_upstream(up.name, resp.status)
-        if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
-            return resp, None
-        body = await resp.read()
-        metrics.observe_upstream_body(up.name, resp.status, body)
-        return resp, body
+    resp = await up.post(path, ex.outgoing, headers, query)
+    metrics.observe_upstream(up.name, resp.status)
+    if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
+        return resp, None
+    body = await resp.read()
+    metrics.observe_upstream_body(up.name, resp.status, body)
+    return resp, body
 
 
 async def _client_gone(request: HTTPRequest) -> None:
