@@ -419,3 +419,25 @@ def test_stateless_requests_alert_counts_store_reasons_only(tmp_path: Path) -> N
         ],
     }]
     _promtool_test(tmp_path, tests)
+
+
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$job": ".*", "$instance": ".*", "$endpoint": ".*",
+                     "$model": ".*", "$tenant": ".*"}
+
+
+@needs_promtool
+@pytest.mark.process
+def test_every_panel_query_is_valid_promql(tmp_path: Path) -> None:
+    """Each panel's query, Grafana's variables filled in as "All" would, parses as a PromQL expression (promtool
+    checks it as a recording rule)."""
+    exprs = []
+    for _, expr in targets():
+        for var, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+            expr = expr.replace(var, value)
+        assert "$" not in expr, expr
+        exprs.append(expr)
+    rules_file = tmp_path / "panels.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:query_{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    out = subprocess.run([PROMTOOL, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
+    assert out.returncode == 0, out.stdout + out.stderr
