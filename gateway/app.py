@@ -25,6 +25,7 @@ from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
 from gateway.settings import Settings
 from gateway.surfaces import SURFACES, dialect_for_path
+from gateway.tracing import TraceMiddleware, Tracing, trace_store
 from gateway.upstream import Upstream
 from state.store import Store
 
@@ -123,12 +124,17 @@ def default_store(settings: Settings) -> Store | None:
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
-               upstreams: dict[str, Upstream] | None = None) -> Starlette:
+               upstreams: dict[str, Upstream] | None = None, tracing: Tracing | None = None) -> Starlette:
+    """``tracing``: from the ``OTEL_*`` variables when not given (``gateway.tracing``)."""
     settings = settings or Settings.from_env()
+    tracing = tracing if tracing is not None else Tracing.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
-                 store=metrics.instrument_store(store if store is not None else default_store(settings)),
+                 store=trace_store(metrics.instrument_store(store if store is not None else default_store(settings)),
+                                   tracing),
+                 tracing=tracing,
                  replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None,
-                 caches=WorkerCaches.sized(settings.decoded_turn_cache))
+                 caches=WorkerCaches.sized(settings.decoded_turn_cache),
+                 tenant_labels=metrics.TenantLabels(settings.metrics_tenants))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -155,6 +161,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                 gw.record_retry = None
             if gw.store is not None:
                 await gw.store.close()
+            gw.tracing.shutdown()
 
     routes = [Route(path, HANDLERS[s.label], methods=[s.method]) for s in SURFACES for path in s.routes]
     routes += [
@@ -165,7 +172,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestIdMiddleware), Middleware(metrics.ObserveMiddleware)],
+        middleware=[Middleware(RequestIdMiddleware), Middleware(metrics.ObserveMiddleware),
+                    Middleware(TraceMiddleware, tracing=tracing)],
         exception_handlers={
             GatewayError: _on_gateway_error,
             HTTPException: _on_http_error,

@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
+from gateway.metrics import TenantLabels
 from gateway.record_retry import RecordRetry
 from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
 from gateway.routing import Router
-from gateway.settings import Settings
+from gateway.settings import DEFAULT_METRICS_TENANTS, Settings
 from gateway.splice import RecordedJson
+from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.lru import ObjectLru
@@ -56,3 +58,5 @@ class Gateway:
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
+    tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
+    tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans

@@ -31,10 +31,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import classify, identity, logs
+from gateway import classify, identity, logs, routing
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.logs import Observation
 from gateway.protocols.params import REFUSABLE, metric_label
+from gateway.protocols.usage import TOKEN_KEYS, token_counts
 from gateway.surfaces import SURFACES, surface_for_path
 from state.store import (
     CircuitOpen,
@@ -108,6 +109,13 @@ RECORD_RETRY_OUTCOMES = frozenset({"queued", "recorded", "dropped", "queue_full"
 # The per-tenant storage limits (``state.engine.StorageLimits``): a turn not recorded because its tenant is over its
 # budget, a turn recorded without its prompt because the prompt was too large
 STORAGE_LIMITS = frozenset({"tenant_budget", "prompt_capped", "other"})
+# The request's model family (``routing.model_label``: a closed table, never the client's text)
+MODELS = routing.MODEL_LABELS
+# The token kinds of an upstream's usage report (``protocols.usage``): reasoning is part of output, where reported
+TOKEN_TYPES = frozenset(TOKEN_KEYS) | {"other"}
+# Tenant prefixes are not a closed set: each worker names the first GATEWAY_METRICS_TENANTS it sees and counts every
+# other one as "other" (``TenantLabels``), so this vocabulary holds only the catch-all.
+TENANTS = frozenset({"other"})
 
 
 def label(value: object, allowed: frozenset[str]) -> str:
@@ -134,12 +142,13 @@ _STORE_LATENCY = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1)
 
 # Every metric's labels and their allowed values (tests check dashboards and alerts against this).
 LABELS: dict[str, dict[str, frozenset[str]]] = {
-    "gateway_requests_total": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS, "status": STATUS_CLASSES},
-    "gateway_request_duration_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS},
-    "gateway_time_to_first_byte_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS},
+    "gateway_requests_total": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS, "status": STATUS_CLASSES, "model": MODELS},
+    "gateway_request_duration_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS, "model": MODELS},
+    "gateway_time_to_first_byte_seconds": {"endpoint": ENDPOINTS, "upstream": UPSTREAMS, "model": MODELS},
     "gateway_inflight_streams": {},
     "gateway_worker_requests": {},
-    "gateway_upstream_errors_total": {"upstream": UPSTREAMS, "kind": ERROR_KINDS},
+    "gateway_upstream_errors_total": {"upstream": UPSTREAMS, "kind": ERROR_KINDS, "model": MODELS},
+    "gateway_tokens_total": {"model": MODELS, "tenant": TENANTS, "type": TOKEN_TYPES},
     "gateway_sanitize_actions_total": {"action": ACTIONS, "dialect": DIALECTS},
     "gateway_tool_chain_repairs_total": {"kind": TOOL_REPAIR_KINDS},
     "gateway_scid_lookups_total": {"via": VIAS, "result": LOOKUP_RESULTS},
@@ -157,12 +166,18 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
 }
 
 
+# The labelled metrics by name, as ``_counter`` and ``_histogram`` define them: ``worker_started`` zeroes their series.
+LABELLED: dict[str, Counter | Histogram] = {}
+
+
 def _counter(name: str, doc: str) -> Counter:
-    return Counter(name, doc, list(LABELS[name]))
+    LABELLED[name] = metric = Counter(name, doc, list(LABELS[name]))
+    return metric
 
 
 def _histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-    return Histogram(name, doc, list(LABELS[name]), buckets=buckets)
+    LABELLED[name] = metric = Histogram(name, doc, list(LABELS[name]), buckets=buckets)
+    return metric
 
 
 REQUESTS = _counter("gateway_requests_total", "Client requests answered, by status class")
@@ -193,6 +208,9 @@ STATELESS = _counter("gateway_stateless_requests_total", "Requests served withou
 STORAGE_LIMITED = _counter("gateway_storage_limited_total", "Turns the per-tenant storage limits applied to: not "
                                                             "recorded (tenant_budget), or recorded without their "
                                                             "prompt (prompt_capped)")
+TOKENS = _counter("gateway_tokens_total", "Tokens the upstreams reported using (input, output, cache_read, "
+                                         "cache_write; reasoning, part of output, where reported), by model family "
+                                         "and tenant")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
 
@@ -244,11 +262,18 @@ def _child(metric: Any, *values: str) -> Any:
     return metric.labels(*values)
 
 
+def _model(obs: Observation | None) -> str:
+    """The request's ``model`` label: its model's family once the body is decoded, else "other"."""
+    req = obs.exchange.request if obs is not None and obs.exchange is not None else None
+    return routing.model_label(req.model) if req is not None else "other"
+
+
 def _finish(obs: Observation) -> None:
-    _child(REQUESTS, obs.endpoint, obs.upstream, status_class(obs.status)).inc()
-    _child(REQUEST_DURATION, obs.endpoint, obs.upstream).observe(obs.duration)
+    model = _model(obs)
+    _child(REQUESTS, obs.endpoint, obs.upstream, status_class(obs.status), model).inc()
+    _child(REQUEST_DURATION, obs.endpoint, obs.upstream, model).observe(obs.duration)
     if obs.ttfb is not None:
-        _child(TTFB, obs.endpoint, obs.upstream).observe(obs.ttfb)
+        _child(TTFB, obs.endpoint, obs.upstream, model).observe(obs.ttfb)
     WORKER_REQUESTS.inc()
     logs.log_request(obs)
 
@@ -287,9 +312,40 @@ def observe_stream_error(error: dict[str, Any] | None) -> None:
 
 
 def _count_upstream_error(upstream: str, kind: str) -> None:
-    _child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS)).inc()
-    if (obs := logs.current.get()) is not None:
+    obs = logs.current.get()
+    _child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS), _model(obs)).inc()
+    if obs is not None:
         obs.upstream_error = kind
+
+
+class TenantLabels:
+    """A worker's ``tenant`` label values: the first ``limit`` tenant prefixes it counts tokens for keep their prefix
+    (an HMAC of the credential, as the request log shows it), every later one is "other"; a request without a
+    credential is "other" too. At most ``limit`` series per model and token kind per worker (0: every tenant is
+    "other"). One object the app owns (``deps.Gateway``), sized by ``GATEWAY_METRICS_TENANTS``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self.named: set[str] = set()
+
+    def of(self, tenant: str | None) -> str:
+        if tenant is None:
+            return "other"
+        if tenant in self.named:
+            return tenant
+        if len(self.named) < self.limit:
+            self.named.add(tenant)
+            return tenant
+        return "other"
+
+
+def observe_tokens(usage: object, model: object, tenant: str) -> None:
+    """Pipeline, a finished turn: the tokens its upstream reported (canonical usage, ``protocols.usage``);
+    ``tenant`` is a ``TenantLabels`` value."""
+    m = routing.model_label(model)
+    for kind, n in token_counts(usage).items():
+        if n:
+            _child(TOKENS, m, tenant, kind).inc(n)
 
 
 def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
@@ -471,21 +527,30 @@ async def metrics_endpoint(request: HTTPRequest) -> Response:
     return Response(data, headers={"content-type": TEXT_FORMAT})
 
 
+# Labels whose values come from the traffic (the model, the tenant) start with their catch-all only; every other label
+# starts with its whole closed vocabulary but "other" (``upstream``: the configured upstreams, ``zero_series``).
+TRAFFIC_LABELS = frozenset({"model", "tenant"})
+
+
+def zero_series(upstreams: Iterable[str] = ()) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(metric name, label values) of every series ``worker_started`` creates at 0: for each labelled metric in
+    ``LABELS``, every combination of its labels' start values (``TRAFFIC_LABELS``)."""
+    configured = frozenset(label(u, UPSTREAMS) for u in upstreams) - {"other"}
+    for name in LABELLED:
+        if not LABELS[name]:
+            continue
+        values = [configured if lab == "upstream" else frozenset({"other"}) if lab in TRAFFIC_LABELS
+                  else allowed - {"other"} for lab, allowed in LABELS[name].items()]
+        for combo in itertools.product(*(sorted(v) for v in values)):
+            yield name, combo
+
+
 def worker_started(upstreams: Iterable[str] = ()) -> None:
-    """Lifespan start: zero the alerting series (a counter born at 1 hides its first increase)
-    and drop live gauges left by workers that died without cleaning up."""
-    for up, kind in itertools.product(upstreams, classify.KINDS):
-        _child(UPSTREAM_ERRORS, label(up, UPSTREAMS), kind)
-    for via, result in itertools.product(("header", "tool_id", "fingerprint"), ("hit", "miss")):
-        _child(SCID_LOOKUPS, via, result)
-    for op, kind in itertools.product(("load", "record"), ("circuit_open", "timeout", "unavailable")):
-        _child(STORE_ERRORS, op, kind)
-    for reason in STATELESS_REASONS - {"other"}:
-        _child(STATELESS, reason)
-    for outcome in RECORD_RETRY_OUTCOMES - {"other"}:
-        _child(RECORD_RETRIES, outcome)
-    for limit in STORAGE_LIMITS - {"other"}:
-        _child(STORAGE_LIMITED, limit)
+    """Lifespan start: every labelled series with a known label set at 0 (``zero_series``: a rate panel or an alert
+    has a series to read before the first event, and a counter born at 1 would hide its first increase), and drop
+    live gauges left by workers that died without cleaning up."""
+    for name, values in zero_series(upstreams):
+        _child(LABELLED[name], *values)
     STORE_CIRCUIT_OPEN.set(0)
     if MULTIPROCESS:
         _reap_dead_workers(os.environ[MULTIPROC_ENV])

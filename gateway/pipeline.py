@@ -156,24 +156,26 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     request, when that holds for this one); their outcomes are the next request's priors."""
     assert ex.request is not None
     req = ex.request
-    recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
-    rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
-    if rebuilt is not None:
-        req.messages = rebuilt[0]
     cont = ex.continuation
     ticket, off = cont.ticket, gw.settings.continuations_off
     client = list(req.messages)  # as the client sent them (``context_edits`` compares)
-    fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,
-                                 continuation.repair_prior(ticket, off))
-    if rebuilt is not None:
-        fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
-        fixed.changed = True
-    caps = gw.router.caps_for(req.model)
-    fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
-    fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
+    with gw.tracing.span("repair"):
+        recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
+        rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
+        if rebuilt is not None:
+            req.messages = rebuilt[0]
+        fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,
+                                     continuation.repair_prior(ticket, off))
+        if rebuilt is not None:
+            fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
+            fixed.changed = True
+        caps = gw.router.caps_for(req.model)
+        fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
+        fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, caps, policy,
-                                      ex.betas, continuation.sanitize_prior(ticket, off))
+    with gw.tracing.span("sanitize"):
+        cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, caps, policy,
+                                          ex.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
@@ -267,26 +269,39 @@ Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default:
 
 async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROPIC,
                   encoder: Encoder | None = None) -> None:
+    span = gw.tracing.span
     try:
-        identify_tenant(ex, gw)
-        decode(ex, gw, decoder)
-        identify(ex)
-        result = await load(ex, gw)
+        with span("identify"):
+            identify_tenant(ex, gw)
+        with span("decode"):
+            decode(ex, gw, decoder)
+        with span("load"):
+            identify(ex)
+            result = await load(ex, gw)
         repair_and_sanitize(ex, gw, result)
-        if encoder is None:
-            encode(ex, gw)
-        else:
-            assert ex.request is not None
-            ex.outgoing = encoder(ex.request)
+        with span("encode"):
+            if encoder is None:
+                encode(ex, gw)
+            else:
+                assert ex.request is not None
+                ex.outgoing = encoder(ex.request)
     except (RecursionError, orjson.JSONEncodeError):
         raise bad_request(TOO_DEEP) from None
 
 
 async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
-    """Store the finished turn (one round trip); never fails the request."""
+    """Count the finished turn's tokens; store it (one round trip); never fails the request."""
     ex.turn = turn
+    metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
+                           gw.tenant_labels.of(ex.tenant))
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
+    with gw.tracing.span("record"):
+        await _record(ex, gw, turn)
+
+
+async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
+    assert gw.store is not None and ex.tenant is not None and ex.request is not None
     # With its user messages untouched and any other change a new content list (``repair_and_sanitize``
     # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
     # and the next request of the conversation may start with its messages (the replay memo keeps them).

@@ -119,6 +119,35 @@ def reads_thinking(model: str, producer: str) -> bool:
     return reader == made or any(r.search(reader) and p.search(made) for r, p in _READS)
 
 
+# The model families the metrics name (``gateway_*{model}``): a closed set, first match wins, a model none matches is
+# "other", so a label never carries the client's text. A tier, not a version: a client's made-up version numbers
+# cannot multiply the series. An OpenRouter-style ``vendor/`` prefix is skipped.
+MODEL_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (
+    ("claude-opus", r"^claude-(?:[\d.-]+-)?opus"),
+    ("claude-sonnet", r"^claude-(?:[\d.-]+-)?sonnet"),
+    ("claude-haiku", r"^claude-(?:[\d.-]+-)?haiku"),
+    ("claude", r"^claude-"),
+    ("gemini-pro", r"^gemini-[\w.-]*-pro\b"),
+    ("gemini-flash-lite", r"^gemini-[\w.-]*-flash-lite\b"),
+    ("gemini-flash", r"^gemini-[\w.-]*-flash\b"),
+    ("gemini", r"^gemini-"),
+    ("gpt", r"^gpt-"),
+    ("openai-o", r"^o\d+(?:-|$)"),
+    ("deepseek-reasoner", r"^deepseek-(?:reasoner|r\d)"),
+    ("deepseek", r"^deepseek-"),
+))
+MODEL_LABELS = frozenset(name for name, _ in MODEL_FAMILIES) | {"other"}
+# the table as one alternation (first alternative wins, as the table's order), after an optional ``vendor/``
+_FAMILY = re.compile(r"(?:[a-z0-9-]{1,40}/)?(?:" + "|".join(
+    f"(?P<f{i}>{pattern.pattern.removeprefix('^')})" for i, (_, pattern) in enumerate(MODEL_FAMILIES)) + ")")
+
+
+def model_label(model: object) -> str:
+    """The metrics' ``model`` label of a request's model (one of ``MODEL_LABELS``)."""
+    m = _FAMILY.match(model[:200].lower()) if isinstance(model, str) else None
+    return MODEL_FAMILIES[int(m.lastgroup[1:])][0] if m is not None and m.lastgroup else "other"
+
+
 def origin_of(caps: ModelCaps, model: str) -> str:
     """Who minted a signature: the upstream and the model family. Provider reasoning is only ever
     sent back to the same origin."""

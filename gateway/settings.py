@@ -12,6 +12,7 @@ from gateway.routing import FLAVORS, RouteError, Router, parse_routes
 from state.factory import check_store_url
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
+DEFAULT_METRICS_TENANTS = 20  # tenant prefixes each worker names in gateway_tokens_total (metrics.TenantLabels)
 MIN_SECRET_BYTES = 32  # an HMAC key: a short one can be guessed offline from any tenant prefix it made
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 BYPASS_OFF = "off"
@@ -53,6 +54,7 @@ DESCRIPTIONS: dict[str, str] = {
     "decoded_turn_cache": "decoded stored turns each worker keeps (LRU); 0 = off",
     "load_cache_mb": "MiB of loaded conversations each worker keeps (LRU); 0 = off",
     "replay_memo_mb": "MiB of decoded histories each worker keeps (LRU); 0 = off",
+    "metrics_tenants": "tenant prefixes each worker names in gateway_tokens_total (the rest: other); 0 = none",
     "continuations_off": f"benchmarks only: switch off {', '.join(sorted(CONTINUATIONS))} (comma-separated)",
     "state_machine_enabled": "record turns and repair replays from the records (the sanitizer always runs)",
     "unverifiable_thinking": "drop | text: what happens to thinking that cannot be verified",
@@ -98,6 +100,7 @@ class Settings:
     fix_thinking_params: bool = True
     drop_unsupported_params: bool = False  # chat completions parameters an upstream cannot honour: 400, or dropped
     gemini_signature_bypass: str = BYPASS_SIGNATURE  # a documented bypass value, or "off"
+    metrics_tenants: int = DEFAULT_METRICS_TENANTS  # the rest are "other" in gateway_tokens_total; 0 = all "other"
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "text"
     drain_timeout_s: float = 30.0  # after SIGTERM: longest wait for requests in flight
@@ -221,6 +224,9 @@ class Settings:
             raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "
                                 f"(the documented bypass values) or {BYPASS_OFF}")
         _str(kw, "gemini_signature_bypass", v)
+        _int(kw, "metrics_tenants", get("METRICS_TENANTS"))
+        if int(kw.get("metrics_tenants", 0)) < 0:  # type: ignore[call-overload]
+            raise SettingsError("GATEWAY_METRICS_TENANTS must be 0 or more")
         if v := (get("LOG_LEVEL") or "").strip():
             if v.upper() not in LOG_LEVELS:
                 raise SettingsError(f"GATEWAY_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")

@@ -181,9 +181,14 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     await codec.prepare()
     assert ex.request is not None
     path, headers, query = codec.target()
-    call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
-    # (a stream's client that goes away is noticed by the relay, which stops reading the upstream's stream)
-    resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
+    # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
+    with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
+        gw.tracing.inject(headers)
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
+        # (a stream's client that goes away is noticed by the relay, which stops reading the upstream's stream)
+        resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
+        if span is not None:
+            span.set_attribute("http.response.status_code", resp.status)
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()

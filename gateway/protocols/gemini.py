@@ -46,6 +46,7 @@ from gateway.protocols.gemini_parts import (
     part_from_block,
 )
 from gateway.protocols.params import CLIENT_PARAMS
+from gateway.protocols.usage import from_gemini
 
 NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``
 STOP_REASONS = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "refusal", "RECITATION": "refusal",
@@ -210,14 +211,8 @@ def stop_reason(finish: JSON, called: bool) -> str | None:
 
 
 def usage(meta: JSON) -> dict[str, JSON]:
-    meta = meta if isinstance(meta, dict) else {}
-
-    def n(key: str) -> int:
-        v = meta.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-    return {"input_tokens": n("promptTokenCount"), "output_tokens": n("candidatesTokenCount") + n("thoughtsTokenCount"),
-            "cache_read_input_tokens": n("cachedContentTokenCount")}
+    """``usageMetadata`` -> canonical usage (``protocols.usage``)."""
+    return from_gemini(meta)
 
 
 def decode_turn(body: Any, *, origin: str, mint: Mint, model: str) -> Turn:

@@ -42,6 +42,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
 from gateway.protocols.params import CLIENT_PARAMS
+from gateway.protocols.usage import from_openai
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
@@ -275,10 +276,9 @@ def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
         csig = signature_from_openai_extra(call.get("extra_content"))
         blocks.append(ToolUseBlock(str(call.get("id") or ""), fn["name"], args,
                                    sig=ProviderSig(origin, csig) if csig else None))
-    u = usage if isinstance(usage := body.get("usage"), dict) else {}
     return Turn(id=str(body.get("id") or ""), model=str(body.get("model") or model), content=blocks,
                 stop_reason=STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
-                usage={"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0)},
+                usage=from_openai(body.get("usage")),
                 provider=provider_fields(msg, origin))
 
 

@@ -23,6 +23,7 @@ import orjson
 from gateway.protocols.canonical import JSON
 from gateway.protocols.gemini_parts import signature_from_openai_extra
 from gateway.protocols.openai_compat import PROVIDER_FIELDS, REASONING_TEXT, STOP_REASONS
+from gateway.protocols.usage import from_openai
 
 Event = dict[str, Any]
 _CONCAT = ("text", "summary", "data")
@@ -68,7 +69,7 @@ class CompatTranslator:
                 "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}})
         u = chunk.get("usage")
         if isinstance(u, dict):
-            self.usage = {"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0)}
+            self.usage = from_openai(u)
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue

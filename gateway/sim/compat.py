@@ -320,9 +320,17 @@ def stream_chunks(profile: str, msg: dict[str, Any], finish: str, base: dict[str
         deltas[-1]["reasoning_opaque"] = msg["reasoning_opaque"]
     chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 20,
-                                                    "total_tokens": 30}})
+    chunks.append({**base, "choices": [], "usage": usage(msg)})
     return chunks
+
+
+def usage(msg: dict[str, Any]) -> dict[str, Any]:
+    """The answer's ``usage``, in the shape OpenAI-compatible APIs report it (docs/upstream-rules.md, "Usage"): the
+    cached share of the prompt and the reasoning share of the completion as details (fixed figures)."""
+    reasoning = next((msg[k] for k in ("reasoning_content", "reasoning_text", "reasoning") if msg.get(k)), "")
+    return {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30,
+            "prompt_tokens_details": {"cached_tokens": 4},
+            "completion_tokens_details": {"reasoning_tokens": min(20, max(1, len(reasoning) // 4)) if reasoning else 0}}
 
 
 def compat_routes(state: Any) -> list[Route]:
@@ -356,7 +364,7 @@ def compat_routes(state: Any) -> list[Route]:
             if not body.get("stream"):
                 out = {**base, "object": "chat.completion",
                        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                       "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}}
+                       "usage": usage(msg)}
                 return Response(orjson.dumps(out), 200, media_type="application/json")
             frames = [b"data: " + orjson.dumps({**c, "object": "chat.completion.chunk"}) + b"\n\n"
                       for c in stream_chunks(profile, msg, finish, base)] + [b"data: [DONE]\n\n"]

@@ -33,6 +33,11 @@ def test_the_benchmarks_switch_continuations_off_by_name() -> None:
     assert off == {"splice", "carried_sanitize"}
 
 
+def test_the_tenant_label_bound_is_read() -> None:
+    assert Settings.from_env({}).metrics_tenants == 20
+    assert Settings.from_env({"GATEWAY_METRICS_TENANTS": "0"}).metrics_tenants == 0
+
+
 def test_secrets_are_redacted_in_repr_and_str() -> None:
     s = Settings.from_env({"GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0",
                            "GATEWAY_SECRET": "s3cret-value-0123456789abcdef012"})
@@ -45,7 +50,8 @@ def test_secrets_are_redacted_in_repr_and_str() -> None:
                                             ("GATEWAY_STATE_MACHINE_ENABLED", "maybe"),
                                             ("GATEWAY_UNVERIFIABLE_THINKING", "forge"),
                                             ("GATEWAY_GEMINI_SIGNATURE_BYPASS", "forged-signature"),
-                                            ("GATEWAY_CONTINUATIONS_OFF", "splice,memo")])
+                                            ("GATEWAY_CONTINUATIONS_OFF", "splice,memo"),
+                                            ("GATEWAY_METRICS_TENANTS", "-1"), ("GATEWAY_METRICS_TENANTS", "all")])
 def test_bad_values_are_refused(var: str, value: str) -> None:
     with pytest.raises(SettingsError):
         Settings.from_env({var: value})

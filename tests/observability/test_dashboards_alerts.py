@@ -29,6 +29,10 @@ SCRAPE_LABELS = {"job", "instance"}
 _METRIC = re.compile(r"\b(gateway_[a-z0-9_]+)\b(\s*\{([^}]*)\})?")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 _GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+_BY = re.compile(r"\bby\s*\(([^)]*)\)")
+_LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+_LABEL_VALUES = re.compile(r"^label_values\((gateway_\w+)(?:\{[^}]*\})?,\s*(\w+)\)$")
+_TEMPLATE_LABEL = re.compile(r"\$labels\.(\w+)")
 
 
 def exported() -> dict[str, tuple[str, set[str]]]:
@@ -95,6 +99,52 @@ def test_every_panel_query_uses_exported_metrics_and_labels() -> None:
     assert targets()
     problems = [p for where, expr in targets() for p in check_promql(expr, where)]
     assert not problems, "\n".join(problems)
+
+
+def result_labels(expr: str) -> set[str]:
+    """The labels an expression's result series carry: its outermost ``by (...)`` grouping where it aggregates,
+    else the labels of the metrics it selects."""
+    groups = [{g.strip() for g in grp.split(",") if g.strip()} for grp in _BY.findall(expr)]
+    if groups:
+        return set.intersection(*groups) - {"le"}
+    return set.union(SCRAPE_LABELS, *(EXPORTED[m[1]][1] for m in _METRIC.finditer(expr) if m[1] in EXPORTED))
+
+
+def test_every_legend_names_labels_its_query_returns() -> None:
+    problems = [f"{where}: legend {{{{{name}}}}} is not a label of {expr}" for p in dashboard()["panels"]
+                for t in p.get("targets", []) for where, expr in [(p["title"], t["expr"])]
+                for name in _LEGEND.findall(t.get("legendFormat", "")) if name not in result_labels(expr)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_query_variable_reads_an_exported_label() -> None:
+    for v in dashboard()["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        m = _LABEL_VALUES.match(v["definition"])
+        assert m and m[1] in EXPORTED and m[2] in EXPORTED[m[1]][1] | SCRAPE_LABELS, v["definition"]
+        assert not check_promql(v["definition"], f"variable {v['name']}")
+
+
+def test_dashboard_covers_every_surface_model_and_the_token_counters() -> None:
+    """No panel is tied to one surface: the endpoint variable (every surface's series exists from the start,
+    ``metrics.zero_series``) picks them, the latency and time-to-first-byte panels read it, and the token counters
+    are shown by model family and by tenant."""
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for name, metric in (("endpoint", "gateway_requests_total"), ("model", "gateway_requests_total"),
+                         ("tenant", "gateway_tokens_total")):
+        assert variables[name]["includeAll"] and variables[name]["multi"], name
+        assert _LABEL_VALUES.match(variables[name]["definition"]).groups() == (metric, name)  # type: ignore[union-attr]
+    for where, expr in targets():
+        for m in _METRIC.finditer(expr):
+            matchers = set(_MATCHER.findall(m[3] or ""))
+            assert not {x for x in matchers if x[0] == "endpoint"} - {("endpoint", "=~", "$endpoint")}, where
+            if m[1].startswith(("gateway_request_duration_seconds", "gateway_time_to_first_byte_seconds")):
+                assert ("endpoint", "=~", "$endpoint") in matchers, where
+    tokens = [expr for _, expr in targets() if "gateway_tokens_total" in expr]
+    assert any("model" in result_labels(e) and "type" in result_labels(e) for e in tokens)
+    assert any(result_labels(e) == {"tenant"} for e in tokens)
+    assert any("gateway_stateless_requests_total" in e and result_labels(e) == {"reason"} for _, e in targets())
 
 
 def test_every_panel_selects_by_job_and_instance_on_the_datasource_variable() -> None:
@@ -198,6 +248,9 @@ def test_every_rule_queries_exported_metrics_and_links_its_runbook_section() -> 
         assert path.endswith("docs/runbook.md") and anchor in sections, url
         assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["summary"]
         assert "for" in r
+        text = " ".join(str(v) for v in r["annotations"].values())
+        for name in _TEMPLATE_LABEL.findall(text):  # a label the alert does not carry renders empty
+            assert name in result_labels(r["expr"]), (r["alert"], name)
 
 
 def test_the_runbooks_documented_rewrite_makes_every_runbook_link_absolute() -> None:
@@ -239,7 +292,13 @@ def test_promtool_check_rules() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+MSG = {"endpoint": "messages", "upstream": "anthropic", "model": "claude-opus"}  # a /v1/messages request's labels
+
+
 def _series(metric: str, values: str, **labels: str) -> dict[str, str]:
+    """A synthetic input series, with exactly the labels ``gateway.metrics`` exports for ``metric`` (and the
+    scrape's): a rule tested on series the gateway never exports would prove nothing."""
+    assert set(labels) | SCRAPE_LABELS == EXPORTED[metric][1] | SCRAPE_LABELS, (metric, set(labels))
     sel = ",".join(f'{k}="{v}"' for k, v in {"job": "tg", "instance": "a", **labels}.items())
     return {"series": f"{metric}{{{sel}}}", "values": values}
 
@@ -271,17 +330,17 @@ def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
     tests = [{
         "interval": "1m",
         "input_series": [
-            _series(up, "0+1x40", upstream="anthropic", kind="invalid_signature"),
-            _series(up, "0+5x40", upstream="anthropic", kind="overloaded"),
-            _series(up, "0x40", upstream="anthropic", kind="thinking_modified"),
+            _series(up, "0+1x40", upstream="anthropic", kind="invalid_signature", model="claude-opus"),
+            _series(up, "0+5x40", upstream="anthropic", kind="overloaded", model="claude-opus"),
+            _series(up, "0x40", upstream="anthropic", kind="thinking_modified", model="claude-opus"),
             _series("gateway_scid_lookups_total", "0+1x60", via="tool_id", result="hit"),
             _series("gateway_scid_lookups_total", "0+3x60", via="tool_id", result="miss"),
             _series("gateway_store_circuit_open", "0 0 1x10 0x30", instance="b"),
-            _series("gateway_requests_total", "0+1x40", endpoint="messages", upstream="anthropic", status="5xx"),
-            _series("gateway_requests_total", "0+9x40", endpoint="messages", upstream="anthropic", status="2xx"),
-            _series(bucket, "0x40", endpoint="messages", upstream="anthropic", le="30"),
-            _series(bucket, "0+10x40", endpoint="messages", upstream="anthropic", le="120"),
-            _series(bucket, "0+10x40", endpoint="messages", upstream="anthropic", le="+Inf"),
+            _series("gateway_requests_total", "0+1x40", status="5xx", **MSG),
+            _series("gateway_requests_total", "0+9x40", status="2xx", **MSG),
+            _series(bucket, "0x40", le="30", **MSG),
+            _series(bucket, "0+10x40", le="120", **MSG),
+            _series(bucket, "0+10x40", le="+Inf", **MSG),
             _series(store, "0+100x40", op="load", le="0.05"),
             _series(store, "0+100x40", op="load", le="+Inf"),
         ],
@@ -294,7 +353,7 @@ def test_rules_fire_on_synthetic_series(tmp_path: Path) -> None:
             _alert("ThinkgateStoreCircuitOpen", "6m", {"severity": "critical", "job": "tg", "instance": "b"}),
             _alert("ThinkgateStoreCircuitOpen", "30m"),
             _alert("ThinkgateHighErrorRate", "25m", {"severity": "critical", "job": "tg"}),
-            _alert("ThinkgateHighLatencyP99", "25m", {"severity": "warning", "job": "tg"}),
+            _alert("ThinkgateHighLatencyP99", "25m", {"severity": "warning", "job": "tg", "endpoint": "messages"}),
             _alert("ThinkgateStoreSlow", "25m"),  # every call under 50 ms
         ],
     }]
@@ -345,13 +404,13 @@ def test_stateless_requests_alert_counts_store_reasons_only(tmp_path: Path) -> N
     tests = [{
         "interval": "1m",
         "input_series": [
-            _series(requests, "0+100x40", job="slow", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(requests, "0+100x40", job="slow", status="2xx", **MSG),
             _series(stateless, "0+5x40", job="slow", reason="store_timeout"),
             _series(stateless, "0x40", job="slow", reason="breaker_open"),
-            _series(requests, "0+100x40", job="design", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(requests, "0+100x40", job="design", status="2xx", **MSG),
             _series(stateless, "0+100x40", job="design", reason="no_store"),
             _series(stateless, "0+50x40", job="design", reason="no_credential"),
-            _series(requests, "0+1000x40", job="rare", endpoint="messages", upstream="anthropic", status="2xx"),
+            _series(requests, "0+1000x40", job="rare", status="2xx", **MSG),
             _series(stateless, "0+1x40", job="rare", reason="store_unavailable"),
         ],
         "alert_rule_test": [
@@ -360,3 +419,25 @@ def test_stateless_requests_alert_counts_store_reasons_only(tmp_path: Path) -> N
         ],
     }]
     _promtool_test(tmp_path, tests)
+
+
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$job": ".*", "$instance": ".*", "$endpoint": ".*",
+                     "$model": ".*", "$tenant": ".*"}
+
+
+@needs_promtool
+@pytest.mark.process
+def test_every_panel_query_is_valid_promql(tmp_path: Path) -> None:
+    """Each panel's query, Grafana's variables filled in as "All" would, parses as a PromQL expression (promtool
+    checks it as a recording rule)."""
+    exprs = []
+    for _, expr in targets():
+        for var, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+            expr = expr.replace(var, value)
+        assert "$" not in expr, expr
+        exprs.append(expr)
+    rules_file = tmp_path / "panels.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:query_{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    out = subprocess.run([PROMTOOL, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=30)  # type: ignore[list-item]
+    assert out.returncode == 0, out.stdout + out.stderr

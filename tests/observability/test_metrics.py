@@ -11,6 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metrics, pipeline
@@ -51,9 +52,10 @@ def test_label_values_are_validated_against_closed_sets() -> None:
 
 
 def test_unknown_label_values_become_other() -> None:
-    before = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature")
+    before = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature", model="other")
     metrics.observe_upstream_body("my-secret-upstream-name", 400, E2.encode())
-    assert value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature") == before + 1
+    after = value("gateway_upstream_errors_total", upstream="other", kind="invalid_signature", model="other")
+    assert after == before + 1
 
 
 # ------------------------------------------------------------------ pipeline observations
@@ -249,6 +251,7 @@ async def fake_upstream() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         await runner.cleanup()
 
 
+OPUS = {"model": "claude-opus"}  # the model label of REQUEST's model (``routing.model_label``)
 REQUEST = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
            "messages": [{"role": "user", "content": "hi"}]}
 
@@ -270,15 +273,17 @@ async def test_upstream_400_with_e2_text_counts_invalid_signature(
     body = b'{"type":"error","error":{"type":"invalid_request_error","message":"' + \
         E2.encode() + b'"},"request_id":"req_011CWkB65DcNzK2MiofhXx8b"}'
     answer.update(status=400, body=body)
-    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature")
-    before_4xx = value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx")
+    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature", **OPUS)
+    before_4xx = value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx", **OPUS)
     resp, scrape = await _post(url, REQUEST)
     assert resp.status_code == 400 and resp.content == body  # relayed unchanged
-    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature") == before + 1
-    assert value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx") == before_4xx + 1
+    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="invalid_signature", **OPUS) == before + 1
+    assert value("gateway_requests_total", endpoint="messages", upstream="anthropic", status="4xx", **OPUS) \
+        == before_4xx + 1
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(scrape) for s in fam.samples}
-    assert samples[("gateway_upstream_errors_total", (("kind", "invalid_signature"), ("upstream", "anthropic")))] \
+    assert samples[("gateway_upstream_errors_total", (("kind", "invalid_signature"), ("model", "claude-opus"),
+                                                        ("upstream", "anthropic")))] \
         == before + 1
 
 
@@ -289,19 +294,20 @@ async def test_in_stream_error_event_is_classified(fake_upstream: tuple[str, dic
         b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
         b'"role":"assistant","model":"claude-opus-4-5","content":[],"stop_reason":null,"usage":{}}}\n\n'
         b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'))
-    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded")
-    ttfb = value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic")
+    before = value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded", **OPUS)
+    ttfb = value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic", **OPUS)
     resp, _ = await _post(url, {**REQUEST, "stream": True})
     assert resp.status_code == 200 and b"overloaded_error" in resp.content
-    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded") == before + 1
-    assert value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic") == ttfb + 1
+    assert value("gateway_upstream_errors_total", upstream="anthropic", kind="overloaded", **OPUS) == before + 1
+    assert value("gateway_time_to_first_byte_seconds_count", endpoint="messages", upstream="anthropic", **OPUS) \
+        == ttfb + 1
     assert value("gateway_inflight_streams") == 0
 
 
 @pytest.mark.process
 async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[str, dict[str, Any]]) -> None:
     url, _ = fake_upstream
-    before = value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx")
+    before = value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx", model="other")
     app = create_app(Settings(anthropic_base_url=url))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
@@ -311,7 +317,8 @@ async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[st
             assert (await client.get("/healthz")).status_code == 200
     assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
     assert "gateway_requests_total" in scrape.text
-    assert value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx") == before + 1
+    assert value("gateway_requests_total", endpoint="messages", upstream="none", status="4xx", model="other") \
+        == before + 1
 
 
 # ------------------------------------------------------------------ multiprocess directory
@@ -331,3 +338,48 @@ def test_operator_multiprocess_dir_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_
     with metrics.multiprocess_dir(4) as path:
         assert path == str(tmp_path)
     assert tmp_path.is_dir() and os.environ[metrics.MULTIPROC_ENV] == str(tmp_path)
+
+
+# ------------------------------------------------------------------ model, tokens, tenants, series at zero
+
+
+def test_every_labelled_metric_is_zeroed_from_its_declared_vocabularies() -> None:
+    """Generic: a labelled metric defined the module's way (``_counter``/``_histogram``, labels in ``LABELS``) gets
+    its known series at start without a line of its own; traffic labels start at "other", upstreams as configured."""
+    labelled = {obj._name for obj in vars(metrics).values() if isinstance(obj, MetricWrapperBase) and obj._labelnames}
+    assert labelled == {m._name for n, m in metrics.LABELLED.items() if metrics.LABELS[n]}
+    series = list(metrics.zero_series(["anthropic", "gemini", "my-secret-upstream"]))
+    names = {name for name, _ in series}
+    assert names == {n for n, labels in metrics.LABELS.items() if labels}
+    assert ("gateway_tool_chain_repairs_total", ("reordered",)) in series
+    assert ("gateway_upstream_errors_total", ("anthropic", "invalid_signature", "other")) in series
+    assert ("gateway_tokens_total", ("other", "other", "reasoning")) in series
+    for name, values in series:
+        for lab, v in zip(metrics.LABELS[name], values, strict=True):
+            assert v in metrics.LABELS[name][lab] and (v != "other") == (lab not in metrics.TRAFFIC_LABELS), (name, lab)
+            assert lab != "upstream" or v in ("anthropic", "gemini")
+    assert len(series) < 1000  # (histograms: ~20 lines a series)
+
+
+def test_worker_started_creates_the_zero_series() -> None:
+    metrics.worker_started(["anthropic"])
+    assert REGISTRY.get_sample_value("gateway_tool_chain_repairs_total", {"kind": "id_mapped"}) is not None
+    assert REGISTRY.get_sample_value("gateway_tokens_total", {"model": "other", "tenant": "other",
+                                                              "type": "cache_write"}) is not None
+
+
+def test_tenant_labels_name_the_first_n_prefixes_then_other() -> None:
+    tenants = metrics.TenantLabels(2)
+    assert [tenants.of(t) for t in ("t-a", "t-b", "t-c", "t-a", None, "t-b")] == \
+        ["t-a", "t-b", "other", "t-a", "other", "t-b"]
+    assert metrics.TenantLabels(0).of("t-a") == "other"
+
+
+def test_observe_tokens_counts_each_reported_kind_by_model_family() -> None:
+    labels = {"model": "gemini-pro", "tenant": "t-tokens"}
+    kinds = ("input", "output", "reasoning", "cache_write")
+    before = {k: value("gateway_tokens_total", **labels, type=k) for k in kinds}
+    metrics.observe_tokens({"input_tokens": 20, "output_tokens": 39, "cache_read_input_tokens": 0,
+                            "_reasoning_tokens": 17}, "gemini-3-pro-preview", "t-tokens")
+    after = {k: value("gateway_tokens_total", **labels, type=k) - before[k] for k in before}
+    assert after == {"input": 20, "output": 39, "reasoning": 17, "cache_write": 0}

@@ -21,6 +21,9 @@ BODY = {"model": "claude-opus-4-5", "max_tokens": 1024, "messages": [{"role": "u
 HEADERS = {"x-api-key": "sk-test-workers", "anthropic-version": "2023-06-01"}
 
 
+MESSAGES_OPUS = (("endpoint", "messages"), ("model", "claude-opus"), ("upstream", "anthropic"))  # BODY's series
+
+
 def messages_total(m: dict[str, Any]) -> float:
     return sum(v for labels, v in m.get("gateway_requests_total", {}).items() if ("endpoint", "messages") in labels)
 
@@ -52,7 +55,7 @@ def settled(m: dict[str, Any], served: int) -> dict[str, Any] | None:
     """The scrape if every per-request series counts exactly ``served`` requests (none pending), else None."""
     duration = m.get("gateway_request_duration_seconds_count", {})
     done = messages_total(m) == served == sum(per_worker(m).values()) \
-        and duration.get((("endpoint", "messages"), ("upstream", "anthropic"))) == served
+        and duration.get(MESSAGES_OPUS) == served
     return m if done else None
 
 
@@ -79,7 +82,7 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
     # whichever worker answers the scrape reports the sum of both
     assert messages_total(m) == served == sum(workers.values())
     assert wait_for(lambda: messages_total(scrape(gw)) == served)
-    assert m["gateway_request_duration_seconds_count"][(("endpoint", "messages"), ("upstream", "anthropic"))] \
+    assert m["gateway_request_duration_seconds_count"][MESSAGES_OPUS] \
         == served
 
     # SIGHUP: hypercorn replaces both workers. Their live gauges leave (marked dead), counters stay.
@@ -160,7 +163,11 @@ def test_no_key_signature_or_thinking_text_is_logged(sim: Sim, gateways: Gateway
 def upstream_errors(gw: ServerProcess) -> dict[str, float]:
     """kind -> gateway_upstream_errors_total{upstream="anthropic"} in the process's /metrics."""
     series = scrape(gw).get("gateway_upstream_errors_total", {})
-    return {dict(labels)["kind"]: v for labels, v in series.items() if ("upstream", "anthropic") in labels}
+    out: dict[str, float] = {}
+    for labels, v in series.items():  # summed over the model label
+        if ("upstream", "anthropic") in labels:
+            out[dict(labels)["kind"]] = out.get(dict(labels)["kind"], 0.0) + v
+    return out
 
 
 def test_an_upstream_400_from_the_simulator_is_counted_by_kind(sim: Sim, gateways: GatewayFactory) -> None:
