@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
+from gateway.model_lists import ModelLists
 from gateway.record_retry import RecordRetry
 from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
@@ -55,4 +56,5 @@ class Gateway:
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
+    model_lists: ModelLists = field(default_factory=ModelLists)  # upstreams' model lists (``GET /v1/models``)
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)

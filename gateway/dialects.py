@@ -60,6 +60,7 @@ class UpstreamDialect:
     decode_turn: Callable[[Any, Call], Turn]
     translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
     error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
+    models: tuple[str, str] | None = None                   # (path, query) of its own model list (None: none)
 
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -89,16 +90,17 @@ def _gemini_path(call: Call) -> str:
 UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
     "anthropic": UpstreamDialect(
         lambda c: "/v1/messages", anthropic_headers, lambda c, ex, gw: pipeline.anthropic_body(ex, c.req, gw),
-        lambda body, c: anthropic.decode_turn(body), None, upstream_error),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error, ("/v1/models", "limit=1000")),
     "gemini": UpstreamDialect(
         _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
         lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model),
-        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error),
+        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error,
+        ("/v1beta/models", "pageSize=1000")),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
         lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
-        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error),
+        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }
 
 
