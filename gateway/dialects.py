@@ -21,11 +21,12 @@ from gateway.credentials import credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.exchange import Exchange
-from gateway.protocols import anthropic, gemini, openai_compat
+from gateway.protocols import anthropic, gemini, openai_compat, responses_upstream
 from gateway.protocols.canonical import JSON, Request, Turn
 from gateway.protocols.gemini_parts import Mint
 from gateway.protocols.gemini_stream import GeminiTranslator
 from gateway.protocols.openai_compat_stream import CompatTranslator
+from gateway.protocols.responses_upstream_stream import ResponsesTranslator
 from gateway.routing import ModelCaps, Router, origin_of
 from gateway.streaming.translate import Translator
 from gateway.upstream import forward_request_headers
@@ -101,6 +102,11 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
+    "responses": UpstreamDialect(
+        lambda c: "/responses", openai_compat.upstream_headers,
+        lambda c, ex, gw: orjson.dumps(responses_upstream.encode_request(c.req, c.caps)),
+        lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
+        lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }
 
 

@@ -65,8 +65,8 @@ log = logging.getLogger("thinkgate.metrics")
 
 INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # not counted, not logged at INFO
 ENDPOINTS = frozenset({s.label for s in SURFACES} | {"other"})  # the surfaces' labels (``gateway.surfaces``)
-UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "none",
-                       "other"})
+UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "responses",
+                       "none", "other"})
 STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
 DIALECTS = frozenset({"anthropic", "openai", "gemini", "augment", "other"})
 ERROR_KINDS = frozenset(classify.KINDS)
