@@ -10,10 +10,22 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.protocols.canonical import Message, ProviderSig, Request, TextBlock, ThoughtBlock, ToolResultBlock, \
-    ToolUseBlock
-from gateway.protocols.responses_upstream import assistant_items, decode_items, decode_turn, encode_items, \
-    encode_request
+from gateway.protocols.canonical import (
+    Message,
+    ProviderSig,
+    Request,
+    TextBlock,
+    ThoughtBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from gateway.protocols.responses_upstream import (
+    assistant_items,
+    decode_items,
+    decode_turn,
+    encode_items,
+    encode_request,
+)
 from gateway.protocols.responses_upstream_stream import ResponsesTranslator
 from gateway.records import lift_turn
 from gateway.routing import ModelCaps, Router, parse_routes

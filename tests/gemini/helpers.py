@@ -32,7 +32,8 @@ def gateway_env(sim: Sim, **extra: str) -> dict[str, str]:
     """Every upstream kind at the one simulator process."""
     routes = ",".join((f"google/=openrouter@{sim.url}/openrouter/api/v1", f"copilot/=copilot@{sim.url}/copilot",
                        f"deepseek-=deepseek@{sim.url}/deepseek/v1",
-                       f"{GEMINI_COMPAT}=generic@{sim.url}/v1beta/openai", f"{RESPONSES}=responses@{sim.url}/openai/v1"))
+                       f"{GEMINI_COMPAT}=generic@{sim.url}/v1beta/openai",
+                       f"{RESPONSES}=responses@{sim.url}/openai/v1"))
     return {"GATEWAY_GEMINI_BASE_URL": sim.url, "GATEWAY_ROUTES": routes, **extra}
 
 
