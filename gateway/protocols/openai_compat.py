@@ -57,10 +57,8 @@ _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     p = req.params
     msgs: list[dict[str, JSON]] = []
-    system = p.get("system")
-    if isinstance(system, list):
-        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
-    if isinstance(system, str) and system:
+    system = system_text(p)
+    if system:
         msgs.append({"role": "system", "content": system})
     for m in req.messages:
         if m.role == "assistant":
@@ -222,6 +220,21 @@ def tool_call(b: ToolUseBlock) -> dict[str, JSON]:
     return call
 
 
+def system_text(params: dict[str, JSON]) -> str | None:
+    """The canonical ``system`` parameter as one string (text blocks joined), None when there is none."""
+    system = params.get("system")
+    if isinstance(system, list):
+        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return system if isinstance(system, str) and system else None
+
+
+def image_url(b: Block) -> str | None:
+    """An Anthropic-shaped image block's source as a URL (a ``data:`` URL for base64 data); None: not an image."""
+    if not (isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict)):
+        return None
+    return str(src.get("url")) if src.get("type") == "url" else f"data:{src.get('media_type')};base64,{src.get('data')}"
+
+
 def user(m: Message) -> list[dict[str, JSON]]:
     out: list[dict[str, JSON]] = []
     parts: list[dict[str, JSON]] = []
@@ -230,9 +243,7 @@ def user(m: Message) -> list[dict[str, JSON]]:
             out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": content_text(b.content)})
         elif isinstance(b, TextBlock):
             parts.append({"type": "text", "text": b.text})
-        elif isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict):
-            url = src.get("url") if src.get("type") == "url" else \
-                f"data:{src.get('media_type')};base64,{src.get('data')}"
+        elif (url := image_url(b)) is not None:
             parts.append({"type": "image_url", "image_url": {"url": url}})
     if parts:
         single = len(parts) == 1 and parts[0]["type"] == "text"

@@ -34,7 +34,6 @@ from gateway.protocols.canonical import (
     JSON,
     Block,
     Message,
-    OpaqueBlock,
     ProviderSig,
     Request,
     TextBlock,
@@ -43,6 +42,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
+from gateway.protocols.openai_compat import image_url, system_text
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
@@ -177,9 +177,7 @@ def user_items(m: Message) -> list[dict[str, JSON]]:
             out.append({"type": "function_call_output", "call_id": b.tool_use_id, "output": content_text(b.content)})
         elif isinstance(b, TextBlock):
             parts.append({"type": "input_text", "text": b.text})
-        elif isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict):
-            url = src.get("url") if src.get("type") == "url" else \
-                f"data:{src.get('media_type')};base64,{src.get('data')}"
+        elif (url := image_url(b)) is not None:
             parts.append({"type": "input_image", "image_url": url})
     if parts:
         single = m.content_was_string and len(parts) == 1 and parts[0]["type"] == "input_text"
@@ -192,10 +190,8 @@ def user_items(m: Message) -> list[dict[str, JSON]]:
 def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     p = req.params
     body: dict[str, JSON] = {"model": req.model}
-    system = p.get("system")
-    if isinstance(system, list):
-        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
-    if isinstance(system, str) and system:
+    system = system_text(p)
+    if system:
         body["instructions"] = system
     body["input"] = encode_items(req.messages)
     tools = [_function(t) for t in p.get("tools") or () if isinstance(t, dict) and "input_schema" in t]
