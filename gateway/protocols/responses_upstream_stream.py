@@ -1,10 +1,11 @@
 """OpenAI Responses API upstream SSE -> canonical (Anthropic-shaped) events.
 
 - ``response.created`` -> ``message_start``;
-- a ``reasoning`` item -> a ``thought`` block carrying the item exactly as ``response.output_item.done`` gave it
-  (``encrypted_content`` complete only there) and the item that followed it (``responses_upstream.reasoning_block``),
-  under ``_provider``: so it is emitted once the next item is announced (or the response ends), its summary text in
-  one ``thinking_delta``;
+- a ``reasoning`` item -> a ``thought`` block, opened when the item is announced, its summary text streamed as
+  ``thinking_delta``s as it comes (parts joined as ``responses_upstream.summary_text`` joins them); it stays open until
+  the next item is announced (or the response ends), then gets the item exactly as ``response.output_item.done`` gave
+  it (``encrypted_content`` is complete only there) and the item that followed it (``reasoning_block``'s value) in
+  one ``provider_delta`` (the accumulator puts it under the block's ``_provider``), and closes;
 - ``function_call`` items -> ``tool_use`` blocks (``call_id``, ``name``), ``response.function_call_arguments.delta``
   -> ``input_json_delta`` (an item that streamed no arguments gets them from its ``.done``);
 - ``response.output_text.delta`` / ``response.refusal.delta`` -> a text block per content part;
@@ -20,7 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.protocols.canonical import JSON
-from gateway.protocols.responses_upstream import reasoning_block, stop_reason, usage
+from gateway.protocols.responses_upstream import SUMMARY_SEPARATOR, reasoning_block, stop_reason, usage
 
 Event = dict[str, Any]
 
@@ -31,7 +32,10 @@ class ResponsesTranslator:
         self.started = False
         self.index = -1
         self.open: tuple[str, Any] | None = None  # (kind, key): the open block's kind and its item/part
-        self.reasoning: dict[str, Any] | None = None  # a finished reasoning item waiting for its next item
+        self.thought: int | None = None               # the open thought block's index
+        self.reasoning: dict[str, Any] | None = None  # its finished reasoning item, waiting for its next item
+        self.summary_part: Any = None                 # the summary part the last summary delta was of
+        self.summary_streamed = False
         self.calls: dict[str, dict[str, Any]] = {}    # item id -> {"index", "args"}
         self.kinds: list[str] = []                    # the types of the items announced
         self.failed = False
@@ -67,6 +71,8 @@ class ResponsesTranslator:
                     events += self._start({"type": "text", "text": ""}, ("text", key))
                 events.append({"type": "content_block_delta", "index": self.index,
                                "delta": {"type": "text_delta", "text": delta}})
+        elif etype == "response.reasoning_summary_text.delta":
+            events += self._summary(event)
         elif etype == "response.function_call_arguments.delta":
             call = self.calls.get(str(event.get("item_id")))
             delta = event.get("delta")
@@ -107,24 +113,43 @@ class ResponsesTranslator:
         return events
 
     def _flush_reasoning(self, nxt: dict[str, Any] | None) -> list[Event]:
-        if self.reasoning is None:
+        """Close the open thought block: the finished reasoning item and its follower go in as its value."""
+        if self.thought is None:
             return []
-        b = reasoning_block(self.reasoning, nxt, self.origin)
-        self.reasoning = None
-        assert b.sig is not None
-        events = self._start({"type": "thought", "thinking": "", "_provider": {"origin": b.origin,
-                                                                              "value": b.sig.value}},
-                             ("thought", None))
-        if b.text:
-            events.append({"type": "content_block_delta", "index": self.index,
-                           "delta": {"type": "thinking_delta", "thinking": b.text}})
+        index, self.thought = self.thought, None
+        item, self.reasoning = self.reasoning, None
+        events: list[Event] = []
+        if item is not None:
+            b = reasoning_block(item, nxt, self.origin)
+            assert b.sig is not None
+            if not self.summary_streamed and b.text:  # (no summary deltas came: the text from the finished item)
+                events.append({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "thinking_delta", "thinking": b.text}})
+            events.append({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "provider_delta", "value": b.sig.value}})
         return events + self._close()
+
+    def _summary(self, event: Event) -> list[Event]:
+        delta, k = event.get("delta"), event.get("summary_index")
+        if self.thought is None or not isinstance(delta, str) or not delta:
+            return []
+        text = delta
+        if self.summary_part is not None and k != self.summary_part:
+            text = SUMMARY_SEPARATOR + delta
+        self.summary_part = k
+        self.summary_streamed = True
+        return [{"type": "content_block_delta", "index": self.thought,
+                 "delta": {"type": "thinking_delta", "thinking": text}}]
 
     def _added(self, item: dict[str, Any]) -> list[Event]:
         kind = item.get("type")
         self.kinds.append(str(kind))
         if kind == "reasoning":
-            return self._flush_reasoning(None) + self._close()
+            events = self._flush_reasoning(None)
+            events += self._start({"type": "thought", "thinking": "", "_provider": {"origin": self.origin}},
+                                  ("thought", item.get("id")))
+            self.thought, self.summary_part, self.summary_streamed = self.index, None, False
+            return events
         events = self._flush_reasoning(item)
         if kind == "function_call":
             events += self._start({"type": "tool_use", "id": str(item.get("call_id") or item.get("id") or ""),
@@ -140,8 +165,8 @@ class ResponsesTranslator:
     def _item_done(self, item: dict[str, Any]) -> list[Event]:
         kind = item.get("type")
         if kind == "reasoning":
-            self.reasoning = item
-            return self._close()
+            self.reasoning = item  # (its block stays open: the next item is part of its value)
+            return []
         events: list[Event] = []
         if kind == "function_call":
             call = self.calls.get(str(item.get("id")))

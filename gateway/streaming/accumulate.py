@@ -4,7 +4,8 @@ Stream events are the Anthropic Messages event dicts; other upstream dialects
 translate their chunks into these before accumulation. Rules (as the official
 SDKs apply them): thinking text appends, the signature replaces, text appends,
 ``input_json_delta`` fragments concatenate and are parsed at ``content_block_stop``,
-``message_delta`` overwrites stop_reason and merges the cumulative usage. Unknown
+``message_delta`` overwrites stop_reason and merges the cumulative usage; a translated stream's ``provider_delta``
+sets its block's ``_provider`` value (``gateway.records``). Unknown
 event and delta types are ignored here (the relay still forwards them).
 """
 
@@ -96,6 +97,8 @@ def _apply_delta(snap: Snapshot, idx: Any, delta: Any) -> None:
         block["signature"] = delta.get("signature", "")
     elif dtype == "input_json_delta":
         snap.partial_json.setdefault(idx, []).append(delta.get("partial_json", ""))
+    elif dtype == "provider_delta":  # a translated stream: provider data known only once its block is complete
+        block["_provider"] = {**(block.get("_provider") or {}), "value": delta.get("value")}
     elif dtype == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
 

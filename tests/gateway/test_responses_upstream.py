@@ -150,3 +150,21 @@ def test_routes_name_a_responses_upstream() -> None:
     assert (caps.upstream, caps.kind) == ("responses", "responses")
     assert router.named_upstreams()["responses"].base_url == "https://api.openai.com/v1"
     assert router.caps_for("gpt-4o").kind == "openai"
+
+
+def test_reasoning_summary_streams_as_it_comes_and_its_item_completes_the_block() -> None:
+    memory, minter = Memory(), ResponsesMinter(b"s" * 32)
+    response = _answer("weather? [[sim:tools=1]]", memory, minter)
+    translator = ResponsesTranslator(origin=ORIGIN, model="gpt-5")
+    first_thinking_at = provider_at = None
+    for event in events(copy.deepcopy(response)):
+        for out in translator.feed(orjson.dumps(event).decode()):
+            delta = out.get("delta") or {}
+            if delta.get("type") == "thinking_delta" and first_thinking_at is None:
+                first_thinking_at = event["type"]
+            if delta.get("type") == "provider_delta":
+                provider_at = event["type"]
+                assert delta["value"]["item"] == response["output"][0]
+                assert delta["value"]["next"]["id"] == response["output"][1]["id"]
+    assert first_thinking_at == "response.reasoning_summary_text.delta"  # live, not when the item is done
+    assert provider_at == "response.output_item.added"  # once the item it preceded is known
