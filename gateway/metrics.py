@@ -95,7 +95,7 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``protocols.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
-PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "other"})
+PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "responses", "other"})
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
 # timeout and its retry, failed, or its breaker was open; or there is no store (state machine off) or no

@@ -29,9 +29,8 @@ class ChatCompletions(Codec):
 
     def decoder(self) -> pipeline.ReplayDecoder:
         def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
-            kind = self.caps_of(body).kind  # (a Responses upstream takes the canonical request: Anthropic's parameters)
-            return openai_chat.decode_request(body, provider_fields=_provider_fields(kind), replayed=kept,
-                                              route="anthropic" if kind == "responses" else kind,
+            kind = self.caps_of(body).kind
+            return openai_chat.decode_request(body, provider_fields=_provider_fields(kind), replayed=kept, route=kind,
                                               drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
             kept, tail, len(body["messages"]), provider_fields=_provider_fields(self.caps_of(body).kind)))

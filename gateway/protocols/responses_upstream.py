@@ -2,7 +2,9 @@
 
 Requests (``encode_request``): canonical -> a Responses body: the system prompt as ``instructions``, the messages as
 ``input`` items (``encode_items``), Anthropic-shaped tools as function tools, ``tool_choice``, ``max_output_tokens``,
-``reasoning`` from the thinking configuration; always ``store: false`` and ``include: ["reasoning.encrypted_content"]``:
+``reasoning`` from the thinking configuration, ``metadata.user_id`` as ``safety_identifier``, a JSON-schema
+``output_config.format`` as ``text.format`` (the chat parameters that reach it: ``params``' Responses column);
+always ``store: false`` and ``include: ["reasoning.encrypted_content"]``:
 thinkgate is the conversation's memory (its records), so the upstream keeps nothing and every replica can serve the
 next request.
 
@@ -42,11 +44,13 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
+from gateway.protocols.openai_chat import EFFORT_BUDGETS
 from gateway.protocols.openai_compat import image_url, system_text
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
 INCLUDE = ["reasoning.encrypted_content"]
+EFFORTS = ("minimal", "low", "medium", "high")  # ``reasoning.effort`` (a budget maps to the least that covers it)
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 SUMMARY_SEPARATOR = "\n\n"
 
@@ -210,9 +214,16 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     for key in ("temperature", "top_p"):
         if p.get(key) is not None:
             body[key] = p[key]
+    meta = p.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("user_id"), str):
+        body["safety_identifier"] = meta["user_id"]
     reasoning = _reasoning(req)
     if reasoning is not None:
         body["reasoning"] = reasoning
+    config = p.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        body["text"] = {"format": {"type": "json_schema", "name": "response", "schema": fmt["schema"]}}
     body["store"] = False
     body["include"] = list(INCLUDE)
     if req.stream:
@@ -235,10 +246,10 @@ def _reasoning(req: Request) -> dict[str, JSON] | None:
         return None
     config = req.params.get("output_config")
     effort = config.get("effort") if isinstance(config, dict) else None
-    if effort not in ("minimal", "low", "medium", "high"):
+    if effort not in EFFORTS:
         budget = req.thinking.get("budget_tokens") if isinstance(req.thinking, dict) else None
         effort = "medium" if not isinstance(budget, int) else \
-            "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
+            next((e for e, b in EFFORT_BUDGETS.items() if budget <= b and e in EFFORTS), "high")
     return {"effort": effort, "summary": "auto"}
 
 

@@ -99,14 +99,17 @@ def test_encode_request_keeps_no_upstream_state_and_asks_for_encrypted_reasoning
     req = Request("gpt-5", [Message("user", [TextBlock("hi")], content_was_string=True),
                             Message("assistant", [ToolUseBlock("call_1", "get_weather", {"city": "Paris"})]),
                             Message("user", [ToolResultBlock("call_1", "sunny"), TextBlock("and now?")])],
-                  thinking={"type": "enabled", "budget_tokens": 1024}, stream=True,
-                  params={"system": "be brief", "max_tokens": 2000,
+                  thinking={"type": "enabled", "budget_tokens": 2048}, stream=True,
+                  params={"system": "be brief", "max_tokens": 2000, "metadata": {"user_id": "u-1"},
+                          "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
                           "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
                           "tool_choice": {"type": "any", "disable_parallel_tool_use": True}})
     body = encode_request(req, CAPS)
     assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"] and body["stream"] is True
     assert body["instructions"] == "be brief" and body["max_output_tokens"] == 2000
     assert body["reasoning"] == {"effort": "low", "summary": "auto"}
+    assert body["safety_identifier"] == "u-1"
+    assert body["text"] == {"format": {"type": "json_schema", "name": "response", "schema": {"type": "object"}}}
     assert body["tools"] == [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
     assert body["tool_choice"] == "required" and body["parallel_tool_calls"] is False
     assert body["input"] == [
@@ -115,6 +118,23 @@ def test_encode_request_keeps_no_upstream_state_and_asks_for_encrypted_reasoning
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and now?"}]}]
     assert encode_items(req.messages) == body["input"]
+
+
+def test_chat_parameters_reach_a_responses_upstream_or_are_refused_by_name() -> None:
+    from gateway.errors import ClientError
+    from gateway.protocols.openai_chat import decode_request
+
+    chat = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "minimal",
+            "max_completion_tokens": 300, "user": "u-2", "parallel_tool_calls": False,
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}
+    body = encode_request(decode_request(chat, provider_fields=True, route="responses"), CAPS)
+    assert body["reasoning"]["effort"] == "minimal" and body["max_output_tokens"] == 300
+    assert body["safety_identifier"] == "u-2" and body["parallel_tool_calls"] is False
+    assert body["text"]["format"]["schema"] == {"type": "object"}
+    with pytest.raises(ClientError) as refused:
+        decode_request({**chat, "stop": "END", "seed": 1}, provider_fields=True, route="responses")
+    assert "(an OpenAI Responses upstream): stop, seed" in refused.value.message
 
 
 @pytest.mark.parametrize("prompt", ["weather? [[sim:tools=1]] [[sim:parallel=2]]", "just talk"])
