@@ -19,7 +19,7 @@ message-level fields -> ``Turn.provider``. The stream form is ``openai_compat_st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -66,18 +66,11 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
         elif m.role == "user":
             msgs += user(m)
     body: dict[str, JSON] = {"model": req.model, "messages": msgs}
-    tools = [{"type": "function", "function": _function(t)} for t in p.get("tools") or ()
+    tools = [{"type": "function", "function": tool_function(t)} for t in p.get("tools") or ()
              if isinstance(t, dict) and "input_schema" in t]
     if tools:
         body["tools"] = tools
-        choice = p.get("tool_choice")
-        if isinstance(choice, dict):
-            if choice.get("type") in _CHOICES:
-                body["tool_choice"] = _CHOICES[choice["type"]]
-            elif choice.get("type") == "tool":
-                body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-            if choice.get("disable_parallel_tool_use") is True:
-                body["parallel_tool_calls"] = False
+        body.update(choice_fields(p.get("tool_choice"), lambda name: {"type": "function", "function": {"name": name}}))
     for src, dst in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
                      ("stop_sequences", "stop")):
         if p.get(src) is not None:
@@ -172,7 +165,22 @@ def _openai_tool(t: JSON) -> bool:
     return isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
 
 
-def _function(tool: dict[str, JSON]) -> dict[str, JSON]:
+def choice_fields(choice: JSON, named: Callable[[JSON], JSON]) -> dict[str, JSON]:
+    """An Anthropic-shaped ``tool_choice`` as OpenAI's ``tool_choice`` (``named``: the dialect's form of a chosen
+    tool) and ``parallel_tool_calls: false`` for ``disable_parallel_tool_use``."""
+    out: dict[str, JSON] = {}
+    if isinstance(choice, dict):
+        if choice.get("type") in _CHOICES:
+            out["tool_choice"] = _CHOICES[choice["type"]]
+        elif choice.get("type") == "tool":
+            out["tool_choice"] = named(choice.get("name"))
+        if choice.get("disable_parallel_tool_use") is True:
+            out["parallel_tool_calls"] = False
+    return out
+
+
+def tool_function(tool: dict[str, JSON]) -> dict[str, JSON]:
+    """An Anthropic-shaped tool as an OpenAI function (name, description, parameters)."""
     fn: dict[str, JSON] = {"name": tool["name"]}
     if isinstance(tool.get("description"), str):
         fn["description"] = tool["description"]

@@ -45,13 +45,12 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.openai_chat import EFFORT_BUDGETS
-from gateway.protocols.openai_compat import image_url, system_text
+from gateway.protocols.openai_compat import choice_fields, image_url, system_text, tool_function
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
 INCLUDE = ["reasoning.encrypted_content"]
 EFFORTS = ("minimal", "low", "medium", "high")  # ``reasoning.effort`` (a budget maps to the least that covers it)
-_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 SUMMARY_SEPARATOR = "\n\n"
 
 
@@ -198,17 +197,11 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if system:
         body["instructions"] = system
     body["input"] = encode_items(req.messages)
-    tools = [_function(t) for t in p.get("tools") or () if isinstance(t, dict) and "input_schema" in t]
+    tools = [{"type": "function", **tool_function(t)} for t in p.get("tools") or ()
+             if isinstance(t, dict) and "input_schema" in t]
     if tools:
         body["tools"] = tools
-        choice = p.get("tool_choice")
-        if isinstance(choice, dict):
-            if choice.get("type") in _CHOICES:
-                body["tool_choice"] = _CHOICES[choice["type"]]
-            elif choice.get("type") == "tool":
-                body["tool_choice"] = {"type": "function", "name": choice.get("name")}
-            if choice.get("disable_parallel_tool_use") is True:
-                body["parallel_tool_calls"] = False
+        body.update(choice_fields(p.get("tool_choice"), lambda name: {"type": "function", "name": name}))
     if isinstance(p.get("max_tokens"), int):
         body["max_output_tokens"] = p["max_tokens"]
     for key in ("temperature", "top_p"):
@@ -229,14 +222,6 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if req.stream:
         body["stream"] = True
     return body
-
-
-def _function(tool: dict[str, JSON]) -> dict[str, JSON]:
-    fn: dict[str, JSON] = {"type": "function", "name": tool["name"]}
-    if isinstance(tool.get("description"), str):
-        fn["description"] = tool["description"]
-    fn["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
-    return fn
 
 
 def _reasoning(req: Request) -> dict[str, JSON] | None:

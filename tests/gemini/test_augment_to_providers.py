@@ -28,8 +28,8 @@ def gw(provider_gateway: ServerProcess) -> ServerProcess:
 
 def check_reasoning_and_tools(reply: Reply, model: str) -> int:
     """The upstream reasons on every answer (Gemini thought summaries, OpenRouter ``reasoning``,
-    DeepSeek ``reasoning_content``, a Responses reasoning item's summary): THINKING nodes first, never in the text; each tool's
-    TOOL_USE_START before its TOOL_USE, per tool. The number of tools."""
+    DeepSeek ``reasoning_content``, a Responses reasoning item's summary): THINKING nodes first, never in the
+    text; each tool's TOOL_USE_START before its TOOL_USE, per tool. The number of tools."""
     types = [n["type"] for n in reply.nodes]
     assert [n["id"] for n in reply.nodes] == list(range(1, len(types) + 1))
     first_content = min(types.index(t) for t in (RAW_RESPONSE, TOOL_USE_START) if t in types)
