@@ -3,9 +3,11 @@
 A listing names the models the routing table can serve: each upstream of the listing's own protocol is asked for its
 own list (Anthropic ``GET /v1/models``, Gemini ``GET /v1beta/models``, an OpenAI-compatible or Responses upstream
 ``GET {base}/models``) with the client's credential, and an entry is kept when the routing table sends that model to
-that upstream. The client's key goes only to upstreams of the protocol it asked in (an Anthropic SDK's key is never
-sent to Google to list models). Each worker keeps the lists (``ModelLists``, owned by the app) per tenant and upstream
-for ``TTL_S`` seconds.
+that upstream; then the configured routes that name a model (``route_models``: a ``GATEWAY_ROUTES`` prefix that ends in
+a letter or digit, such as ``gemini-3-flash-preview``, not ``google/`` or ``deepseek-``), so a model routed to an
+upstream that offers no list is listed too. The client's key goes only to upstreams of the protocol it asked in (an
+Anthropic SDK's key is never sent to Google to list models). Each worker keeps the lists (``ModelLists``, owned by the
+app) per tenant and upstream for ``TTL_S`` seconds.
 
 Shapes: OpenAI ``{"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}``; Anthropic
 ``{"data": [{"type": "model", "id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}`` (``limit``,
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,7 @@ import orjson
 
 from gateway.errors import bad_request
 from gateway.protocols.canonical import JSON
+from gateway.routing import Router
 
 TTL_S = 300.0          # how long a worker keeps one upstream's list for one tenant
 MAX_LISTS = 1024       # (tenant, upstream) lists each worker keeps (LRU)
@@ -70,6 +73,19 @@ def parse_list(kind: str, upstream: str, body: bytes) -> list[Listed]:
         out.append(Listed(mid, upstream, created if isinstance(created, int) else 0,
                           created_at if isinstance(created_at, str) else EPOCH,
                           str(m.get("display_name") or mid)))
+    return out
+
+
+def route_models(router: Router, upstreams: Collection[str], listed: Iterable[Listed]) -> list[Listed]:
+    """The models the configured routes name (a prefix ending in a letter or digit, which the table sends to its
+    route's upstream, one of ``upstreams``) that ``listed`` does not hold already."""
+    seen = {m.id for m in listed}
+    out: list[Listed] = []
+    for r in router.routes:
+        if r.prefix[-1:].isalnum() and r.prefix not in seen and r.upstream in upstreams and \
+                router.caps_for(r.prefix).upstream == r.upstream:
+            seen.add(r.prefix)
+            out.append(Listed(r.prefix, r.upstream))
     return out
 
 

@@ -2,7 +2,8 @@
 
 The path and headers say which shape (``surfaces.dialect_by_headers``): ``/v1beta/models`` is Gemini's; on
 ``/v1/models`` a request with ``anthropic-version`` or ``x-api-key`` (what the Anthropic SDK sends) gets Anthropic's
-page, any other OpenAI's list. The lists come from the upstreams of that protocol (``gateway.model_lists``).
+page, any other OpenAI's list. The lists come from the upstreams of that protocol and the routes that name a model
+(``gateway.model_lists``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gateway.deps import Gateway
 from gateway.dialects import UPSTREAM_DIALECTS
 from gateway.endpoints.common import gateway_of
 from gateway.errors import ClientError, GatewayError
-from gateway.model_lists import Listed, anthropic_list, gemini_list, openai_list, parse_list
+from gateway.model_lists import Listed, anthropic_list, gemini_list, openai_list, parse_list, route_models
 from gateway.surfaces import dialect_by_headers
 
 log = logging.getLogger("thinkgate.endpoints")
@@ -70,8 +71,10 @@ async def list_models(request: HTTPRequest) -> Response:
     if tenant is None:
         raise ClientError(401, "an API key (x-api-key, x-goog-api-key or Authorization: Bearer) is required",
                           "authentication_error")
-    lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, headers) for name, kind in _upstreams(gw, dialect)))
+    asked = _upstreams(gw, dialect)
+    lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, headers) for name, kind in asked))
     models = [m for listed in lists for m in listed]
+    models += route_models(gw.router, [name for name, _ in asked], models)
     if dialect == "gemini":
         body = gemini_list(models)
     elif dialect == "anthropic":

@@ -19,7 +19,7 @@ KEY = "sk-models-list-0123456789abcdef0123"
 def gw(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
     # claude-haiku-* goes elsewhere (Gemini's OpenAI layer here): the Anthropic list leaves it out
     env = gateway_env(sim)
-    env["GATEWAY_ROUTES"] += f",claude-haiku=generic@{sim.url}/v1beta/openai"
+    env["GATEWAY_ROUTES"] += f",claude-haiku-=generic@{sim.url}/v1beta/openai"
     return gateways.start(sim.url, env)
 
 
@@ -27,7 +27,8 @@ def test_openai_sdk_lists_the_models_of_the_openai_kind_upstreams(gw: ServerProc
     with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client:
         models = list(client.models.list())
     assert [(m.id, m.object, m.owned_by) for m in models] == [
-        ("gpt-5", "model", "responses"), ("gpt-5-codex", "model", "responses"), ("gpt-5.1", "model", "responses")]
+        ("gpt-5", "model", "responses"), ("gpt-5-codex", "model", "responses"), ("gpt-5.1", "model", "responses"),
+        ("gemini-3-flash-preview", "model", "generic")]  # a route naming a model, its upstream offering no list
 
 
 def test_anthropic_sdk_lists_and_pages_the_anthropic_upstreams_models(gw: ServerProcess) -> None:

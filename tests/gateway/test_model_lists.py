@@ -7,7 +7,8 @@ import orjson
 import pytest
 
 from gateway.errors import ClientError
-from gateway.model_lists import Listed, ModelLists, anthropic_list, gemini_list, openai_list, parse_list
+from gateway.model_lists import Listed, ModelLists, anthropic_list, gemini_list, openai_list, parse_list, route_models
+from gateway.routing import Router, parse_routes
 from gateway.surfaces import dialect_for_request
 
 MODELS = [Listed(m, "anthropic", created_at="2025-11-24T00:00:00Z") for m in ("a", "b", "c")]
@@ -36,6 +37,15 @@ def test_parse_each_upstreams_list_and_render_each_shape() -> None:
     assert openai_list(oai) == {"object": "list", "data": [{"id": "gpt-5", "object": "model", "created": 7,
                                                             "owned_by": "responses"}]}
     assert parse_list("anthropic", "anthropic", b"<html>") == []
+
+
+def test_routes_that_name_a_model_are_listed_once() -> None:
+    router = Router(parse_routes("google/=openrouter@https://o/api/v1,gemini-3-flash-preview=generic@https://g,"
+                                 "gpt-5=responses@https://r/v1,gpt-5-mini=openai,deepseek-=deepseek@https://d"))
+    listed = [Listed("gpt-5", "responses")]
+    assert [(m.id, m.owner) for m in route_models(router, ["generic", "responses", "openai", "openrouter"], listed)] \
+        == [("gemini-3-flash-preview", "generic")]  # gpt-5-mini goes to gpt-5's route first; gpt-5 is listed
+    assert route_models(router, ["anthropic"], []) == []
 
 
 def test_lists_are_kept_per_tenant_and_upstream_until_their_ttl() -> None:
