@@ -109,10 +109,11 @@ def tool_use(item: dict[str, Any]) -> ToolUseBlock:
 # ---------------------------------------------------------------- canonical -> items
 
 def _recorded(b: ThoughtBlock) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
-    """A thought block's recorded reasoning item and what followed it (None: it carries none)."""
+    """A thought block's recorded reasoning item and what followed it (None: it carries none, or one without
+    ``encrypted_content``, which with ``store: false`` the upstream could only answer with "not found")."""
     value = b.sig.value if b.sig is not None else None
     if not isinstance(value, dict) or not isinstance(item := value.get("item"), dict) or \
-            item.get("type") != "reasoning":
+            item.get("type") != "reasoning" or not isinstance(item.get("encrypted_content"), str):
         return None
     nxt = value.get("next")
     return item, nxt if isinstance(nxt, dict) else None

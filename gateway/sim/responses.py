@@ -356,6 +356,10 @@ def responses_routes(state: Any) -> list[Route]:
         return StreamingResponse(pump(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return json(401, {"error": {"message": "Missing bearer authentication in header",
+                                        "type": "invalid_request_error", "param": None, "code": None}})
         return json(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 1754006400,
                                                       "owned_by": "system"} for m in SIM_RESPONSES_MODELS]})
 

@@ -86,6 +86,15 @@ def test_thought_without_a_recorded_item_is_never_sent() -> None:
     assert items == [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "answer"}]}]
 
 
+def test_a_recorded_item_without_encrypted_content_is_not_sent_to_be_not_found() -> None:
+    memory, minter = Memory(), ResponsesMinter(b"s" * 32)
+    response = _answer("weather? [[sim:tools=1]]", memory, minter)
+    rs, fc = response["output"]
+    bare = {k: v for k, v in rs.items() if k != "encrypted_content"}  # an upstream that ignored ``include``
+    items = assistant_items(decode_items([bare, fc], ORIGIN))
+    assert [i["type"] for i in items] == ["function_call"] and "id" not in items[0]
+
+
 def test_final_text_turn_carries_the_message_id_after_its_reasoning() -> None:
     memory, minter = Memory(), ResponsesMinter(b"s" * 32)
     response = _answer("hello", memory, minter)
