@@ -119,6 +119,18 @@ def _recorded(b: ThoughtBlock) -> tuple[dict[str, Any], dict[str, Any] | None] |
     return item, nxt if isinstance(nxt, dict) else None
 
 
+def sendable(b: ThoughtBlock, nxt: Block | None) -> bool:
+    """Whether a thought block can go back as its recorded reasoning item: it carries one (with its encrypted
+    content) and ``nxt`` (the block after it) is the item that followed it: its call (by call id), or its text."""
+    recorded = _recorded(b)
+    follower = recorded[1] if recorded is not None else None
+    if follower is None:
+        return False
+    if follower.get("type") == "function_call":
+        return isinstance(nxt, ToolUseBlock) and nxt.id == follower.get("call_id")
+    return follower.get("type") == "message" and isinstance(nxt, TextBlock)
+
+
 def encode_items(messages: list[Message]) -> list[dict[str, JSON]]:
     """Canonical messages -> Responses input items."""
     items: list[dict[str, JSON]] = []

@@ -197,3 +197,23 @@ def test_reasoning_summary_streams_as_it_comes_and_its_item_completes_the_block(
                 assert delta["value"]["next"]["id"] == response["output"][1]["id"]
     assert first_thinking_at == "response.reasoning_summary_text.delta"  # live, not when the item is done
     assert provider_at == "response.output_item.added"  # once the item it preceded is known
+
+
+def test_sanitize_drops_a_reasoning_item_parted_from_its_call_and_counts_it() -> None:
+    from gateway.actions import ActionKind
+    from gateway.sanitize import Policy, sanitize
+
+    memory, minter = Memory(), ResponsesMinter(b"s" * 32)
+    response = _answer("weather? [[sim:tools=1]]", memory, minter)
+    thought, call = decode_items(response["output"], ORIGIN)
+    assert isinstance(call, ToolUseBlock)
+    kept = Message("assistant", [thought, call])
+    parted = Message("assistant", [thought, ToolUseBlock("call_renamed", call.name, call.input)])
+    req = Request("gpt-5", [Message("user", [TextBlock("weather?")]), kept,
+                            Message("user", [ToolResultBlock(call.id, "sunny")]), parted,
+                            Message("user", [ToolResultBlock("call_renamed", "sunny")])])
+    actions = sanitize(req, lambda b: False, CAPS, Policy())
+    assert [(a.kind, a.message_index, a.detail) for a in actions if a.detail == "reasoning_unpaired"] == \
+        [(ActionKind.DROPPED, 3, "reasoning_unpaired")]
+    assert req.messages[1].content == [thought, call] and req.messages[3].content[0].id == "call_renamed"
+    assert len(req.messages[3].content) == 1
