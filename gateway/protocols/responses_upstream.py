@@ -19,7 +19,8 @@ The item <-> canonical mapping is one function per direction, shared by the stre
   followed by the item it preceded, with its id, and an item carrying its id preceded by its reasoning item
   (docs/upstream-rules.md, "OpenAI Responses"): so the item after a restored reasoning item gets the recorded id, and
   no other item gets an id. A reasoning item whose following item is not the one it preceded (a client changed the
-  turn) is dropped, never sent for the upstream to refuse; thinking sanitize could not verify never reaches here;
+  turn), or recorded without encrypted content, is dropped by sanitize (rule 8, ``sendable``) and left out here too,
+  never sent for the upstream to refuse; reasoning of another origin never reaches here (sanitize rule 6);
 * a ``function_call`` item <-> a ``ToolUseBlock`` (``call_id`` is the tool id; ``arguments`` the JSON input);
 * a ``message`` item's ``output_text`` / ``refusal`` parts <-> ``TextBlock``s;
 * ``function_call_output`` <- a ``ToolResultBlock``; user text and images <- ``input_text`` / ``input_image``.
