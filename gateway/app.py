@@ -18,13 +18,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.deps import Gateway, WorkerCaches
-from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages
+from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages, models
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
 from gateway.settings import Settings
-from gateway.surfaces import SURFACES, dialect_for_path
+from gateway.surfaces import SURFACES, dialect_for_request
 from gateway.tracing import TraceMiddleware, Tracing, trace_store
 from gateway.upstream import Upstream
 from state.store import Store
@@ -35,7 +35,8 @@ log = logging.getLogger("thinkgate")
 # Each surface's handler, by its label (``gateway.surfaces``: the table the routes are made from)
 HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_tokens,
             "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
-            "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export}
+            "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export,
+            "models": models.list_models}
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:
@@ -63,7 +64,9 @@ class RequestIdMiddleware:
 
 def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
     rid = getattr(request.state, "request_id", None)
-    status, body = render_error(dialect_for_path(request.url.path), err, rid)
+    dialect = dialect_for_request(request.url.path, {k.lower(): v for k, v in request.headers.items()},
+                                  request.url.query)
+    status, body = render_error(dialect, err, rid)
     headers = {"request-id": rid} if rid else None
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
@@ -180,5 +183,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             Exception: _on_unexpected,
         },
     )
+    # an unknown path is answered where it was asked, in its dialect: never a redirect to another protocol's path
+    app.router.redirect_slashes = False
     app.state.gateway = gw
     return app

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
 from gateway.metrics import TenantLabels
+from gateway.model_lists import ModelLists
 from gateway.record_retry import RecordRetry
 from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
@@ -57,6 +58,7 @@ class Gateway:
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
+    model_lists: ModelLists = field(default_factory=ModelLists)  # upstreams' model lists (``GET /v1/models``)
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
     tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans

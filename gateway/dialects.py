@@ -21,11 +21,12 @@ from gateway.credentials import credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.exchange import Exchange
-from gateway.protocols import anthropic, gemini, openai_compat
+from gateway.protocols import anthropic, gemini, openai_compat, responses_upstream
 from gateway.protocols.canonical import JSON, Request, Turn
 from gateway.protocols.gemini_parts import Mint
 from gateway.protocols.gemini_stream import GeminiTranslator
 from gateway.protocols.openai_compat_stream import CompatTranslator
+from gateway.protocols.responses_upstream_stream import ResponsesTranslator
 from gateway.routing import ModelCaps, Router, origin_of
 from gateway.streaming.translate import Translator
 from gateway.upstream import forward_request_headers
@@ -60,6 +61,7 @@ class UpstreamDialect:
     decode_turn: Callable[[Any, Call], Turn]
     translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
     error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
+    models: tuple[str, str] | None = None                   # (path, query) of its own model list (None: none)
 
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -89,16 +91,22 @@ def _gemini_path(call: Call) -> str:
 UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
     "anthropic": UpstreamDialect(
         lambda c: "/v1/messages", anthropic_headers, lambda c, ex, gw: pipeline.anthropic_body(ex, c.req, gw),
-        lambda body, c: anthropic.decode_turn(body), None, upstream_error),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error, ("/v1/models", "limit=1000")),
     "gemini": UpstreamDialect(
         _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
         lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model),
-        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error),
+        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error,
+        ("/v1beta/models", "pageSize=1000")),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
         lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
-        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error),
+        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
+    "responses": UpstreamDialect(
+        lambda c: "/responses", openai_compat.upstream_headers,
+        lambda c, ex, gw: orjson.dumps(responses_upstream.encode_request(c.req, c.caps)),
+        lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
+        lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }
 
 

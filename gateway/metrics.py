@@ -66,8 +66,8 @@ log = logging.getLogger("thinkgate.metrics")
 
 INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # not counted, not logged at INFO
 ENDPOINTS = frozenset({s.label for s in SURFACES} | {"other"})  # the surfaces' labels (``gateway.surfaces``)
-UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "none",
-                       "other"})
+UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "responses",
+                       "none", "other"})
 STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
 DIALECTS = frozenset({"anthropic", "openai", "gemini", "augment", "other"})
 ERROR_KINDS = frozenset(classify.KINDS)
@@ -96,7 +96,7 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``protocols.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
-PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "other"})
+PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "responses", "other"})
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
 # timeout and its retry, failed, or its breaker was open; or there is no store (state machine off) or no

@@ -4,13 +4,15 @@ No other module inspects model names. Capabilities come from the reference's
 model matrix (protocols.md 1.2 and 1.8): some Claude models accept only adaptive
 thinking and cannot disable it.
 
-Three kinds of upstream: ``anthropic`` (Messages API), ``gemini`` (generateContent)
+Four kinds of upstream: ``anthropic`` (Messages API), ``gemini`` (generateContent),
+``responses`` (the OpenAI Responses API, ``PREFIX=responses@BASE_URL`` only)
 and ``openai`` (an OpenAI-compatible chat completions API of one *flavor*: which
 message-level reasoning fields it returns and wants back). The built-in table sends
 ``claude-*`` to the ``anthropic`` upstream, ``gemini-*`` to ``gemini`` and everything
 else to ``openai`` (flavor ``GATEWAY_OPENAI_FLAVOR``). ``GATEWAY_ROUTES`` puts extra
 routes in front of it (``parse_routes``): ``PREFIX=anthropic|gemini|openai`` or
-``PREFIX=FLAVOR@BASE_URL`` for a further OpenAI-compatible upstream named after its flavor.
+``PREFIX=FLAVOR@BASE_URL`` for a further OpenAI-compatible upstream named after its flavor
+(``responses@BASE_URL``: a Responses API upstream, named ``responses``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["anthropic", "gemini", "openai"]
-KINDS: tuple[Kind, ...] = ("anthropic", "gemini", "openai")
+Kind = Literal["anthropic", "gemini", "openai", "responses"]
+KINDS: tuple[Kind, ...] = ("anthropic", "gemini", "openai")  # the targets a route names without a base URL
+RESPONSES = "responses"  # ``PREFIX=responses@BASE_URL``: an OpenAI Responses API upstream (``/responses``)
 FLAVORS = ("generic", "openrouter", "copilot", "deepseek")
 
 
@@ -169,10 +172,11 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
             routes.append(Route(prefix, target, target))
             continue
         flavor, at, url = target.partition("@")
-        if not at or flavor not in FLAVORS or not url.startswith(("http://", "https://")):
+        if not at or flavor not in (*FLAVORS, RESPONSES) or not url.startswith(("http://", "https://")):
             raise RouteError(f"GATEWAY_ROUTES: {target!r} should be anthropic, gemini, openai or FLAVOR@URL "
-                             f"with FLAVOR one of {', '.join(FLAVORS)}")
+                             f"with FLAVOR one of {', '.join((*FLAVORS, RESPONSES))}")
         if urls.setdefault(flavor, url) != url:
             raise RouteError(f"GATEWAY_ROUTES: flavor {flavor!r} names two base URLs")
-        routes.append(Route(prefix, flavor, "openai", flavor, url))
+        kind: Kind = "responses" if flavor == RESPONSES else "openai"
+        routes.append(Route(prefix, flavor, kind, flavor, url))
     return tuple(routes)

@@ -30,6 +30,9 @@ the reference's Anthropic rules):
    (reference 2.4), never another model's signature. With the bypass off, such a step
    degrades as a tool loop does for a model that cannot disable thinking (Gemini 3
    cannot): its calls and their responses travel as text, so no signature is due.
+8. OpenAI Responses: a reasoning item goes back only as recorded, with its encrypted content, right before the
+   item it preceded (``responses_upstream.sendable``); one the client's changes parted from that item is dropped
+   (``reasoning_unpaired``), never sent for the upstream to refuse ("... without its required following item").
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from gateway.protocols.canonical import (
     is_blank_text,
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
+from gateway.protocols.responses_upstream import sendable
 from gateway.routing import ModelCaps, origin_of
 from gateway.toolchain import ChainFold, chain_fold, content_text, fold_intact, repair_tool_chain
 
@@ -159,6 +163,8 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
             exact = i in marks
             verbatim += exact
             _foreign_reasoning(m, i, caps, target, policy, actions)
+            if caps.kind == "responses":
+                _unpaired_reasoning(m, i, actions)
             _clean_assistant(m, i, exact, verified, policy, actions)
         elif m.role == "user":
             _drop_empty_text(m, i, actions)
@@ -300,6 +306,19 @@ def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy:
     if changed:
         m.content = out
         m.content_was_string = False
+
+
+def _unpaired_reasoning(m: Message, i: int, actions: list[Action]) -> None:
+    """Rule 8: a thought block that cannot go back as its recorded reasoning item, in its place, is dropped. A
+    recorded turn restored as its own JSON (undecoded) is as recorded: nothing to judge."""
+    if m.raw_blocks is not None:
+        return
+    content = m.content
+    keep = [k for k, b in enumerate(content)
+            if not isinstance(b, ThoughtBlock) or sendable(b, content[k + 1] if k + 1 < len(content) else None)]
+    if len(keep) < len(content):
+        actions += [Action(ActionKind.DROPPED, i, "reasoning_unpaired")] * (len(content) - len(keep))
+        m.content = [content[k] for k in keep]
 
 
 def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, actions: list[Action]) -> None:

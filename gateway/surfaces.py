@@ -10,6 +10,7 @@ so they cannot drift apart. Data only: the handlers are bound to the labels in `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.errors import Dialect
@@ -26,8 +27,15 @@ class Surface:
     errors: Dialect = "anthropic"  # the envelope of the errors the app renders for it (``errors.render_error``)
     # (query parameter, header): a client key sent in the query, taken as that header when no other is sent
     key_query: tuple[str, str] | None = None
+    exact: tuple[str, ...] = ()  # paths that belong to it exactly (not their sub-paths)
+    by_headers: bool = False     # its errors follow the client's headers (``dialect_for_request``)
 
 
+# ``GET /v1/models`` is OpenAI's and Anthropic's path both: the answer's shape (and an error's) follows the headers
+MODELS = Surface("models", "openai", ("/v1/models",), (), method="GET", errors="openai", exact=("/v1/models",),
+                 by_headers=True)
+GEMINI_MODELS = Surface("models", "gemini", ("/v1beta/models",), (), method="GET", errors="gemini",
+                        exact=("/v1beta/models",))
 COUNT_TOKENS = Surface("count_tokens", "anthropic", ("/v1/messages/count_tokens",), ("/v1/messages/count_tokens",))
 MESSAGES = Surface("messages", "anthropic", ("/v1/messages",), ("/v1/messages",))
 CHAT_COMPLETIONS = Surface("chat_completions", "openai", ("/v1/chat/completions",), ("/v1/chat/completions",),
@@ -39,16 +47,42 @@ CHAT_STREAM = Surface("chat_stream", "augment", ("/gateway/chat-stream",), ("/ga
 CONVERSATION_EXPORT = Surface("conversation_export", "anthropic", ("/gateway/conversations/{scid}",),
                               ("/gateway/conversations/",), method="GET")
 
-SURFACES: tuple[Surface, ...] = (COUNT_TOKENS, MESSAGES, CHAT_COMPLETIONS, GENERATE_CONTENT, CHAT_STREAM,
-                                 CONVERSATION_EXPORT)
+SURFACES: tuple[Surface, ...] = (MODELS, GEMINI_MODELS, COUNT_TOKENS, MESSAGES, CHAT_COMPLETIONS, GENERATE_CONTENT,
+                                 CHAT_STREAM, CONVERSATION_EXPORT)
 
 
 def surface_for_path(path: str) -> Surface | None:
     """The surface a request path belongs to (None: none, e.g. ``/healthz``)."""
-    return next((s for s in SURFACES if path.startswith(s.prefixes)), None)
+    return next((s for s in SURFACES if path in s.exact or path.startswith(s.prefixes)), None)
 
 
 def dialect_for_path(path: str) -> Dialect:
     """The dialect an error on ``path`` is rendered in: its surface's, Anthropic's for any other path."""
     surface = surface_for_path(path)
     return surface.errors if surface is not None else "anthropic"
+
+
+def dialect_by_headers(headers: Mapping[str, str], query: str = "") -> Dialect | None:
+    """The protocol a client's headers name, as each official SDK sends them: ``anthropic-version`` (or
+    ``x-api-key``) is Anthropic's, ``x-goog-api-key`` (or a ``key=`` query) Google's, a bearer token alone OpenAI's;
+    None: no hint. Headers are lowercase."""
+    if "anthropic-version" in headers or "x-api-key" in headers:
+        return "anthropic"
+    if "x-goog-api-key" in headers or any(p.startswith("key=") for p in query.split("&")):
+        return "gemini"
+    if headers.get("authorization", "").lower().startswith("bearer "):
+        return "openai"
+    return None
+
+
+def dialect_for_request(path: str, headers: Mapping[str, str], query: str = "") -> Dialect:
+    """The dialect an error on a request is rendered in: its path's surface's (a surface shared by two protocols,
+    ``by_headers``: the one the headers name, else its own); on a path no surface owns, the one the headers name,
+    else Anthropic's."""
+    surface = surface_for_path(path)
+    if surface is not None and not surface.by_headers:
+        return surface.errors
+    named = dialect_by_headers(headers, query)
+    if surface is not None:
+        return named if named in ("anthropic", "openai") else surface.errors
+    return named or "anthropic"

@@ -142,6 +142,23 @@ class Upstream:
             reason += f" ({os_error.strerror})"
         return UpstreamConnectError(502, f"could not reach upstream {self.name} at {self.shown_url}: {reason}")
 
+    async def get(self, path: str, headers: Mapping[str, str], query: str = "",
+                  limit_s: float | None = None) -> tuple[int, bytes]:
+        """A small GET (an upstream's model list): its status and body; no retries. ``limit_s`` bounds the whole call
+        (default: the read timeout). Failures raise as ``post``'s do."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        url = self.base_url + path + (("?" + query) if query else "")
+        try:
+            async with asyncio.timeout(limit_s or self._read_timeout):
+                async with self._session.get(url, headers=dict(headers)) as resp:
+                    return resp.status, await resp.read()
+        except TimeoutError as e:
+            raise UpstreamTimeout(504, f"upstream {self.name} timed out") from e
+        except aiohttp.ClientError as e:
+            raise self._unreachable(e) from e
+
     async def post(self, path: str, body: bytes, headers: Mapping[str, str],
                    query: str = "") -> UpstreamResponse:
         if self._session is None:

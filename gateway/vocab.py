@@ -7,5 +7,5 @@ from typing import Literal
 
 ClientDialect = Literal["anthropic", "openai", "gemini", "augment"]  # a client surface's protocol (``surfaces``)
 Endpoint = Literal["messages", "count_tokens", "chat_completions", "generate_content", "chat_stream",
-                   "conversation_export"]  # a surface's label (``surfaces``; the metrics' endpoint label)
+                   "conversation_export", "models"]  # a surface's label (``surfaces``; the metrics' endpoint label)
 Via = Literal["header", "tool_id", "fingerprint", "none"]  # how the conversation was found (``identity``)

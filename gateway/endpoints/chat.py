@@ -18,16 +18,22 @@ from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
 
 
+def _provider_fields(kind: str) -> bool:
+    """Whether the client's message-level reasoning fields are read as provider data (an OpenAI-compatible
+    upstream's, or the summary of a Responses upstream's reasoning item: never Anthropic thinking)."""
+    return kind in ("openai", "responses")
+
+
 class ChatCompletions(Codec):
     surface, hides = surfaces.CHAT_COMPLETIONS, frozenset({"content-type"})  # (the answer is re-encoded)
 
     def decoder(self) -> pipeline.ReplayDecoder:
         def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
             kind = self.caps_of(body).kind
-            return openai_chat.decode_request(body, provider_fields=kind == "openai", replayed=kept, route=kind,
+            return openai_chat.decode_request(body, provider_fields=_provider_fields(kind), replayed=kept, route=kind,
                                               drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
-            kept, tail, len(body["messages"]), provider_fields=self.caps_of(body).kind == "openai"))
+            kept, tail, len(body["messages"]), provider_fields=_provider_fields(self.caps_of(body).kind)))
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,

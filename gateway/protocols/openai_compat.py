@@ -19,7 +19,7 @@ message-level fields -> ``Turn.provider``. The stream form is ``openai_compat_st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -58,10 +58,8 @@ _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     p = req.params
     msgs: list[dict[str, JSON]] = []
-    system = p.get("system")
-    if isinstance(system, list):
-        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
-    if isinstance(system, str) and system:
+    system = system_text(p)
+    if system:
         msgs.append({"role": "system", "content": system})
     for m in req.messages:
         if m.role == "assistant":
@@ -69,18 +67,11 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
         elif m.role == "user":
             msgs += user(m)
     body: dict[str, JSON] = {"model": req.model, "messages": msgs}
-    tools = [{"type": "function", "function": _function(t)} for t in p.get("tools") or ()
+    tools = [{"type": "function", "function": tool_function(t)} for t in p.get("tools") or ()
              if isinstance(t, dict) and "input_schema" in t]
     if tools:
         body["tools"] = tools
-        choice = p.get("tool_choice")
-        if isinstance(choice, dict):
-            if choice.get("type") in _CHOICES:
-                body["tool_choice"] = _CHOICES[choice["type"]]
-            elif choice.get("type") == "tool":
-                body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-            if choice.get("disable_parallel_tool_use") is True:
-                body["parallel_tool_calls"] = False
+        body.update(choice_fields(p.get("tool_choice"), lambda name: {"type": "function", "function": {"name": name}}))
     for src, dst in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
                      ("stop_sequences", "stop")):
         if p.get(src) is not None:
@@ -175,7 +166,22 @@ def _openai_tool(t: JSON) -> bool:
     return isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
 
 
-def _function(tool: dict[str, JSON]) -> dict[str, JSON]:
+def choice_fields(choice: JSON, named: Callable[[JSON], JSON]) -> dict[str, JSON]:
+    """An Anthropic-shaped ``tool_choice`` as OpenAI's ``tool_choice`` (``named``: the dialect's form of a chosen
+    tool) and ``parallel_tool_calls: false`` for ``disable_parallel_tool_use``."""
+    out: dict[str, JSON] = {}
+    if isinstance(choice, dict):
+        if choice.get("type") in _CHOICES:
+            out["tool_choice"] = _CHOICES[choice["type"]]
+        elif choice.get("type") == "tool":
+            out["tool_choice"] = named(choice.get("name"))
+        if choice.get("disable_parallel_tool_use") is True:
+            out["parallel_tool_calls"] = False
+    return out
+
+
+def tool_function(tool: dict[str, JSON]) -> dict[str, JSON]:
+    """An Anthropic-shaped tool as an OpenAI function (name, description, parameters)."""
     fn: dict[str, JSON] = {"name": tool["name"]}
     if isinstance(tool.get("description"), str):
         fn["description"] = tool["description"]
@@ -223,6 +229,21 @@ def tool_call(b: ToolUseBlock) -> dict[str, JSON]:
     return call
 
 
+def system_text(params: dict[str, JSON]) -> str | None:
+    """The canonical ``system`` parameter as one string (text blocks joined), None when there is none."""
+    system = params.get("system")
+    if isinstance(system, list):
+        system = "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return system if isinstance(system, str) and system else None
+
+
+def image_url(b: Block) -> str | None:
+    """An Anthropic-shaped image block's source as a URL (a ``data:`` URL for base64 data); None: not an image."""
+    if not (isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict)):
+        return None
+    return str(src.get("url")) if src.get("type") == "url" else f"data:{src.get('media_type')};base64,{src.get('data')}"
+
+
 def user(m: Message) -> list[dict[str, JSON]]:
     out: list[dict[str, JSON]] = []
     parts: list[dict[str, JSON]] = []
@@ -231,9 +252,7 @@ def user(m: Message) -> list[dict[str, JSON]]:
             out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": content_text(b.content)})
         elif isinstance(b, TextBlock):
             parts.append({"type": "text", "text": b.text})
-        elif isinstance(b, OpaqueBlock) and b.type == "image" and isinstance(src := b.raw.get("source"), dict):
-            url = src.get("url") if src.get("type") == "url" else \
-                f"data:{src.get('media_type')};base64,{src.get('data')}"
+        elif (url := image_url(b)) is not None:
             parts.append({"type": "image_url", "image_url": {"url": url}})
     if parts:
         single = len(parts) == 1 and parts[0]["type"] == "text"

@@ -1,8 +1,8 @@
 """The chat completions parameters and what each route does with them: the one table.
 
-A /v1/chat/completions request goes to one of three kinds of upstream (``gateway.routing``): an
-OpenAI-compatible API (any flavor: the same dialect), the Anthropic Messages API or Gemini
-generateContent. Per top-level parameter and route, ``PARAMS`` says:
+A /v1/chat/completions request goes to one of four kinds of upstream (``gateway.routing``): an
+OpenAI-compatible API (any flavor: the same dialect), the Anthropic Messages API, Gemini
+generateContent or the OpenAI Responses API. Per top-level parameter and route, ``PARAMS`` says:
 
 - ``passed``: sent upstream as received (same name, same value);
 - ``mapped``: sent as the upstream's equivalent (``note`` says which);
@@ -23,9 +23,9 @@ from typing import Literal
 
 from gateway.protocols.canonical import JSON
 
-Route = Literal["openai", "anthropic", "gemini"]
+Route = Literal["openai", "anthropic", "gemini", "responses"]
 Treatment = Literal["passed", "mapped", "refused"]
-ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini")
+ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini", "responses")
 CLIENT_PARAMS = "client_params"    # ``Request.surface`` key: the client's own top-level fields, in order
 DROPPED_PARAMS = "dropped_params"  # ``Request.surface`` key: what GATEWAY_DROP_UNSUPPORTED_PARAMS dropped
 UNKNOWN = "other"                  # the metric label of a parameter the table does not name
@@ -52,9 +52,11 @@ class Param:
     neutral: tuple[JSON, ...] = (None,)  # values that ask for nothing: accepted on every route, nothing sent
     # a mapped parameter whose other values have no equivalent there: route -> the values it can map
     maps_only: tuple[tuple[Route, Callable[[JSON], bool]], ...] = ()
+    responses: Treatment = "refused"  # an OpenAI Responses upstream (through the canonical request)
 
     def on(self, route: Route) -> Treatment:
-        return self.openai if route == "openai" else self.anthropic if route == "anthropic" else self.gemini
+        return {"openai": self.openai, "anthropic": self.anthropic, "gemini": self.gemini,
+                "responses": self.responses}[route]
 
     def asks(self, value: JSON, route: Route) -> bool:
         """Whether ``value`` asks for something ``route`` cannot honour."""
@@ -69,34 +71,39 @@ _P: Treatment = "passed"
 _M: Treatment = "mapped"
 _R: Treatment = "refused"
 PARAMS: tuple[Param, ...] = (
-    Param("model", _P, _P, _M, "Gemini: the URL path"),
-    Param("messages", _P, _M, _M, "repaired on every route; Gemini: `contents`, `systemInstruction`"),
-    Param("stream", _P, _P, _M, "Gemini: `:streamGenerateContent?alt=sse`"),
+    Param("model", _P, _P, _M, "Gemini: the URL path", responses=_P),
+    Param("messages", _P, _M, _M, "repaired on every route; Gemini: `contents`, `systemInstruction`; Responses: "
+          "`input` items, `instructions`", responses=_M),
+    Param("stream", _P, _P, _M, "Gemini: `:streamGenerateContent?alt=sse`", responses=_P),
     Param("stream_options", _M, _M, _M, "`include_usage` is answered by thinkgate; an OpenAI-compatible "
-          "upstream streaming gets `include_usage: true`"),
-    Param("max_tokens", _P, _P, _M, "Gemini: `generationConfig.maxOutputTokens`"),
-    Param("max_completion_tokens", _P, _M, _M, "Anthropic: `max_tokens`; Gemini: `maxOutputTokens`"),
+          "upstream streaming gets `include_usage: true`", responses=_M),
+    Param("max_tokens", _P, _P, _M, "Gemini: `generationConfig.maxOutputTokens`; Responses: `max_output_tokens`",
+          responses=_M),
+    Param("max_completion_tokens", _P, _M, _M, "Anthropic: `max_tokens`; Gemini: `maxOutputTokens`; Responses: "
+          "`max_output_tokens`", responses=_M),
     Param("temperature", _P, _P, _M, "Gemini: `generationConfig.temperature`; removed where thinking forbids "
-          "it (`GATEWAY_FIX_THINKING_PARAMS`)"),
-    Param("top_p", _P, _P, _M, "Gemini: `topP`"),
+          "it (`GATEWAY_FIX_THINKING_PARAMS`)", responses=_P),
+    Param("top_p", _P, _P, _M, "Gemini: `topP`", responses=_P),
     Param("stop", _P, _M, _M, "Anthropic: `stop_sequences`; Gemini: `stopSequences`"),
-    Param("user", _P, _M, _R, "Anthropic: `metadata.user_id`"),
-    Param("safety_identifier", _P, _M, _R, "Anthropic: `metadata.user_id` (when `user` is absent)"),
+    Param("user", _P, _M, _R, "Anthropic: `metadata.user_id`; Responses: `safety_identifier`", responses=_M),
+    Param("safety_identifier", _P, _M, _R, "Anthropic: `metadata.user_id` (when `user` is absent)", responses=_M),
     Param("tools", _P, _M, _M, "function tools; `function.strict` -> Anthropic `strict`; Gemini: "
-          "`functionDeclarations` (no per-function `strict` there)"),
-    Param("tool_choice", _P, _M, _M, "Gemini: `toolConfig.functionCallingConfig`"),
+          "`functionDeclarations` (no per-function `strict` there); Responses: flat function tools", responses=_M),
+    Param("tool_choice", _P, _M, _M, "Gemini: `toolConfig.functionCallingConfig`", responses=_M),
     Param("parallel_tool_calls", _P, _M, _R, "Anthropic: `tool_choice.disable_parallel_tool_use`",
-          neutral=(None, True)),
+          neutral=(None, True), responses=_M),
     Param("reasoning_effort", _P, _M, _M, "the thinking budget (adaptive models: `output_config.effort`); "
-          "Gemini: `thinkingConfig`"),
-    Param("reasoning", _P, _M, _M, "OpenRouter's form: as `reasoning_effort`; `exclude` is answered by thinkgate"),
-    Param("thinking", _P, _P, _M, "Anthropic's form (vendor extension); Gemini: `thinkingConfig`"),
+          "Gemini: `thinkingConfig`; Responses: `reasoning.effort`", responses=_M),
+    Param("reasoning", _P, _M, _M, "OpenRouter's form: as `reasoning_effort`; `exclude` is answered by thinkgate",
+          responses=_M),
+    Param("thinking", _P, _P, _M, "Anthropic's form (vendor extension); Gemini: `thinkingConfig`", responses=_M),
     Param("output_config", _P, _P, _M, "Anthropic's form (vendor extension); Gemini: `effort` -> "
-          "`thinkingLevel`, `format` -> `responseJsonSchema`"),
+          "`thinkingLevel`, `format` -> `responseJsonSchema`; Responses: `reasoning.effort`, `text.format`",
+          responses=_M),
     Param("response_format", _P, _M, _M, "`json_schema` -> Anthropic `output_config.format`, Gemini "
           "`responseMimeType` + `responseJsonSchema`; `json_object` -> Gemini `responseMimeType` (refused by "
-          "Anthropic)", neutral=(None, {"type": "text"}),
-          maps_only=(("anthropic", _json_schema_or_text),)),
+          "Anthropic and Responses); Responses: `text.format`", neutral=(None, {"type": "text"}),
+          maps_only=(("anthropic", _json_schema_or_text), ("responses", _json_schema_or_text)), responses=_M),
     Param("seed", gemini=_M, note="Gemini: `generationConfig.seed`"),
     Param("frequency_penalty", gemini=_M, note="Gemini: `frequencyPenalty`", neutral=(None, 0)),
     Param("presence_penalty", gemini=_M, note="Gemini: `presencePenalty`", neutral=(None, 0)),
@@ -124,7 +131,7 @@ PARAMS: tuple[Param, ...] = (
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 # the metric's ``param`` label values: every parameter some route may refuse, and UNKNOWN
-REFUSABLE: frozenset[str] = frozenset({p.name for p in PARAMS if _R in (p.openai, p.anthropic, p.gemini)
+REFUSABLE: frozenset[str] = frozenset({p.name for p in PARAMS if _R in (p.openai, p.anthropic, p.gemini, p.responses)
                                        or p.maps_only} | {UNKNOWN})
 
 
@@ -142,7 +149,8 @@ def unsupported(body: dict[str, JSON], route: Route) -> list[str]:
 
 
 def refusal(names: Iterable[str], route: Route, model: str) -> str:
-    upstream = {"openai": "OpenAI-compatible", "anthropic": "Anthropic", "gemini": "Gemini"}[route]
+    upstream = {"openai": "OpenAI-compatible", "anthropic": "Anthropic", "gemini": "Gemini",
+                "responses": "OpenAI Responses"}[route]
     listed = ", ".join(names)
     return (f"Unsupported parameters for model {model} (an {upstream} upstream): {listed}. thinkgate cannot "
             f"honour them there: remove them, or have the operator set GATEWAY_DROP_UNSUPPORTED_PARAMS=true to "
@@ -155,7 +163,8 @@ def metric_label(name: str) -> str:
 
 # ---------------------------------------------------------------- the README table
 
-_HEADINGS = {"openai": "OpenAI-compatible upstream", "anthropic": "Anthropic upstream", "gemini": "Gemini upstream"}
+_HEADINGS = {"openai": "OpenAI-compatible upstream", "anthropic": "Anthropic upstream", "gemini": "Gemini upstream",
+             "responses": "OpenAI Responses upstream"}
 
 
 def markdown_table() -> str:
@@ -163,5 +172,5 @@ def markdown_table() -> str:
     rows = ["| parameter | " + " | ".join(_HEADINGS[r] for r in ROUTES) + " | notes |",
             "| --- | " + " | ".join("---" for _ in ROUTES) + " | --- |"]
     rows += [f"| `{p.name}` | " + " | ".join(p.on(r) for r in ROUTES) + f" | {p.note} |" for p in PARAMS]
-    rows.append("| any other | passed | refused | refused | |")
+    rows.append("| any other | passed | refused | refused | refused | |")
     return "\n".join(rows) + "\n"

@@ -6,13 +6,15 @@ Endpoints:
   (``SimConfig.bound_models``) ``binding``, then the scripted reply as JSON or SSE (faults from
   ``scenarios`` injected here).
 * ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``; on a bound model the request's 400 first.
+* ``GET /v1/models``: Anthropic's model list (one page); ``GET /v1beta/models``: Gemini's.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
 * Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
   ``:streamGenerateContent`` (AI Studio), the same under ``/vertex``; OpenAI-compatible
   profiles (``gateway.sim.compat``): ``/v1beta/openai/chat/completions`` (Gemini's
   compatibility layer), ``/openrouter/api/v1/chat/completions``,
   ``/copilot/chat/completions``, ``/deepseek/v1/chat/completions``. Their rejections
-  count in the same stats (rule keys ``gemini-N`` / ``compat-N``).
+  count in the same stats (rule keys ``gemini-N`` / ``compat-N``); the strict OpenAI Responses profile
+  (``gateway.sim.responses``): ``/openai/v1/responses`` and ``/openai/v1/models`` (rule keys ``responses-N``).
 
 Every flavor shows each request to the cross-conversation ``oracle`` before validating it
 (``[[sim:conv=NAME]]``): ``stats.foreign`` counts requests carrying another conversation's
@@ -49,12 +51,14 @@ from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini import gemini_routes
 from gateway.sim.oracle import ConversationOracle
 from gateway.sim.render import first_delta_position, stream_events
+from gateway.sim.responses import responses_routes
 from gateway.sim.rules import check_messages_request, thinking_mode
 from gateway.sim.scenarios import Fault, Reply, estimate_tokens, minted_tokens, new_id, parse_scenario, plan_reply
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
 
 HOLD_SECONDS = 10.0
+SIM_ANTHROPIC_MODELS = ("claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5")
 FOREIGN_DETAILS = 50
 _OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 
@@ -228,6 +232,15 @@ def create_sim_app(config: SimConfig) -> Starlette:
             return _error(400, rejected, rid, "invalid_request_error")
         return _json(200, {"input_tokens": estimate_tokens(body)}, rid)
 
+    async def models(request: Request) -> Response:
+        """Anthropic's ``GET /v1/models`` (one page: the simulator's models)."""
+        if not _authorized(request):
+            return _error(401, "x-api-key header is required", new_id("req_01"), "authentication_error")
+        data = [{"type": "model", "id": m, "display_name": m, "created_at": "2025-11-24T00:00:00Z"}
+                for m in SIM_ANTHROPIC_MODELS]
+        return _json(200, {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]},
+                     new_id("req_01"))
+
     async def stats(request: Request) -> Response:
         return _json(200, state.stats.as_json(), new_id("req_01"))
 
@@ -259,12 +272,14 @@ def create_sim_app(config: SimConfig) -> Starlette:
     routes = [
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
         Route("/_sim/stats", stats, methods=["GET"]),
         Route("/_sim/reset", reset, methods=["POST"]),
         Route("/_sim/last", last, methods=["GET"]),
         Route("/_sim/release", release, methods=["POST"]),
         *gemini_routes(state),
         *compat_routes(state),
+        *responses_routes(state),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 

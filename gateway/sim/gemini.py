@@ -199,6 +199,9 @@ def _json(status: int, body: object) -> Response:
     return Response(orjson.dumps(body), status, media_type="application/json")
 
 
+SIM_GEMINI_MODELS = ("gemini-3-pro-preview", "gemini-3-flash-preview", "gemini-2.5-pro")
+
+
 def gemini_routes(state: Any) -> list[Route]:
     """Routes sharing the simulator's stats (``state.stats``, ``state.last``) and secret."""
     signer = ThoughtSigner(state.config.secret)
@@ -265,5 +268,14 @@ def gemini_routes(state: Any) -> list[Route]:
             return StreamingResponse(pump(), media_type="text/event-stream")
         return generate
 
-    return [Route("/v1beta/models/{rest:path}", handler(AISTUDIO), methods=["POST"]),
+    async def list_models(request: Request) -> Response:
+        """``GET /v1beta/models``: the simulator's Gemini models, in the API's list shape."""
+        if not _authorized(request):
+            return _json(403, google_error(403, _NO_KEY))
+        return _json(200, {"models": [{"name": f"models/{m}", "version": "001", "displayName": m,
+                                       "supportedGenerationMethods": ["generateContent", "countTokens"]}
+                                      for m in SIM_GEMINI_MODELS]})
+
+    return [Route("/v1beta/models", list_models, methods=["GET"]),
+            Route("/v1beta/models/{rest:path}", handler(AISTUDIO), methods=["POST"]),
             Route("/vertex/v1beta/models/{rest:path}", handler(VERTEX), methods=["POST"])]

@@ -5,7 +5,8 @@ translate their chunks into these before accumulation. Rules (as the official
 SDKs apply them): thinking text appends, the signature replaces, text appends,
 ``input_json_delta`` fragments concatenate and are parsed at ``content_block_stop``,
 ``message_delta`` overwrites stop_reason and merges the cumulative usage; a ``compaction_delta`` sets the
-compaction block's ``content`` (and ``encrypted_content``). Unknown
+compaction block's ``content`` (and ``encrypted_content``); a translated stream's ``provider_delta``
+sets its block's ``_provider`` value (``gateway.records``). Unknown
 event and delta types are ignored here (the relay still forwards them).
 """
 
@@ -103,6 +104,8 @@ def _apply_delta(snap: Snapshot, idx: Any, delta: Any) -> None:
         for key in ("content", "encrypted_content"):
             if key in delta:
                 block[key] = delta[key]
+    elif dtype == "provider_delta":  # a translated stream: provider data known only once its block is complete
+        block["_provider"] = {**(block.get("_provider") or {}), "value": delta.get("value")}
     elif dtype == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
 

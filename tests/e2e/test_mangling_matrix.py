@@ -22,6 +22,9 @@ wire shape makes checkable:
   OpenAI-compatibility layer): one conversation, and every request carries each earlier answer's provider
   fields exactly as they were relayed, the upstream's own tool-call ids, and tool-only assistant messages as
   ``content: null``.
+- ``openai-to-responses`` (an OpenAI Responses upstream): one conversation, and every request carries each earlier
+  answer's reasoning item exactly as the upstream minted it, followed by the call it preceded (its item id on that
+  call only) and the upstream's own call ids; the chat client never sees ``encrypted_content``.
 - ``openai-to-gemini`` and ``gemini-to-gemini`` (the native surface, raw JSON so a mangling can touch every
   field): one conversation, and every request carries each earlier answer's thought part and its genuine
   signature on its first call (restored from the records, never the bypass value), function responses in call
@@ -59,6 +62,7 @@ from tests.gemini.helpers import (
     GEMINI,
     GEMINI_COMPAT,
     OPENROUTER,
+    RESPONSES,
     Rejections,
     gateway_env,
     tool_messages,
@@ -338,6 +342,27 @@ def check_openai_compatible(model: str) -> Callable[[str, Played], None]:
     return check
 
 
+def check_openai_to_responses(case: str, played: Played) -> None:
+    """Request n carries the n reasoning items the upstream minted before it, each exactly as minted (the same
+    item in every later request), each followed by the call it preceded with its item id; the upstream's own
+    call ids; the client never sees encrypted content."""
+    answers: list[gemini_helpers.Answer] = played.answers
+    assert [a.finish_reason for a in answers] == ["tool_calls"] * 2 + ["stop"]
+    assert "encrypted_content" not in orjson.dumps([a.message for a in answers]).decode()
+    kept: list[dict[str, Any]] = []
+    for n, body in enumerate(played.bodies):
+        items = body["input"]
+        reasoning = [k for k, i in enumerate(items) if i.get("type") == "reasoning"]
+        assert len(reasoning) == n, f"request {n}: every earlier turn's reasoning item goes back"
+        assert [items[k] for k in reasoning[:len(kept)]] == kept, f"request {n}: reasoning items changed"
+        kept = [items[k] for k in reasoning]
+        for k, a in zip(reasoning, answers, strict=False):
+            relayed = [c["id"] for c in a.tool_calls]
+            calls = [i for i in items[k + 1:k + 1 + len(relayed)] if i.get("type") == "function_call"]
+            assert [c["call_id"] for c in calls] == relayed, f"request {n}: the upstream's own call ids go back"
+            assert calls[0]["id"].startswith("fc_") and all("id" not in c for c in calls[1:])
+
+
 BYPASS = "skip_thought_signature_validator"
 
 
@@ -431,6 +456,8 @@ ROUTES = {r.id: r for r in (
             check_openai_compatible(model))
       for upstream, model in (("openrouter", OPENROUTER), ("copilot", COPILOT), ("deepseek", DEEPSEEK),
                               ("generic", GEMINI_COMPAT))),
+    Route("openai", "responses", _BY_UPSTREAM["responses"], play_openai_to_provider(RESPONSES),
+          check_openai_to_responses),
 )}
 
 

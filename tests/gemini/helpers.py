@@ -18,6 +18,7 @@ OPENROUTER = "google/gemini-3-pro-preview"
 COPILOT = "copilot/gemini-3-pro-preview"
 DEEPSEEK = "deepseek-reasoner"
 GEMINI_COMPAT = "gemini-3-flash-preview"  # routed to Gemini's OpenAI-compatibility layer
+RESPONSES = "gpt-5"  # routed to the simulator's strict OpenAI Responses profile
 CLAUDE = "claude-opus-4-5"
 SCID = "x-ag-conversation-id"
 WEATHER = {"type": "function", "function": {
@@ -31,7 +32,8 @@ def gateway_env(sim: Sim, **extra: str) -> dict[str, str]:
     """Every upstream kind at the one simulator process."""
     routes = ",".join((f"google/=openrouter@{sim.url}/openrouter/api/v1", f"copilot/=copilot@{sim.url}/copilot",
                        f"deepseek-=deepseek@{sim.url}/deepseek/v1",
-                       f"{GEMINI_COMPAT}=generic@{sim.url}/v1beta/openai"))
+                       f"{GEMINI_COMPAT}=generic@{sim.url}/v1beta/openai",
+                       f"{RESPONSES}=responses@{sim.url}/openai/v1"))
     return {"GATEWAY_GEMINI_BASE_URL": sim.url, "GATEWAY_ROUTES": routes, **extra}
 
 

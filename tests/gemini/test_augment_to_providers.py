@@ -17,7 +17,7 @@ from tests.augment.client import (
     exchange,
     tool_result_nodes,
 )
-from tests.gemini.helpers import DEEPSEEK, GEMINI, OPENROUTER, Rejections
+from tests.gemini.helpers import DEEPSEEK, GEMINI, OPENROUTER, RESPONSES, Rejections
 from tests.process_fixtures import ServerProcess, Sim
 
 
@@ -28,8 +28,8 @@ def gw(provider_gateway: ServerProcess) -> ServerProcess:
 
 def check_reasoning_and_tools(reply: Reply, model: str) -> int:
     """The upstream reasons on every answer (Gemini thought summaries, OpenRouter ``reasoning``,
-    DeepSeek ``reasoning_content``): THINKING nodes first, never in the text; each tool's
-    TOOL_USE_START before its TOOL_USE, per tool. The number of tools."""
+    DeepSeek ``reasoning_content``, a Responses reasoning item's summary): THINKING nodes first, never in the
+    text; each tool's TOOL_USE_START before its TOOL_USE, per tool. The number of tools."""
     types = [n["type"] for n in reply.nodes]
     assert [n["id"] for n in reply.nodes] == list(range(1, len(types) + 1))
     first_content = min(types.index(t) for t in (RAW_RESPONSE, TOOL_USE_START) if t in types)
@@ -47,12 +47,12 @@ def check_reasoning_and_tools(reply: Reply, model: str) -> int:
 
 
 @pytest.mark.parametrize("replay", [False, True], ids=["server_side_state", "replayed_history"])
-@pytest.mark.parametrize("model", [GEMINI, OPENROUTER, DEEPSEEK])
+@pytest.mark.parametrize("model", [GEMINI, OPENROUTER, DEEPSEEK, RESPONSES])
 def test_augment_tool_loop(gw: ServerProcess, sim: Sim, model: str, replay: bool) -> None:
     """Server-side state (empty chat_history), or a client that replays every exchange as streamed,
     THINKING nodes included (they came from another family: repair keeps them off the upstream)."""
     headers = {"authorization": "Bearer sk-augment-providers"}
-    family = {GEMINI: "1", OPENROUTER: "2", DEEPSEEK: "3"}[model]
+    family = {GEMINI: "1", OPENROUTER: "2", DEEPSEEK: "3", RESPONSES: "4"}[model]
     conversation = f"0b6a2a4e-5f4d-4e0b-9a51-6f1d7c1a0c{replay:d}{family}"
     message = "[[sim:tools=2]] [[sim:parallel=2]] augment weather"
     nodes: list[dict[str, Any]] = []

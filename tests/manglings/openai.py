@@ -138,4 +138,8 @@ BY_UPSTREAM: dict[str, tuple[str, ...]] = {
                  "tool_ids_rewritten_no_reasoning"),
     # Gemini through its OpenAI-compatibility layer (the ``generic`` flavor)
     "generic": ("faithful", "drop_extra_content", "copy_signature_to_parallel_calls", "drop_all_reasoning"),
+    # an OpenAI Responses upstream: the chat client never holds its reasoning items, only their summary text
+    "responses": ("faithful", "drop_reasoning_content", "drop_all_reasoning", "content_empty_list",
+                  "content_empty_string", "tool_ids_rewritten", "tool_results_reordered",
+                  "tool_ids_rewritten_no_reasoning"),
 }

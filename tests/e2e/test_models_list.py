@@ -1,0 +1,70 @@
+"""``GET /v1/models`` and ``GET /v1beta/models`` through a real `thinkgate serve` with every upstream kind at the
+simulator: the official SDKs' ``models.list()`` in their own shapes, from the upstreams' own lists (only the models
+the routing table sends there); unknown paths and methods answered 404/405 in the client's dialect, no redirect."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.gemini.helpers import gateway_env
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+
+KEY = "sk-models-list-0123456789abcdef0123"
+
+
+@pytest.fixture(scope="module")
+def gw(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
+    # claude-haiku-* goes elsewhere (Gemini's OpenAI layer here): the Anthropic list leaves it out
+    env = gateway_env(sim)
+    env["GATEWAY_ROUTES"] += f",claude-haiku-=generic@{sim.url}/v1beta/openai"
+    return gateways.start(sim.url, env)
+
+
+def test_openai_sdk_lists_the_models_of_the_openai_kind_upstreams(gw: ServerProcess) -> None:
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client:
+        models = list(client.models.list())
+    assert [(m.id, m.object, m.owned_by) for m in models] == [
+        ("gpt-5", "model", "responses"), ("gpt-5-codex", "model", "responses"), ("gpt-5.1", "model", "responses"),
+        ("gemini-3-flash-preview", "model", "generic")]  # a route naming a model, its upstream offering no list
+
+
+def test_anthropic_sdk_lists_and_pages_the_anthropic_upstreams_models(gw: ServerProcess) -> None:
+    with anthropic.Anthropic(base_url=gw.url, api_key=KEY, max_retries=0) as client:
+        assert [m.id for m in client.models.list()] == ["claude-opus-4-5", "claude-sonnet-4-5"]
+        page = client.models.list(limit=1)
+        assert [m.id for m in page.data] == ["claude-opus-4-5"] and page.has_more and page.last_id == "claude-opus-4-5"
+        assert [m.id for m in page] == ["claude-opus-4-5", "claude-sonnet-4-5"]  # the SDK follows after_id
+        assert client.models.list(limit=1).data[0].type == "model"
+
+
+def test_gemini_list_and_its_key_query(gw: ServerProcess) -> None:
+    r = httpx.get(gw.url + "/v1beta/models", params={"key": KEY})
+    assert r.status_code == 200
+    assert [m["name"] for m in r.json()["models"]] == ["models/gemini-3-pro-preview", "models/gemini-2.5-pro"]
+
+
+@pytest.mark.parametrize(("path", "method", "headers", "status", "shape"), [
+    ("/v1/responsez", "POST", {"authorization": f"Bearer {KEY}"}, 404, "openai"),
+    ("/v1/nothing", "GET", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, 404, "anthropic"),
+    ("/v1beta/nothing", "GET", {"x-goog-api-key": KEY}, 404, "gemini"),
+    ("/v1/models", "POST", {"authorization": f"Bearer {KEY}"}, 405, "openai"),
+    ("/v1/models", "DELETE", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, 405, "anthropic"),
+    ("/v1/chat/completions", "GET", {"authorization": f"Bearer {KEY}"}, 405, "openai"),
+    ("/v1/models/", "GET", {"authorization": f"Bearer {KEY}"}, 405, "gemini"),  # Gemini's path: never a redirect
+    ("/v1/chat/completions/", "POST", {"authorization": f"Bearer {KEY}"}, 404, "openai"),
+])
+def test_unknown_paths_and_methods_answer_in_the_clients_dialect(gw: ServerProcess, path: str, method: str,
+                                                                 headers: dict[str, str], status: int,
+                                                                 shape: str) -> None:
+    r = httpx.request(method, gw.url + path, headers=headers, json={}, follow_redirects=False)
+    assert r.status_code == status, r.text
+    body = r.json()
+    if shape == "openai":
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+    elif shape == "anthropic":
+        assert body["type"] == "error" and body["error"]["type"] in ("not_found_error", "invalid_request_error")
+    else:
+        assert body["error"]["code"] == status and "status" in body["error"]

@@ -1,0 +1,87 @@
+"""An OpenAI Responses upstream behind thinkgate: the official ``openai`` chat client ->
+two real `thinkgate serve` replicas on one real redis-server (alternating) -> the simulator's strict Responses
+profile. Zero 4xx, the upstream's reasoning items replayed exactly as it minted them on every turn, never shown to
+the chat client; a turn without a record degrades (its reasoning left out, no item id sent). The same client's
+history sent straight to the simulator fails as the real API does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.gemini.helpers import RESPONSES, Rejections, ask, run_loop
+from tests.gemini.matrix import OpenAILoop, Pair
+from tests.process_fixtures import Sim
+
+PROMPT = "weather in Paris and Rome? [[sim:tools=2]] [[sim:parallel=2]]"
+SCID = "x-ag-conversation-id"
+
+
+def _reasoning(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in body["input"] if i.get("type") == "reasoning"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_chat_client_tool_loop_keeps_reasoning_items_across_replicas(provider_pair: Pair, sim: Sim,
+                                                                     stream: bool) -> None:
+    loop = OpenAILoop(provider_pair, RESPONSES, stream, header=False, sim=sim, params={"reasoning_effort": "low"})
+    try:
+        with Rejections(sim):
+            answers, _ = run_loop(loop.send, PROMPT + f" stream={stream}")
+    finally:
+        loop.close()
+    assert [a.finish_reason for a in answers] == ["tool_calls", "tool_calls", "stop"]
+    assert "gAAAAAB" not in json.dumps([a.message for a in answers]), "the chat client never sees encrypted content"
+    sent = [_reasoning(b) for b in loop.bodies]
+    assert [len(r) for r in sent] == [0, 1, 2], "every earlier turn's reasoning item goes back"
+    assert sent[2][0] == sent[1][0], "the same item, replayed again unchanged"
+    for body, answer_text in ((loop.bodies[1], answers[0].message["reasoning_content"]),
+                              (loop.bodies[2], answers[1].message["reasoning_content"])):
+        item = _reasoning(body)[-1]
+        assert item["summary"][0]["text"] == answer_text  # the client saw the summary the item carries
+        k = body["input"].index(item)
+        follower = body["input"][k + 1]
+        assert follower["type"] == "function_call" and follower["id"].startswith("fc_")
+        assert "id" not in body["input"][k + 2], "only the call the reasoning item preceded carries an id"
+    assert len({s for s in loop.scids}) == 1, "one conversation across both replicas"
+
+
+def test_a_turn_no_record_vouches_for_degrades_instead_of_failing(provider_pair: Pair, sim: Sim) -> None:
+    """Another tenant's key replays the history: no record of its turns, so no reasoning item and no item id is
+    sent (the call goes as the client's own), and the upstream accepts it."""
+    with openai.OpenAI(base_url=provider_pair.a.url + "/v1", api_key="sk-responses-tenant-a-0123456789abcdef",
+                       max_retries=0) as a, \
+            openai.OpenAI(base_url=provider_pair.b.url + "/v1", api_key="sk-responses-tenant-b-0123456789abcdef",
+                          max_retries=0) as b:
+        history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=2]] stateless responses"}]
+        first = ask(a, RESPONSES, history, stream=False, reasoning_effort="low")
+        history += [first.message] + [{"role": "tool", "tool_call_id": c["id"], "content": "ok"}
+                                      for c in first.tool_calls]
+        with Rejections(sim):
+            second = ask(b, RESPONSES, history, stream=False, reasoning_effort="low")
+    body = sim.last()["body"]
+    assert second.finish_reason == "tool_calls"
+    assert _reasoning(body) == [] and all("id" not in i for i in body["input"])
+
+
+def test_the_same_history_straight_to_the_simulator_fails_as_the_real_api_does(provider_pair: Pair,
+                                                                               sim: Sim) -> None:
+    """What the chat client keeps of a turn (its calls, not the reasoning) sent straight to the Responses API: the
+    call, sent with its item id, without its reasoning item, is refused; through thinkgate it is not (above)."""
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    with openai.OpenAI(base_url=sim.url + "/openai/v1", api_key="sk-responses-direct-0123456789abcdef",
+                       max_retries=0) as direct:
+        history: list[Any] = [{"role": "user", "content": PROMPT + " direct"}]
+        first = direct.responses.create(model=RESPONSES, input=history, tools=tools, store=False,
+                                        reasoning={"effort": "low", "summary": "auto"})
+        output = [o.model_dump(exclude_none=True) for o in first.output]
+        history += [o for o in output if o["type"] != "reasoning"]
+        history += [{"type": "function_call_output", "call_id": o["call_id"], "output": "sunny"}
+                    for o in output if o["type"] == "function_call"]
+        before = sim.stats()["rejections"].get("responses-3", 0)
+        with pytest.raises(openai.BadRequestError, match="was provided without its required 'reasoning' item"):
+            direct.responses.create(model=RESPONSES, input=history, tools=tools, store=False)
+    assert sim.stats()["rejections"]["responses-3"] == before + 1
