@@ -199,7 +199,7 @@ def upstream_families() -> dict[str, str]:
 
     families = [k for k in UPSTREAM_DIALECTS if k != "openai"] + [f for f in FLAVORS if f != "generic"]
     models = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview", "openrouter": "x-ai/grok-4",
-              "copilot": "gpt-5", "deepseek": "deepseek-reasoner"}
+              "copilot": "gpt-5", "deepseek": "deepseek-reasoner", "responses": "o4-mini"}
     assert set(families) == set(models), "a new upstream family: wire it in deploy/compose.yaml and here"
     return models
 
@@ -224,7 +224,8 @@ def test_compose_wires_every_upstream_family(compose: dict[str, Any], with_sim: 
             prefix = f"http://sim:{service_port(sim)}"
             assert url.startswith(prefix), (family, url)
             path = url.removeprefix(prefix)
-            served = {"anthropic": path + "/v1/messages", "gemini": path + "/v1beta/models/{rest:path}"}.get(
+            served = {"anthropic": path + "/v1/messages", "gemini": path + "/v1beta/models/{rest:path}",
+                      "responses": path + "/responses"}.get(
                 family, path + "/chat/completions")
             assert served in sim_paths, (family, served)
         else:
