@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.deps import Gateway, WorkerCaches
-from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages
+from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages, responses
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
@@ -34,7 +34,8 @@ log = logging.getLogger("thinkgate")
 # Each surface's handler, by its label (``gateway.surfaces``: the table the routes are made from)
 HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_tokens,
             "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
-            "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export}
+            "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export,
+            "responses": responses.create_response, "response_get": responses.response_get}
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:

@@ -300,7 +300,7 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
             log.warning("store record failed (%s); turn not recorded", type(e).__name__)
         return
     metrics.observe_record(res)
-    ex.scid = res.scid
+    ex.scid, ex.position = res.scid, res.position
     ex.recorded = True
     if ticket is not None and gw.replay_memo is not None:
         gw.replay_memo.keep(ticket)
