@@ -47,6 +47,8 @@ Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
 Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
 
 ENCRYPTED = "reasoning.encrypted_content"
+NOT_PERSISTED = (" Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove "
+                 "this item from your input.")
 REASONING, MESSAGE, FUNCTION_CALL = "rs", "msg", "fc"
 _ID = re.compile(r"(resp|rs|msg|fc)_([A-Za-z0-9_-]{16,64})\.(\d{1,9})(?:\.(\d{1,6}))?")
 # echoed on the Response object as the client sent them (with the API's defaults)
@@ -144,7 +146,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad_request("instructions: Input should be a valid string")
-    system, messages = decode_items(body.get("input"), unseal, resolved or {})
+    system, messages = decode_items(body.get("input"), unseal, resolved or {}, store=store)
     if not messages:
         raise bad_request("input: the request has no input items")
     chat_view = {"reasoning": reasoning} if reasoning is not None else {}
@@ -178,8 +180,9 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
                             ENCRYPTED in include, summary is not None, references_of(body))
 
 
-def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]]) -> tuple[list[str], list[Message]]:
-    """Input items -> (system texts, messages)."""
+def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]], *,
+                 store: bool = True) -> tuple[list[str], list[Message]]:
+    """Input items -> (system texts, messages). A bare reference the caller could not resolve is the API's 404."""
     if isinstance(items, str):
         return [], [Message("user", [TextBlock(items)], content_was_string=True)]
     if items is None:
@@ -210,7 +213,8 @@ def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]
             raise bad_request(f"input.{k}: Input should be a valid dictionary")
         item = resolved.get(ref, raw) if (ref := _reference(raw)) is not None else raw
         if item is raw and ref is not None:
-            raise ClientError(400, f"Item with id '{ref}' not found.", "invalid_request_error", "item_not_found")
+            raise ClientError(404, f"Item with id '{ref}' not found." + ("" if store else NOT_PERSISTED),
+                              "invalid_request_error")
         t = item.get("type")
         if t in (None, "message"):
             role = item.get("role")
