@@ -41,7 +41,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.openai_chat import _max_tokens, _reasoning, _tool_choice, _tools
+from gateway.protocols.openai_chat import _max_tokens, _reasoning, tool_and_sampling_params
 
 Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
 Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
@@ -128,24 +128,15 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("model: Field required" if model is None else "model: Input should be a non-empty string")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise bad_request("stream: Input should be a valid boolean")
-    prev = body.get("previous_response_id")
-    if prev is not None and not isinstance(prev, str):
-        raise bad_request("previous_response_id: Input should be a valid string")
-    store = body.get("store", True)
-    if not isinstance(store, bool):
-        raise bad_request("store: Input should be a valid boolean")
-    include = body.get("include") or []
-    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+    stream = _typed(body, "stream", bool, "a valid boolean")
+    prev = _typed(body, "previous_response_id", str, "a valid string")
+    store = _typed(body, "store", bool, "a valid boolean")
+    store = True if store is None else store
+    include = _typed(body, "include", list, "a list of strings") or []
+    if not all(isinstance(i, str) for i in include):
         raise bad_request("include: Input should be a list of strings")
-    reasoning = body.get("reasoning")
-    if reasoning is not None and not isinstance(reasoning, dict):
-        raise bad_request("reasoning: Input should be a valid dictionary")
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise bad_request("instructions: Input should be a valid string")
+    reasoning = _typed(body, "reasoning", dict, "a valid dictionary")
+    instructions = _typed(body, "instructions", str, "a valid string")
     system, messages = decode_items(body.get("input"), unseal, resolved or {}, store=store)
     if not messages:
         raise bad_request("input: the request has no input items")
@@ -159,25 +150,24 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise bad_request("max_output_tokens: Input should be a positive integer")
     params["max_tokens"] = _max_tokens({"max_tokens": limit}, thinking)
-    tools = _tools([t for t in body.get("tools") or [] if not (isinstance(t, dict) and t.get("type") not in (
-        "function", None))] if isinstance(body.get("tools"), list) else body.get("tools"))
-    if tools:
-        params["tools"] = tools
-        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
-        if choice is not None:
-            params["tool_choice"] = choice
-    for key in ("temperature", "top_p"):
-        value = body.get(key)
-        if value is not None:
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise bad_request(f"{key}: Input should be a valid number")
-            params[key] = value
+    tools = body.get("tools")  # hosted and custom tools have no upstream counterpart here: left out
+    if isinstance(tools, list):
+        tools = [t for t in tools if not (isinstance(t, dict) and t.get("type") not in ("function", None))]
+    params.update(tool_and_sampling_params(body, tools))
     if effort is not None:
         params["output_config"] = {"effort": effort}
     echo = {k: body.get(k, default) for k, default in ECHOED.items()}
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface={}), echo, prev,
                             ENCRYPTED in include, summary is not None, references_of(body))
+
+
+def _typed(body: dict[str, JSON], key: str, kind: type, what: str) -> Any:
+    """``body[key]`` when absent (None) or of ``kind``, else a 400 naming it."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise bad_request(f"{key}: Input should be {what}")
+    return value
 
 
 def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]], *,
