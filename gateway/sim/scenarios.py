@@ -106,7 +106,7 @@ def parse_scenario(text: str) -> Scenario:
     fault_round: int | None = None
     fault_times: int | None = None
     conv: str | None = None
-    arg: str | None = None
+    tool_arg: str | None = None
     for name, value in _MARKER.findall(text):
         if name == "tools":
             tools = _int(value, 0)
@@ -126,9 +126,9 @@ def parse_scenario(text: str) -> Scenario:
             fault_times = _int(value, 1)
         elif name == "conv" and conv is None and NAME.fullmatch(value):
             conv = value
-        elif name == "arg" and arg is None and value:
-            arg = value
-    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv, arg)
+        elif name == "arg" and tool_arg is None and value:
+            tool_arg = value
+    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv, tool_arg)
 
 
 def conversation_key(body: dict[str, Any]) -> str:
