@@ -28,7 +28,6 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import OPENAI_ERROR_TYPES
 from gateway.protocols.canonical import JSON
 from gateway.protocols.openai_responses import (
     FUNCTION_CALL,
@@ -91,7 +90,7 @@ class StreamEncoder:
         if self.failed:
             return b""
         self.failed = True
-        code = OPENAI_ERROR_TYPES.get(error_type, error_type)
+        code = error_type  # the upstream's type stays readable as the code, as in the OpenAI envelope
         failed = self._response("failed", error={"code": code, "message": message})
         return (self._emit("error", code=code, message=message, param=None)
                 + self._emit("response.failed", response=failed))

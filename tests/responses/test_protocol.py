@@ -199,4 +199,4 @@ def test_an_upstream_error_mid_stream_is_error_then_response_failed_and_nothing_
     assert types[-2:] == ["error", "response.failed"]
     assert events[-2]["message"] == "Overloaded"
     assert events[-1]["response"]["status"] == "failed"
-    assert events[-1]["response"]["error"] == {"code": "server_error", "message": "Overloaded"}
+    assert events[-1]["response"]["error"] == {"code": "overloaded_error", "message": "Overloaded"}
