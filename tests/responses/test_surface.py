@@ -4,6 +4,7 @@ OpenAI envelope (or as ``error`` + ``response.failed`` mid-stream), and the surf
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -80,3 +81,34 @@ def test_the_surface_is_counted_under_its_own_label(gateway: ServerProcess) -> N
     before = metric_sum(gateway, "gateway_requests_total", endpoint="responses")
     assert _post(gateway, {"model": MODEL, "input": "hi"}).status_code == 200
     assert metric_sum(gateway, "gateway_requests_total", endpoint="responses") == before + 1
+
+
+def test_another_tenant_cannot_use_a_response_its_ids_or_its_sealed_reasoning(gateway: ServerProcess, sim: Sim) -> None:
+    """B holds A's whole answer (ids, sealed reasoning): previous_response_id and item references name nothing
+    for B, and A's encrypted_content does not open for B, so nothing of A's thinking reaches the upstream."""
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY_A, max_retries=0) as a:
+        made = create(a, stream=False, model=MODEL, input="[[sim:tools=2]] isolation", tools=[WEATHER],
+                      reasoning=REASONING, include=INCLUDE, store=False)
+    call = made.calls[0]
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    thinking = made.output[0]["summary"][0]["text"]
+    base = {"model": MODEL, "tools": [WEATHER], "reasoning": REASONING, "include": INCLUDE, "store": False}
+    err = _openai_error(_post(gateway, {**base, "previous_response_id": made.response["id"], "input": [result]},
+                              KEY_B), 400)
+    assert err["code"] == "previous_response_not_found"
+    refs = [{"type": "item_reference", "id": i["id"]} for i in made.output]
+    _openai_error(_post(gateway, {**base, "input": [{"role": "user", "content": "[[sim:tools=2]] isolation"},
+                                                   *refs, result]}, KEY_B), 404)
+    replay = _post(gateway, {**base, "input": [{"role": "user", "content": "[[sim:tools=2]] isolation"},
+                                               *made.output, result]}, KEY_B)
+    assert replay.status_code == 200, replay.text
+    sent = sim.last()["body"]
+    text = json.dumps(sent)
+    assert thinking.split("\r\n")[0].strip() not in text and made.output[0]["encrypted_content"] not in text
+    assert not any(b.get("type") == "thinking" for m in sent["messages"] if isinstance(m["content"], list)
+                   for b in m["content"])
+    # A itself, with the same replay, gets its thinking back
+    assert _post(gateway, {**base, "input": [{"role": "user", "content": "[[sim:tools=2]] isolation"},
+                                              *made.output, result]}, KEY_A).status_code == 200
+    first = next(m for m in sim.last()["body"]["messages"] if m["role"] == "assistant")["content"][0]
+    assert first["type"] == "thinking" and first["thinking"] == thinking
