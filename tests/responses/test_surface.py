@@ -112,3 +112,19 @@ def test_another_tenant_cannot_use_a_response_its_ids_or_its_sealed_reasoning(ga
                                               *made.output, result]}, KEY_A).status_code == 200
     first = next(m for m in sim.last()["body"]["messages"] if m["role"] == "assistant")["content"][0]
     assert first["type"] == "thinking" and first["thinking"] == thinking
+
+
+@pytest.mark.parametrize("model", [MODEL, "gemini-3-pro-preview"])
+def test_the_sdks_stream_accumulator_reads_the_event_sequence(provider_gateway: ServerProcess, model: str) -> None:
+    """``client.responses.stream`` rebuilds the Response from the events (item by item, delta by delta) and
+    fails on an event that names an item or part it was not told about; its snapshot equals the final object."""
+    with openai.OpenAI(base_url=provider_gateway.url + "/v1", api_key=KEY_A, max_retries=0) as client, \
+            client.responses.stream(model=model, input="[[sim:tools=1]] accumulate", tools=[WEATHER],
+                                    reasoning=REASONING, include=INCLUDE) as stream:
+        deltas = [ev.delta for ev in stream if ev.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert final.status == "completed" and "".join(deltas) in final.output_text
+    kinds = [i.type for i in final.output]
+    assert kinds[0] == "reasoning" and kinds[-1] == "function_call", kinds
+    call = final.output[-1]
+    assert call.type == "function_call" and json.loads(call.arguments)
