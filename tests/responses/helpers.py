@@ -10,6 +10,8 @@ from typing import Any
 
 import openai
 
+from tests.process_fixtures import Sim
+
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 REASONING = {"effort": "medium", "summary": "auto"}
@@ -42,6 +44,7 @@ class Turn:
     response: dict[str, Any]
     events: list[str] = field(default_factory=list)
     scid: str | None = None
+    upstream: dict[str, Any] | None = None  # the body the simulator received for it (``run_loop``'s ``sim``)
 
     @property
     def output(self) -> Items:
@@ -71,8 +74,11 @@ def create(client: openai.OpenAI, *, stream: bool, **kw: Any) -> Turn:
 
 
 def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, stream: bool, mangle: str,
-             rounds: int = 8) -> list[Turn]:
-    """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays."""
+             rounds: int = 8, header: bool = False, sim: Sim | None = None,
+             before: Callable[[], None] | None = None) -> list[Turn]:
+    """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays.
+    ``header``: each request names the previous answer's conversation (``X-AG-Conversation-Id``); ``sim``: each
+    turn keeps the body the simulator received; ``before``: called before every request."""
     history: Items = [{"role": "user", "content": prompt}]
     new: Items = list(history)
     turns: list[Turn] = []
@@ -83,7 +89,13 @@ def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, strea
             kw.update(input=new, store=True, **({"previous_response_id": turns[-1].response["id"]} if turns else {}))
         else:
             kw.update(input=history, store=False)
+        if header and turns and turns[-1].scid:
+            kw["extra_headers"] = {"x-ag-conversation-id": turns[-1].scid}
+        if before is not None:
+            before()
         turn = create(clients[n % len(clients)], stream=stream, **kw)
+        if sim is not None:
+            turn.upstream = sim.last()["body"]
         turns.append(turn)
         results = [{"type": "function_call_output", "call_id": c["call_id"], "output": f"sunny in round {n}"}
                    for c in turn.calls]
