@@ -25,7 +25,7 @@ from gateway.errors import bad_request
 from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
+from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
 from gateway.repair import RecordedTurn, Records, rebuild_history
 from gateway.replay_memo import Resume, one_to_one
@@ -168,7 +168,9 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
         fixed.changed = True
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
-    cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, gw.router.caps_for(req.model), policy,
+    sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
+    verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
+    cleaned, sanitized = sanitize.run(req, verified, fixed.verbatim, gw.router.caps_for(req.model), policy,
                                       ex.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions

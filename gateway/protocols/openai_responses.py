@@ -29,6 +29,7 @@ import orjson
 from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import (
     JSON,
+    SEALED,
     Block,
     Message,
     OpaqueBlock,
@@ -137,7 +138,8 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
         raise bad_request("include: Input should be a list of strings")
     reasoning = _typed(body, "reasoning", dict, "a valid dictionary")
     instructions = _typed(body, "instructions", str, "a valid string")
-    system, messages = decode_items(body.get("input"), unseal, resolved or {}, store=store)
+    sealed: set[int] = set()
+    system, messages = decode_items(body.get("input"), unseal, resolved or {}, store=store, sealed=sealed)
     if not messages:
         raise bad_request("input: the request has no input items")
     chat_view = {"reasoning": reasoning} if reasoning is not None else {}
@@ -158,7 +160,8 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
         params["output_config"] = {"effort": effort}
     echo = {k: body.get(k, default) for k, default in ECHOED.items()}
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
-    return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface={}), echo, prev,
+    surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
+    return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None, references_of(body))
 
 
@@ -170,9 +173,15 @@ def _typed(body: dict[str, JSON], key: str, kind: type, what: str) -> Any:
     return value
 
 
-def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]], *,
-                 store: bool = True) -> tuple[list[str], list[Message]]:
-    """Input items -> (system texts, messages). A bare reference the caller could not resolve is the API's 404."""
+def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]], *, store: bool = True,
+                 sealed: set[int] | None = None) -> tuple[list[str], list[Message]]:
+    """Input items -> (system texts, messages). A bare reference the caller could not resolve is the API's 404.
+    ``sealed`` gets the ``id()`` of every block decoded from sealed content (or given a sealed signature)."""
+    return _decode_items(items, unseal, resolved, store, sealed if sealed is not None else set())
+
+
+def _decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]], store: bool,
+                  sealed: set[int]) -> tuple[list[str], list[Message]]:
     if isinstance(items, str):
         return [], [Message("user", [TextBlock(items)], content_was_string=True)]
     if items is None:
@@ -195,7 +204,7 @@ def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]
                 msgs[-1].content += blocks
         else:
             if msgs and msgs[-1].role == "assistant":
-                _apply_carried(msgs[-1], carried)
+                _apply_carried(msgs[-1], carried, sealed)
             msgs.append(Message(role, blocks))
 
     for k, raw in enumerate(items):
@@ -222,11 +231,12 @@ def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]
                 raise bad_request(f"input.{k}.call_id: Field required")
             add("user", [ToolResultBlock(call_id, _output(item.get("output"), f"input.{k}.output"))])
         elif t == "reasoning":
-            sealed = item.get("encrypted_content")
-            blocks = unseal(sealed) if isinstance(sealed, str) and sealed else None
+            token = item.get("encrypted_content")
+            blocks = unseal(token) if isinstance(token, str) and token else None
             if blocks:
                 reasoning = ThinkingBlock | RedactedThinkingBlock | ThoughtBlock
                 own: list[Block] = [b for b in blocks if isinstance(b, reasoning)]
+                sealed.update(id(b) for b in own)
                 carried += [b for b in blocks if isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None]
                 if msgs and msgs[-1].role == "assistant":
                     msgs[-1].content += own
@@ -237,20 +247,21 @@ def decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]
         else:
             raise bad_request(f"input.{k}.type: input item type {t!r} is not supported")
     if msgs and msgs[-1].role == "assistant":
-        _apply_carried(msgs[-1], carried)
+        _apply_carried(msgs[-1], carried, sealed)
     return system, [m for m in msgs if m.content]
 
 
-def _apply_carried(msg: Message, carried: list[Block]) -> None:
-    """Signatures sealed in a turn's reasoning items go back onto the blocks they rode on (same call id or text)."""
-    for sealed in carried:
+def _apply_carried(msg: Message, carried: list[Block], sealed: set[int]) -> None:
+    """Signatures sealed in a turn's reasoning items go back onto the blocks they rode on (same call id and name,
+    or the same text)."""
+    for c in carried:
         for b in msg.content:
-            if isinstance(sealed, ToolUseBlock) and isinstance(b, ToolUseBlock) and b.id == sealed.id and \
-                    b.name == sealed.name and b.sig is None:
-                b.sig = sealed.sig
-                break
-            if isinstance(sealed, TextBlock) and isinstance(b, TextBlock) and b.text == sealed.text and b.sig is None:
-                b.sig = sealed.sig
+            if not isinstance(b, TextBlock | ToolUseBlock) or b.sig is not None:
+                continue
+            if (isinstance(c, ToolUseBlock) and isinstance(b, ToolUseBlock) and (b.id, b.name) == (c.id, c.name)) \
+                    or (isinstance(c, TextBlock) and isinstance(b, TextBlock) and b.text == c.text):
+                b.sig = c.sig
+                sealed.add(id(b))
                 break
     carried.clear()
 

@@ -12,6 +12,7 @@ import pytest
 from gateway.errors import ClientError
 from gateway.protocols import openai_responses as responses
 from gateway.protocols.canonical import (
+    SEALED,
     ProviderSig,
     TextBlock,
     ThinkingBlock,
@@ -65,7 +66,9 @@ def test_output_items_replayed_decode_to_the_turn_byte_exact() -> None:
     assert items[0]["summary"] == [{"type": "summary_text", "text": THINKING}]
     result = {"type": "function_call_output", "call_id": "toolu_1", "output": "ok"}
     body = {"model": "claude-opus-4-5", "input": [{"role": "user", "content": "q"}, *items, result]}
-    msgs = decode(body).request.messages
+    req = decode(body).request
+    msgs = req.messages
+    assert req.surface[SEALED] == {id(msgs[1].content[0])}, "the unsealed thinking is vouched for, nothing else"
     assert [m.role for m in msgs] == ["user", "assistant", "user"]
     assert msgs[1].content == claude_turn().content
     assert msgs[2].content == [ToolResultBlock("toolu_1", "ok")]
@@ -92,9 +95,11 @@ def test_a_gemini_signature_rides_in_a_reasoning_item_of_its_own() -> None:
     items = responses.output_items(blocks, IDS, SEAL.seal, include_encrypted=True, summary=True)
     assert [i["type"] for i in items] == ["reasoning", "reasoning", "function_call"]
     assert items[1]["summary"] == []
-    msgs = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *items]}).request.messages
+    req = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *items]}).request
+    msgs = req.messages
     call = msgs[1].content[-1]
     assert isinstance(call, ToolUseBlock) and call.sig == sig
+    assert req.surface[SEALED] == {id(b) for b in msgs[1].content}, "the thought and the signed call are vouched for"
     without = decode({"model": "g", "input": [{"role": "user", "content": "q"}, items[2]]}).request.messages
     assert isinstance(without[1].content[0], ToolUseBlock) and without[1].content[0].sig is None
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.gemini.matrix import Pair
 from tests.process_fixtures import Sim
+from tests.redis_fixtures import RedisServer
 from tests.responses.helpers import run_loop
 
 CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
@@ -67,3 +68,32 @@ def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
         assert events[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
         assert "response.reasoning_summary_text.delta" in events and "response.function_call_arguments.delta" in \
             events and events[-1] == "response.completed"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+def test_with_the_records_gone_the_sealed_reasoning_carries_the_turn(
+        sim: Sim, clients: list[openai.OpenAI], redis_server: RedisServer, model: str, stream: bool) -> None:
+    """Redis flushed before every request: nothing to restore from, yet a client that replays the reasoning items
+    as received still gets its thinking (Claude's signed blocks, Gemini's genuine signatures) to the upstream: the
+    encrypted_content carries them. Without it (the same loop with encrypted_content dropped) they are degraded,
+    never forged: still no 4xx."""
+    rejected = sum(sim.stats()["rejections"].values())
+    kept = run_loop(clients, model, f"[[sim:tools=2]] sealed, records gone ({stream})", stream=stream,
+                    mangle="faithful", sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in kept] == [1, 1, 0]
+    last = kept[-1].upstream
+    assert last is not None
+    (_claude_kept if model == CLAUDE else _gemini_kept)(last)
+    lost = run_loop(clients, model, f"[[sim:tools=2]] unsealed, records gone ({stream})", stream=stream,
+                    mangle="drop_encrypted", sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in lost] == [1, 1, 0]
+    body = lost[-1].upstream
+    assert body is not None
+    if model == CLAUDE:
+        assert not any(b.get("type") == "thinking" for m in body["messages"] if isinstance(m["content"], list)
+                       for b in m["content"])
+    else:
+        calls = [p for c in body["contents"] for p in c.get("parts", []) if "functionCall" in p]
+        assert all(p.get("thoughtSignature") in (None, BYPASS) for p in calls)
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
