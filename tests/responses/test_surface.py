@@ -5,13 +5,14 @@ OpenAI envelope (or as ``error`` + ``response.failed`` mid-stream), and the surf
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.process_fixtures import ServerProcess, Sim, metric_sum
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.responses.helpers import INCLUDE, REASONING, WEATHER, create
 
 KEY_A = "sk-responses-tenant-a-0123456789abcdef"
@@ -128,3 +129,21 @@ def test_the_sdks_stream_accumulator_reads_the_event_sequence(provider_gateway: 
     assert kinds[0] == "reasoning" and kinds[-1] == "function_call", kinds
     call = final.output[-1]
     assert call.type == "function_call" and json.loads(call.arguments)
+
+
+def test_the_access_log_names_the_surface_and_never_the_key_or_the_thinking(sim: Sim, gateways: GatewayFactory) -> None:
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"})
+    try:
+        with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+            made = create(client, stream=True, model=MODEL, input="[[sim:tools=1]] logged", tools=[WEATHER],
+                          reasoning=REASONING, include=INCLUDE)
+        thinking = made.output[0]["summary"][0]["text"].split("\r\n")[0].strip()
+        deadline = time.monotonic() + 5
+        while not (lines := [json.loads(line) for line in gw.log_lines() if '"thinkgate.access"' in line]):
+            assert time.monotonic() < deadline, gw.log()
+            time.sleep(0.02)  # the gateway is another process: poll its log
+        assert lines[-1]["endpoint"] == "responses" and lines[-1]["status"] == 200, lines[-1]
+        log = gw.log()
+        assert KEY_A not in log and thinking not in log and made.output[0]["encrypted_content"] not in log
+    finally:
+        gw.stop()
