@@ -104,6 +104,12 @@ class ResponsesRequest:
     references: list[str] = field(default_factory=list)
 
 
+def previous_not_found(rid: str) -> ClientError:
+    """The API's answer to a ``previous_response_id`` that names nothing (docs/upstream-rules.md)."""
+    return ClientError(400, f"Previous response with id '{rid}' not found.", "invalid_request_error",
+                       "previous_response_not_found")
+
+
 # ---------------------------------------------------------------- requests
 
 def references_of(body: Any) -> list[str]:
