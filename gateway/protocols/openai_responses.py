@@ -164,7 +164,11 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     params.update(tool_and_sampling_params(body, tools))
     if effort is not None:
         params["output_config"] = {"effort": effort}
+    metadata = _typed(body, "metadata", dict, "a valid dictionary")
+    if metadata is not None and not all(isinstance(v, str) for v in metadata.values()):
+        raise bad_request("metadata: Input should be a dictionary of strings")
     echo = {k: body.get(k, default) for k, default in ECHOED.items()}
+    orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,

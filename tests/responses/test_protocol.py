@@ -127,6 +127,7 @@ def test_bare_references_resolve_or_get_the_api_404() -> None:
     ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "m", "input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
     ({"model": "m", "input": "x", "reasoning": "high"}, "reasoning"),
+    ({"model": "m", "input": "x", "metadata": {"a": {"b": 1}}}, "metadata"),
 ])
 def test_malformed_requests_are_400s_naming_the_field(body: dict[str, Any], path: str) -> None:
     with pytest.raises(ClientError) as e:
