@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -101,7 +101,6 @@ class ResponsesRequest:
     previous_response_id: str | None = None
     include_encrypted: bool = False
     summary: bool = False  # reasoning.summary asked for: thinking text streams as reasoning summary text
-    references: list[str] = field(default_factory=list)
 
 
 def previous_not_found(rid: str) -> ClientError:
@@ -172,7 +171,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
-                            ENCRYPTED in include, summary is not None, references_of(body))
+                            ENCRYPTED in include, summary is not None)
 
 
 def _typed(body: dict[str, JSON], key: str, kind: type, what: str) -> Any:
