@@ -64,9 +64,13 @@ def _codex(binary: str, gateway: ServerProcess, model: str, prompt: str, home: P
     return done.stdout + done.stderr
 
 
-def _results(body: dict[str, Any]) -> str:
-    """Everything the client sent back as tool output (Anthropic tool_result or Gemini functionResponse)."""
-    return orjson.dumps(body.get("messages") or body.get("contents")).decode()
+def _results(body: dict[str, Any]) -> list[str]:
+    """Each tool output the client sent back (Anthropic tool_result or Gemini functionResponse), as JSON text."""
+    if "messages" in body:
+        return [orjson.dumps(b.get("content")).decode() for m in body["messages"] if isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_result"]
+    return [orjson.dumps(p["functionResponse"]).decode() for c in body["contents"] for p in c.get("parts", [])
+            if "functionResponse" in p]
 
 
 @pytest.mark.timeout(300)
@@ -74,11 +78,12 @@ def _results(body: dict[str, Any]) -> str:
 def test_codex_exec_runs_a_tool_loop_through_thinkgate(
         codex_bin: str, sim: Sim, codex_gateway: ServerProcess, tmp_path: Path, model: str) -> None:
     rejected = sum(sim.stats()["rejections"].values())
-    out = _codex(codex_bin, codex_gateway, model, f"[[sim:tools=1]] [[sim:arg=echo {MARK}]] run the check",
+    out = _codex(codex_bin, codex_gateway, model, f"[[sim:tools=2]] [[sim:arg=echo {MARK}]] run the checks",
                  tmp_path / "home", tmp_path / "work")
-    assert "Final answer after 1 tool round" in out, out
+    assert "Final answer after 2 tool rounds" in out, out
     body = sim.last()["body"]
-    assert MARK in _results(body), "Codex ran the command the simulator asked for and sent its output back"
+    results = _results(body)
+    assert len(results) == 2 and all(MARK in r for r in results), results  # both commands ran, their output came back
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
     if model.startswith("claude"):
         first = next(m for m in body["messages"] if m["role"] == "assistant")["content"][0]
