@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER
 from tests.gemini.matrix import Pair
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
@@ -96,4 +97,25 @@ def test_with_the_records_gone_the_sealed_reasoning_carries_the_turn(
     else:
         calls = [p for c in body["contents"] for p in c.get("parts", []) if "functionCall" in p]
         assert all(p.get("thoughtSignature") in (None, BYPASS) for p in calls)
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+COMPAT_FIELD = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_text", DEEPSEEK: "reasoning_content"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "references", "previous"])
+@pytest.mark.parametrize("model", list(COMPAT_FIELD))
+def test_openai_compatible_upstreams_get_their_provider_fields_back(
+        sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
+    """The same loops to OpenRouter-, Copilot- and DeepSeek-style upstreams: every assistant message goes back with
+    the reasoning field its upstream returned (from the records: the message-level fields ride in no item)."""
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, model, f"[[sim:tools=2]] compat {model} ({mangle}, {stream})", stream=stream,
+                     mangle=mangle, sim=sim)
+    assert [len(t.calls) for t in turns] == [1, 1, 0]
+    body = turns[-1].upstream
+    assert body is not None
+    assistants = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert len(assistants) == 2 and all(m.get(COMPAT_FIELD[model]) for m in assistants), assistants
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
