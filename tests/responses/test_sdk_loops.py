@@ -80,12 +80,16 @@ def test_with_the_records_gone_the_sealed_reasoning_carries_the_turn(
     encrypted_content carries them. Without it (the same loop with encrypted_content dropped) they are degraded,
     never forged: still no 4xx."""
     rejected = sum(sim.stats()["rejections"].values())
-    kept = run_loop(clients, model, f"[[sim:tools=2]] sealed, records gone ({stream})", stream=stream,
+    redacted = " [[sim:redacted]]" if model == CLAUDE else ""  # a redacted block after the thinking, sealed too
+    kept = run_loop(clients, model, f"[[sim:tools=2]]{redacted} sealed, records gone ({stream})", stream=stream,
                     mangle="faithful", sim=sim, before=redis_server.flush)
     assert [len(t.calls) for t in kept] == [1, 1, 0]
     last = kept[-1].upstream
     assert last is not None
     (_claude_kept if model == CLAUDE else _gemini_kept)(last)
+    if model == CLAUDE:
+        first = next(m for m in last["messages"] if m["role"] == "assistant")["content"]
+        assert [b["type"] for b in first[:2]] == ["thinking", "redacted_thinking"], first
     lost = run_loop(clients, model, f"[[sim:tools=2]] unsealed, records gone ({stream})", stream=stream,
                     mangle="drop_encrypted", sim=sim, before=redis_server.flush)
     assert [len(t.calls) for t in lost] == [1, 1, 0]
