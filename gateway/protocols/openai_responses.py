@@ -374,27 +374,28 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
 
 def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_encrypted: bool,
                  summary: bool) -> list[dict[str, JSON]]:
-    """A turn's blocks as output items, in order (one reasoning item per reasoning block, and one before each
-    block a signature rides on; consecutive text blocks in one message item)."""
+    """A turn's blocks as output items, in order: one reasoning item per reasoning block, one message item per text
+    block, one function call item per call, and a reasoning item of its own for a signature riding on a call
+    (before it) or a text (after it). The stream emits the very same items (``openai_responses_stream``), so an
+    item's id (its output index) names the same item whether it was streamed, answered whole or read back."""
     out: list[dict[str, JSON]] = []
 
-    def sealed(bs: list[Block]) -> str | None:
-        return seal(bs) if include_encrypted else None
+    def carrier(b: Block) -> None:
+        if include_encrypted:
+            out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([b]), summary=summary))
 
     for b in blocks:
         if isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
             text = b.text if isinstance(b, ThoughtBlock) else b.thinking if isinstance(b, ThinkingBlock) else None
-            out.append(reasoning_item(ids.item(REASONING, len(out)), text, sealed([b]), summary=summary))
-            continue
-        if isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None and include_encrypted:
-            out.append(reasoning_item(ids.item(REASONING, len(out)), None, sealed([b]), summary=summary))
-        if isinstance(b, TextBlock):
-            last = out[-1] if out else None
-            if last is not None and last["type"] == "message" and b.sig is None:
-                last["content"][0]["text"] += b.text
-            else:
-                out.append(message_item(ids.item(MESSAGE, len(out)), b.text))
+            sealed = seal([b]) if include_encrypted else None
+            out.append(reasoning_item(ids.item(REASONING, len(out)), text, sealed, summary=summary))
+        elif isinstance(b, TextBlock):
+            out.append(message_item(ids.item(MESSAGE, len(out)), b.text))
+            if b.sig is not None:
+                carrier(b)
         elif isinstance(b, ToolUseBlock):
+            if b.sig is not None:  # (the call as it starts, before its input: as the stream seals it)
+                carrier(ToolUseBlock(b.id, b.name, {}, sig=b.sig))
             out.append(call_item(ids.item(FUNCTION_CALL, len(out)), b.id, b.name, orjson.dumps(b.input).decode()))
     return out
 

@@ -23,6 +23,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_responses_stream import StreamEncoder
 from gateway.reasoning_seal import sealer
+from gateway.records import lift_turn
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
 from gateway.streaming.sse import SSEDecoder
 
@@ -206,3 +207,50 @@ def test_an_upstream_error_mid_stream_is_error_then_response_failed_and_nothing_
     assert events[-2]["message"] == "Overloaded"
     assert events[-1]["response"]["status"] == "failed"
     assert events[-1]["response"]["error"] == {"code": "overloaded_error", "message": "Overloaded"}
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_back_have() -> None:
+    """Signed thought, two text blocks (the second signed), a signed call and an unsigned one, as the Gemini
+    translator streams them: the streamed items, their ids and their sealed content are those ``output_items``
+    gives the recorded turn (what GET and item references read back)."""
+    sig = {"origin": "gemini-3", "value": "c2lnLXRleHQ="}
+    call_sig = {"origin": "gemini-3", "value": "c2lnLWNhbGw="}
+    raw = _sse(
+        {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "g",
+                                              "content": [], "stop_reason": None, "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "thought", "thinking": "", "_provider": {"origin": "gemini-3"}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I think."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": "One."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": "", "_provider": sig}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Two."}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "content_block_start", "index": 3, "content_block": {
+            "type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}, "_provider": call_sig}},
+        {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Oslo"}'}},
+        {"type": "content_block_stop", "index": 3},
+        {"type": "content_block_start", "index": 4, "content_block": {
+            "type": "tool_use", "id": "call_b", "name": "get_weather", "input": {}}},
+        {"type": "content_block_stop", "index": 4},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"})
+    events, snap = encode_stream(raw)
+    done = events[-1]["response"]["output"]
+    turn = finished_turn(snap)
+    assert turn is not None
+    whole = responses.output_items(lift_turn(turn).content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    assert [(i["type"], i["id"]) for i in done] == [(i["type"], i["id"]) for i in whole]
+    assert [i["type"] for i in done] == ["reasoning", "message", "message", "reasoning", "reasoning",
+                                         "function_call", "function_call"]
+    assert [SEAL.unseal(i["encrypted_content"]) for i in done if i["type"] == "reasoning"] == \
+        [SEAL.unseal(i["encrypted_content"]) for i in whole if i["type"] == "reasoning"]
+    replayed = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *done]}).request.messages[1].content
+    assert [getattr(b, "sig", None) for b in replayed] == [None, None, ProviderSig("gemini-3", "c2lnLXRleHQ="),
+                                                           ProviderSig("gemini-3", "c2lnLWNhbGw="), None]
