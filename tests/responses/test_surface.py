@@ -36,6 +36,9 @@ def test_a_recorded_response_is_retrievable_by_its_tenant_only(gateway: ServerPr
         made = create(a, stream=False, model=MODEL, input="[[sim:tools=1]] weather", tools=[WEATHER],
                       reasoning=REASONING, include=INCLUDE)
         got = a.responses.retrieve(made.response["id"]).model_dump(mode="json", exclude_none=True)
+        sealed = a.responses.retrieve(made.response["id"], include=INCLUDE).output[0]
+    assert "encrypted_content" not in got["output"][0]
+    assert sealed.type == "reasoning" and sealed.encrypted_content == made.output[0]["encrypted_content"]
     assert got["id"] == made.response["id"]
     assert [(i["type"], i["id"]) for i in got["output"]] == [(i["type"], i["id"]) for i in made.output]
     assert got["output"][0]["summary"] == made.output[0]["summary"]
