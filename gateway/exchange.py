@@ -36,6 +36,7 @@ class Exchange:
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
+    position: int | None = None      # where the turn was recorded (with ``scid``), once it is
     # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation``)
     continuation: Continuation = field(default_factory=Continuation)
 

@@ -69,7 +69,7 @@ ENDPOINTS = frozenset({s.label for s in SURFACES} | {"other"})  # the surfaces' 
 UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "responses",
                        "none", "other"})
 STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
-DIALECTS = frozenset({"anthropic", "openai", "gemini", "augment", "other"})
+DIALECTS = frozenset({s.dialect for s in SURFACES} | {"other"})  # the surfaces' client protocols
 ERROR_KINDS = frozenset(classify.KINDS)
 ACTIONS = frozenset({k.value for k in ActionKind} | {"other"})
 TOOL_REPAIRS: dict[ActionKind, str] = {

@@ -25,7 +25,7 @@ from gateway.errors import bad_request
 from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, Request, ToolUseBlock, Turn
+from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, Turn
 from gateway.records import records_from, turn_record
 from gateway.repair import RecordedTurn, Records, rebuild_history
 from gateway.replay_memo import Resume, one_to_one
@@ -173,8 +173,10 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
         fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
+    sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
+    verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
     with gw.tracing.span("sanitize"):
-        cleaned, sanitized = sanitize.run(req, fixed.is_verified, fixed.verbatim, caps, policy,
+        cleaned, sanitized = sanitize.run(req, verified, fixed.verbatim, caps, policy,
                                           ex.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
     ex.actions = actions
@@ -319,7 +321,7 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
             log.warning("store record failed (%s); turn not recorded", type(e).__name__)
         return
     metrics.observe_record(res)
-    ex.scid = res.scid
+    ex.scid, ex.position = res.scid, res.position
     ex.recorded = True
     if ticket is not None and gw.replay_memo is not None:
         gw.replay_memo.keep(ticket)

@@ -44,11 +44,15 @@ GENERATE_CONTENT = Surface("generate_content", "gemini", ("/v1beta/models/{rest:
                            ("/v1beta", "/v1/models/"), errors="gemini", key_query=("key", "x-goog-api-key"))
 # Augment's JSON errors (before its stream starts) are Anthropic-shaped; errors within the stream are its own lines
 CHAT_STREAM = Surface("chat_stream", "augment", ("/gateway/chat-stream",), ("/gateway/chat-stream",))
+# OpenAI Responses: ``POST /v1/responses`` and ``GET /v1/responses/{id}`` (a recorded one)
+RESPONSE_GET = Surface("response_get", "responses", ("/v1/responses/{response_id}",), ("/v1/responses/",),
+                       method="GET", errors="openai")
+RESPONSES = Surface("responses", "responses", ("/v1/responses",), ("/v1/responses",), errors="openai")
 CONVERSATION_EXPORT = Surface("conversation_export", "anthropic", ("/gateway/conversations/{scid}",),
                               ("/gateway/conversations/",), method="GET")
 
 SURFACES: tuple[Surface, ...] = (MODELS, GEMINI_MODELS, COUNT_TOKENS, MESSAGES, CHAT_COMPLETIONS, GENERATE_CONTENT,
-                                 CHAT_STREAM, CONVERSATION_EXPORT)
+                                 CHAT_STREAM, RESPONSE_GET, RESPONSES, CONVERSATION_EXPORT)
 
 
 def surface_for_path(path: str) -> Surface | None:

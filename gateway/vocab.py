@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-ClientDialect = Literal["anthropic", "openai", "gemini", "augment"]  # a client surface's protocol (``surfaces``)
+# a client surface's protocol (``surfaces``)
+ClientDialect = Literal["anthropic", "openai", "gemini", "augment", "responses"]
+# a surface's label (``surfaces``; the metrics' endpoint label)
 Endpoint = Literal["messages", "count_tokens", "chat_completions", "generate_content", "chat_stream",
-                   "conversation_export", "models"]  # a surface's label (``surfaces``; the metrics' endpoint label)
+                   "conversation_export", "models", "responses", "response_get"]
 Via = Literal["header", "tool_id", "fingerprint", "none"]  # how the conversation was found (``identity``)

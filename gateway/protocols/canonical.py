@@ -332,6 +332,12 @@ def _raw_tool_use_ids(m: Message) -> list[str]:
     return [b["id"] for b in m.raw_blocks or () if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 
 
+# ``Request.surface`` key: the ``id()`` of the blocks a surface decoded from content the gateway itself sealed for
+# this tenant (a Responses reasoning item's ``encrypted_content``: authenticated, byte-exact as relayed). Repair's
+# verdict aside, sanitize takes them as verified, as it takes a record's.
+SEALED = "sealed_blocks"
+
+
 @dataclass(slots=True)
 class Request:
     """A client request in canonical form.

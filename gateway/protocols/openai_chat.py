@@ -88,18 +88,7 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     if system is not None:
         params["system"] = system
     params["max_tokens"] = _max_tokens(body, thinking)
-    tools = _tools(body.get("tools"))
-    if tools:
-        params["tools"] = tools
-        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
-        if choice is not None:
-            params["tool_choice"] = choice
-    for key in ("temperature", "top_p"):
-        value = body.get(key)
-        if value is not None:
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise bad_request(f"{key}: Input should be a valid number")
-            params[key] = value
+    params.update(tool_and_sampling_params(body, body.get("tools")))
     stops = _stop(body.get("stop"))
     if stops:
         params["stop_sequences"] = stops
@@ -118,6 +107,25 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
         if key in body:
             params[key] = body[key]
     return Request(model, messages, thinking, stream, params, surface=_surface(body, dropped))
+
+
+def tool_and_sampling_params(body: dict[str, JSON], tools_raw: JSON) -> dict[str, JSON]:
+    """``tools_raw`` (wrapped or flat function tools) with the body's ``tool_choice`` / ``parallel_tool_calls``, and
+    its ``temperature`` / ``top_p``, as Anthropic-shaped parameters (shared with the Responses decoder)."""
+    params: dict[str, JSON] = {}
+    tools = _tools(tools_raw)
+    if tools:
+        params["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
+        if choice is not None:
+            params["tool_choice"] = choice
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise bad_request(f"{key}: Input should be a valid number")
+            params[key] = value
+    return params
 
 
 def _surface(body: dict[str, JSON], dropped: list[str]) -> dict[str, JSON]:

@@ -242,7 +242,7 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
         fn = next((t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)), None) or {}
         name, schema = fn.get("name", "get_weather"), fn.get("parameters") or {}
         for n in range(scenario.parallel):
-            args = _tool_input(schema, round_, n)
+            args = _tool_input(schema, round_, n, scenario.arg)
             call = {"id": minter.call_id(), "type": "function",
                     "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
             if profile == GEMINI_OPENAI and n == 0:

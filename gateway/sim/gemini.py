@@ -141,7 +141,8 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
         parts.append({"text": f"Round {round_ + 1} of {scenario.tools}: {scenario.parallel} call(s)."})
         for call in range(scenario.parallel):
             name, schema = functions[call % len(functions)]
-            part: dict[str, Any] = {"functionCall": {"name": name, "args": _tool_input(schema, round_, call)}}
+            args = _tool_input(schema, round_, call, scenario.arg)
+            part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
             if call == 0:
                 part["thoughtSignature"] = signer.mint(model, rid, len(parts), part)
             parts.append(part)

@@ -48,6 +48,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
                            "ms), drop (connection closed mid-body), ratelimit:S (429 with retry-after: S)"),
     ("[[sim:fault_round=R]]", "inject the fault in tool round R only"),
     ("[[sim:fault_times=N]]", "inject the fault in the first N requests of a conversation and round only"),
+    ("[[sim:arg=TEXT]]", "string arguments of the tool calls are TEXT (default sim-<round>-<call>): a command an "
+                         "agent's shell tool can run, e.g. [[sim:arg=echo done]]"),
     ("[[sim:conv=NAME]]", "name the conversation: thinking carries it, and /_sim/stats counts requests that carry "
                           "another conversation's content"),
 )
@@ -74,6 +76,7 @@ class Scenario:
     fault_round: int | None = None
     fault_times: int | None = None
     conv: str | None = None  # [[sim:conv=NAME]]
+    arg: str | None = None  # [[sim:arg=TEXT]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,7 @@ def parse_scenario(text: str, default_tools: int = 0) -> Scenario:
     fault_round: int | None = None
     fault_times: int | None = None
     conv: str | None = None
+    tool_arg: str | None = None
     for name, value in _MARKER.findall(text):
         if name == "tools":
             tools = _int(value, 0)
@@ -126,7 +130,9 @@ def parse_scenario(text: str, default_tools: int = 0) -> Scenario:
             fault_times = _int(value, 1)
         elif name == "conv" and conv is None and NAME.fullmatch(value):
             conv = value
-    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv)
+        elif name == "arg" and tool_arg is None and value:
+            tool_arg = value
+    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv, tool_arg)
 
 
 def scenario_of(body: dict[str, Any], text: str, default_tools: int) -> Scenario:
@@ -165,12 +171,12 @@ def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return DEFAULT_TOOL, {}
 
 
-def _tool_input(schema: dict[str, Any], round_: int, call: int) -> dict[str, Any]:
+def _tool_input(schema: dict[str, Any], round_: int, call: int, arg: str | None = None) -> dict[str, Any]:
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
         return {"location": ("San Francisco, CA", "Paris, France", "Tokyo, Japan")[call % 3], "round": round_}
     required = [k for k in schema.get("required") or () if k in props] or list(props)[:1]
-    samples = {"string": f"sim-{round_}-{call}", "integer": round_, "number": round_ + 0.5,
+    samples = {"string": arg or f"sim-{round_}-{call}", "integer": round_, "number": round_ + 0.5,
                "boolean": True, "array": [], "object": {}}
     out: dict[str, Any] = {}
     for name in required:
@@ -253,7 +259,7 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
                                                 f"`{name}` {calls} time{'s' if calls > 1 else ''}."})
         for call in range(calls):
             content.append({"type": "tool_use", "id": new_id("toolu_01"), "name": name,
-                            "input": _tool_input(schema, round_, call)})
+                            "input": _tool_input(schema, round_, call, scenario.arg)})
         stop_reason = "tool_use"
     else:
         content.append({"type": "text", "text": (

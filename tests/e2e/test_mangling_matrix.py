@@ -25,6 +25,11 @@ wire shape makes checkable:
 - ``openai-to-responses`` (an OpenAI Responses upstream): one conversation, and every request carries each earlier
   answer's reasoning item exactly as the upstream minted it, followed by the call it preceded (its item id on that
   call only) and the upstream's own call ids; the chat client never sees ``encrypted_content``.
+- ``responses-to-{anthropic,gemini}`` (the openai SDK's ``client.responses.create``): the client replays the
+  output items as received, without reasoning items, without ``encrypted_content``, as bare item references
+  (``store: false``) or by ``previous_response_id`` alone; every Claude answer thinks and every request replays
+  exactly this conversation's thinking, and every Gemini request carries each turn's thought and genuine
+  signature.
 - ``openai-to-gemini`` and ``gemini-to-gemini`` (the native surface, raw JSON so a mangling can touch every
   field): one conversation, and every request carries each earlier answer's thought part and its genuine
   signature on its first call (restored from the records, never the bypass value), function responses in call
@@ -75,6 +80,7 @@ from tests.openai import helpers as openai_helpers
 from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import GatewayFactory, Sim, free_port
 from tests.redis_fixtures import RedisServer
+from tests.responses import helpers as responses_helpers
 
 CLAUDE = "claude-opus-4-5"
 SCID = "x-ag-conversation-id"
@@ -441,6 +447,48 @@ def check_gemini(case: str, played: Played) -> None:
                 assert got == names
 
 
+# ------------------------------------------------------------------ responses surface -> anthropic / gemini
+
+def play_responses(model: str) -> Callable[[Cell], Played]:
+    """``client.responses.create`` loops (``tests/responses/helpers.py``): each case is how the client replays
+    (the output items as received, without reasoning items, without ``encrypted_content``, as bare item
+    references, or by ``previous_response_id`` alone), ``store: false`` but for the last."""
+    def play(cell: Cell) -> Played:
+        clients = [openai.OpenAI(base_url=g.url + "/v1", api_key="sk-responses-matrix", max_retries=0,
+                                 default_headers=BETA) for g in (cell.pair.a, cell.pair.b)]
+        try:
+            turns = responses_helpers.run_loop(
+                clients, model, f"[[sim:tools=2]] [[sim:parallel=2]] weather? responses case {cell.case} "
+                                f"{run_label(cell.stream, cell.header)}", stream=cell.stream, mangle=cell.case,
+                header=cell.header, sim=cell.sim, before=cell.flush)
+        finally:
+            for c in clients:
+                c.close()
+        return Played(turns, [t.upstream or {} for t in turns], [t.scid for t in turns])
+    return play
+
+
+def check_responses_to_anthropic(case: str, played: Played) -> None:
+    """Every answer thinks (the interleaved beta) and request n replays exactly this conversation's n thoughts."""
+    turns: list[responses_helpers.Turn] = played.answers
+    assert [len(t.calls) for t in turns] == [2, 2, 0]
+    assert all(t.output[0]["type"] == "reasoning" and t.output[0]["summary"] for t in turns)
+    own = [t.output[0]["summary"][0]["text"] for t in turns]
+    for n, body in enumerate(played.bodies):
+        replayed = [b.get("thinking") for m in body["messages"] if m["role"] == "assistant"
+                    for b in m["content"] if isinstance(b, dict) and b.get("type") == "thinking"]
+        assert replayed == own[:n], f"request {n} did not replay this conversation's thinking"
+
+
+def check_responses_to_gemini(case: str, played: Played) -> None:
+    turns: list[responses_helpers.Turn] = played.answers
+    assert [len(t.calls) for t in turns] == [2, 2, 0]
+    assert_gemini_signatures_restored(played.bodies)
+
+
+RESPONSES_CASES = (*sorted(responses_helpers.MANGLES), "previous")
+
+
 # ------------------------------------------------------------------ the routes
 
 _BY_UPSTREAM = openai_manglings.BY_UPSTREAM
@@ -458,6 +506,8 @@ ROUTES = {r.id: r for r in (
                               ("generic", GEMINI_COMPAT))),
     Route("openai", "responses", _BY_UPSTREAM["responses"], play_openai_to_provider(RESPONSES),
           check_openai_to_responses),
+    Route("responses", "anthropic", RESPONSES_CASES, play_responses(CLAUDE), check_responses_to_anthropic),
+    Route("responses", "gemini", RESPONSES_CASES, play_responses(GEMINI), check_responses_to_gemini),
 )}
 
 

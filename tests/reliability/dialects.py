@@ -1,4 +1,4 @@
-"""One request shape and one answer reader per client dialect (Anthropic, OpenAI, Augment).
+"""One request shape and one answer reader per client dialect (Anthropic, OpenAI, Augment, OpenAI Responses).
 
 ``send(url, dialect, prompt, stream=...)`` posts a minimal request whose first user message is
 ``prompt`` (so simulator markers work) and reads the answer, whatever it is, into an ``Outcome``:
@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 
 MODEL = "claude-opus-4-5"
-DIALECTS = ("anthropic", "openai", "augment")
-PATHS = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions", "augment": "/gateway/chat-stream"}
+DIALECTS = ("anthropic", "openai", "augment", "responses")
+PATHS = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions", "augment": "/gateway/chat-stream",
+         "responses": "/v1/responses"}
 SCID = "x-ag-conversation-id"
 THINKING = {"type": "enabled", "budget_tokens": 2048}
 _client: httpx.Client | None = None
@@ -58,6 +59,8 @@ def body_for(dialect: str, prompt: str, *, stream: bool) -> dict[str, Any]:
                 "messages": [{"role": "user", "content": prompt}]}
     if dialect == "openai":
         return {"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": prompt}]}
+    if dialect == "responses":
+        return {"model": MODEL, "stream": stream, "input": prompt, "reasoning": {"effort": "low"}}
     return {"model": MODEL, "message": prompt, "chat_history": [], "max_tokens": 4096, "thinking": THINKING}
 
 
@@ -67,7 +70,7 @@ def headers_for(dialect: str, key: str) -> dict[str, str]:
 
 def check_envelope(dialect: str, body: Any) -> str:
     """The error body's type (Anthropic vocabulary); asserts the dialect's envelope shape."""
-    if dialect == "openai":
+    if dialect in ("openai", "responses"):
         assert isinstance(body, dict) and set(body) == {"error"}, body
         err = body["error"]
         assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str), body
@@ -100,6 +103,15 @@ def read(dialect: str, resp: httpx.Response, stream: bool) -> Outcome:
         if decoded and "error" in decoded[-1]:
             return Outcome(200, check_envelope(dialect, decoded[-1]), False, resp.headers, True, decoded)
         return Outcome(200, None, bool(frames) and frames[-1] == "[DONE]", resp.headers, events=decoded)
+    if dialect == "responses" and stream:
+        events = sse(resp.text)
+        names = [n for n, _ in events]
+        if names and names[-1] == "response.failed":
+            error = events[-2][1]
+            assert names[-2] == "error" and set(error) == {"type", "sequence_number", "code", "message", "param"}
+            assert events[-1][1]["response"]["error"]["code"] == error["code"], events[-2:]
+            return Outcome(200, str(error["code"]), False, resp.headers, True, events)
+        return Outcome(200, None, bool(names) and names[-1] == "response.completed", resp.headers, events=events)
     if dialect == "augment":
         lines = [json.loads(line) for line in resp.text.splitlines() if line.strip()]
         last = lines[-1] if lines else {}
@@ -107,6 +119,8 @@ def read(dialect: str, resp: httpx.Response, stream: bool) -> Outcome:
             return Outcome(200, str(last["error"]["type"]), False, resp.headers, True, lines)
         return Outcome(200, None, last.get("stop_reason") is not None, resp.headers, events=lines)
     data = resp.json()
+    if dialect == "responses":
+        return Outcome(200, None, data["status"] == "completed", resp.headers, events=[data])
     done = data.get("stop_reason") is not None if dialect == "anthropic" else \
         data["choices"][0].get("finish_reason") is not None
     return Outcome(200, None, done, resp.headers, events=[data])

@@ -29,6 +29,9 @@ ENDPOINTS = {  # name -> (path, dialect of its error envelope, a valid body)
                     {"model": MODEL, "message": "hi", "chat_history": [
                         {"request_message": "a", "response_text": "b", "response_nodes": []}],
                      "max_tokens": 1024}),
+    "responses": ("/v1/responses", "openai",
+                  {"model": MODEL, "max_output_tokens": 1024, "reasoning": {"effort": "low"},
+                   "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}),
     "generate_content": ("/v1beta/models/gemini-3-pro-preview:generateContent", "gemini", GEMINI_BODY),
     "stream_generate_content": ("/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse", "gemini",
                                 GEMINI_BODY),

@@ -21,6 +21,15 @@ def test_parse_markers() -> None:
     assert parse_scenario("[[sim:fault=overloaded]] [[sim:fault_round=1]] [[sim:fault_times=2]]") == Scenario(
         fault=Fault("overloaded"), fault_round=1, fault_times=2)
     assert parse_scenario("[[sim:fault=bogus]] [[sim:tools=x]] [[sim:parallel=0]]") == Scenario()
+    assert parse_scenario("[[sim:fault=slow:5]] [[sim:arg=echo done]] [[sim:arg=ls]]").arg == "echo done"
+
+
+def test_the_arg_marker_gives_string_arguments_a_runnable_value() -> None:
+    from gateway.sim.scenarios import _tool_input
+    schema = {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}},
+              "required": ["cmd", "n"]}
+    assert _tool_input(schema, 0, 0, "echo done") == {"cmd": "echo done", "n": 0}
+    assert _tool_input(schema, 1, 2) == {"cmd": "sim-1-2", "n": 1}
 
 
 def test_thinking_text_is_awkward_and_distinct() -> None:

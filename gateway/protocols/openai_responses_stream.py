@@ -1,0 +1,266 @@
+"""Canonical (Anthropic-shaped) stream events -> the Responses API's server-sent events, one upstream event at a time.
+
+Every event is ``event: <type>`` + ``data: {..., "type", "sequence_number"}`` (numbered from 0), flushed as it comes:
+
+- ``message_start`` -> ``response.created`` and ``response.in_progress`` (the Response, ``status: in_progress``);
+- a ``thinking`` / ``redacted_thinking`` / ``thought`` block -> a ``reasoning`` item: ``response.output_item.added``;
+  with ``reasoning.summary`` asked for, its text as ``response.reasoning_summary_part.added``,
+  ``response.reasoning_summary_text.delta`` ... ``.done``, ``response.reasoning_summary_part.done``; at its stop
+  ``response.output_item.done`` with the sealed ``encrypted_content`` (when ``include`` asks for it);
+- a ``text`` block -> a ``message`` item: ``response.output_item.added``, ``response.content_part.added``,
+  ``response.output_text.delta`` ..., ``response.output_text.done``, ``response.content_part.done``,
+  ``response.output_item.done``;
+- a ``tool_use`` block -> a ``function_call`` item: ``response.output_item.added``,
+  ``response.function_call_arguments.delta`` ..., ``response.function_call_arguments.done``,
+  ``response.output_item.done``;
+- a signature riding on a text or tool block (Gemini ``thoughtSignature``) -> a reasoning item of its own (no
+  summary) that carries it sealed, next to the block;
+- the end -> ``response.completed`` (``response.incomplete`` for a turn cut by the token limit), written after the
+  turn is recorded (``end``), with the ids it was recorded under;
+- an upstream ``error`` event or a relay failure -> ``error`` then ``response.failed``, and nothing after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.protocols.canonical import JSON
+from gateway.protocols.openai_responses import (
+    FUNCTION_CALL,
+    MESSAGE,
+    REASONING,
+    ItemIds,
+    call_item,
+    message_item,
+    reasoning_item,
+    response_object,
+)
+from gateway.streaming.accumulate import Snapshot
+from gateway.streaming.sse import SSEEvent
+
+SealStored = Callable[[list[dict[str, JSON]]], str]  # stored-form block dicts -> encrypted_content
+MEDIA_TYPE = "text/event-stream"
+_REASONING_TYPES = ("thinking", "redacted_thinking", "thought")
+
+
+@dataclass(slots=True)
+class _Open:
+    kind: str         # REASONING, MESSAGE or FUNCTION_CALL
+    output_index: int
+    text: str = ""    # summary text, message text or arguments so far
+
+
+class StreamEncoder:
+    """One per response. ``snapshot`` must be the one the relay accumulates into; ``final`` gives the ids the turn
+    was recorded under (read once the relay has recorded it) and the conversation id."""
+
+    def __init__(self, snapshot: Snapshot, *, ids: ItemIds, final: Callable[[], tuple[ItemIds, str | None]],
+                 seal: SealStored, model: str, created_at: int, echo: dict[str, JSON], include_encrypted: bool,
+                 summary: bool, scid: str | None) -> None:
+        self.snap = snapshot
+        self.ids = ids
+        self.final = final
+        self.seal = seal
+        self.model = model
+        self.created_at = created_at
+        self.echo = echo
+        self.include_encrypted = include_encrypted
+        self.summary = summary
+        self.scid = scid
+        self.seq = 0
+        self.failed = False
+        self.output: list[dict[str, JSON]] = []  # the items done so far, in output order
+        self._open: dict[int, _Open] = {}  # block index -> its open item
+        self._next = 0  # the next output index
+
+    # ------------------------------------------------------------ StreamEncoder protocol
+
+    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+        handler = _HANDLERS.get(str(data.get("type")))
+        return handler(self, data) if handler is not None and not self.failed else b""
+
+    def passthrough(self, ev: SSEEvent) -> bytes:
+        return b""
+
+    def error(self, error_type: str, message: str) -> bytes:
+        if self.failed:
+            return b""
+        self.failed = True
+        code = error_type  # the upstream's type stays readable as the code, as in the OpenAI envelope
+        failed = self._response("failed", error={"code": code, "message": message})
+        return (self._emit("error", code=code, message=message, param=None)
+                + self._emit("response.failed", response=failed))
+
+    def end(self) -> bytes:
+        if self.failed:
+            return b""
+        ids, scid = self.final()
+        if ids != self.ids:  # recorded elsewhere than predicted (a fork): the final object names where
+            self.output = [_renamed(item, ids) for item in self.output]
+            self.ids, self.scid = ids, scid
+        msg = self.snap.message or {}
+        done = self._response("completed", stop_reason=msg.get("stop_reason"), usage_=msg.get("usage"))
+        kind = "response.incomplete" if done["status"] == "incomplete" else "response.completed"
+        return self._emit(kind, response=done)
+
+    def ends(self, data: dict[str, Any]) -> bool:
+        return data.get("type") in ("message_delta", "message_stop")
+
+    # ------------------------------------------------------------ events
+
+    def _emit(self, etype: str, **fields: JSON) -> bytes:
+        payload = {"type": etype, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return b"event: " + etype.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    def _response(self, status: str, **kw: Any) -> dict[str, JSON]:
+        return response_object(self.ids.response, model=self.model, created_at=self.created_at, echo=self.echo,
+                               output=list(self.output), status=status, scid=self.scid, **kw)
+
+    def _message_start(self, data: dict[str, Any]) -> bytes:
+        msg = data.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("model"), str) and msg["model"]:
+            self.model = msg["model"]
+        start = self._response("in_progress")
+        return self._emit("response.created", response=start) + self._emit("response.in_progress", response=start)
+
+    def _add(self, idx: int | None, kind: str, item: dict[str, JSON]) -> bytes:
+        out = self._next
+        self._next += 1
+        if idx is not None:
+            self._open[idx] = _Open(kind, out)
+        return self._emit("response.output_item.added", output_index=out, item=item)
+
+    def _done(self, item: dict[str, JSON], output_index: int) -> bytes:
+        self.output.append(item)
+        return self._emit("response.output_item.done", output_index=output_index, item=item)
+
+    def _carrier(self, block: dict[str, JSON]) -> bytes:
+        """A reasoning item of its own for a signature that rides on a text or tool block."""
+        if not self.include_encrypted:
+            return b""
+        k = self._next
+        item = reasoning_item(self.ids.item(REASONING, k), None, self.seal([block]), summary=False)
+        return self._add(None, REASONING, {**item, "encrypted_content": None}) + self._done(item, k)
+
+    def _block_start(self, data: dict[str, Any]) -> bytes:
+        idx, block = data.get("index"), data.get("content_block")
+        if not isinstance(idx, int) or not isinstance(block, dict):
+            return b""
+        btype = block.get("type")
+        k = self._next
+        if btype in _REASONING_TYPES:
+            head = self._add(idx, REASONING, reasoning_item(self.ids.item(REASONING, k), None, None, summary=False))
+            text = block.get("thinking")
+            if self.summary:
+                head += self._emit("response.reasoning_summary_part.added", item_id=self.ids.item(REASONING, k),
+                                   output_index=k, summary_index=0, part={"type": "summary_text", "text": ""})
+                if isinstance(text, str) and text:
+                    head += self._summary_delta(idx, text)
+            return head
+        if btype == "text":
+            head = self._add(idx, MESSAGE, message_item(self.ids.item(MESSAGE, k), "", "in_progress"))
+            head += self._emit("response.content_part.added", item_id=self.ids.item(MESSAGE, k), output_index=k,
+                               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+            text = block.get("text")
+            return head + (self._text_delta(idx, text) if isinstance(text, str) and text else b"")
+        if btype == "tool_use":
+            head = self._carrier(block) if isinstance(block.get("_provider"), dict) and \
+                "value" in block["_provider"] else b""
+            k = self._next
+            item = call_item(self.ids.item(FUNCTION_CALL, k), str(block.get("id")), str(block.get("name")), "",
+                             "in_progress")
+            return head + self._add(idx, FUNCTION_CALL, item)
+        return b""
+
+    def _summary_delta(self, idx: int, text: str) -> bytes:
+        op = self._open[idx]
+        op.text += text
+        return self._emit("response.reasoning_summary_text.delta", item_id=self.ids.item(REASONING, op.output_index),
+                          output_index=op.output_index, summary_index=0, delta=text)
+
+    def _text_delta(self, idx: int, text: str) -> bytes:
+        op = self._open[idx]
+        op.text += text
+        return self._emit("response.output_text.delta", item_id=self.ids.item(MESSAGE, op.output_index),
+                          output_index=op.output_index, content_index=0, delta=text, logprobs=[])
+
+    def _block_delta(self, data: dict[str, Any]) -> bytes:
+        idx, delta = data.get("index"), data.get("delta")
+        if not isinstance(idx, int) or idx not in self._open or not isinstance(delta, dict):
+            return b""
+        op, dtype = self._open[idx], delta.get("type")
+        if dtype == "thinking_delta" and op.kind == REASONING and self.summary:
+            text = delta.get("thinking")
+            return self._summary_delta(idx, text) if isinstance(text, str) and text else b""
+        if dtype == "text_delta" and op.kind == MESSAGE:
+            text = delta.get("text")
+            return self._text_delta(idx, text) if isinstance(text, str) and text else b""
+        if dtype == "input_json_delta" and op.kind == FUNCTION_CALL:
+            part = delta.get("partial_json")
+            if not isinstance(part, str) or not part:
+                return b""
+            op.text += part
+            return self._emit("response.function_call_arguments.delta",
+                              item_id=self.ids.item(FUNCTION_CALL, op.output_index), output_index=op.output_index,
+                              delta=part)
+        return b""
+
+    def _block_stop(self, data: dict[str, Any]) -> bytes:
+        idx = data.get("index")
+        if not isinstance(idx, int) or idx not in self._open:
+            return b""
+        op = self._open.pop(idx)
+        block = self.snap.blocks.get(idx) or {}
+        k = op.output_index
+        if op.kind == REASONING:
+            out = b""
+            item_id = self.ids.item(REASONING, k)
+            if self.summary:
+                out += self._emit("response.reasoning_summary_text.done", item_id=item_id, output_index=k,
+                                  summary_index=0, text=op.text)
+                out += self._emit("response.reasoning_summary_part.done", item_id=item_id, output_index=k,
+                                  summary_index=0, part={"type": "summary_text", "text": op.text})
+            sealed = self.seal([block]) if self.include_encrypted else None
+            return out + self._done(reasoning_item(item_id, op.text, sealed, summary=self.summary), k)
+        if op.kind == MESSAGE:
+            item_id = self.ids.item(MESSAGE, k)
+            part: dict[str, JSON] = {"type": "output_text", "text": op.text, "annotations": [], "logprobs": []}
+            out = self._emit("response.output_text.done", item_id=item_id, output_index=k, content_index=0,
+                             text=op.text, logprobs=[])
+            out += self._emit("response.content_part.done", item_id=item_id, output_index=k, content_index=0,
+                              part=part)
+            out += self._done(message_item(item_id, op.text), k)
+            signed = isinstance(block.get("_provider"), dict) and "value" in block["_provider"]
+            return out + (self._carrier(block) if signed else b"")
+        args = op.text or orjson.dumps(block.get("input") or {}).decode()
+        item_id = self.ids.item(FUNCTION_CALL, k)
+        out = self._emit("response.function_call_arguments.done", item_id=item_id, output_index=k,
+                         name=str(block.get("name")), arguments=args)
+        return out + self._done(call_item(item_id, str(block.get("id")), str(block.get("name")), args), k)
+
+    def _error_event(self, data: dict[str, Any]) -> bytes:
+        err = data.get("error")
+        err = err if isinstance(err, dict) else {}
+        message = text if isinstance(text := err.get("message"), str) else "upstream stream failed"
+        etype = kind if isinstance(kind := err.get("type"), str) else "api_error"
+        return self.error(etype, message)
+
+
+def _renamed(item: dict[str, JSON], ids: ItemIds) -> dict[str, JSON]:
+    kind, _, rest = str(item.get("id")).partition("_")
+    index = rest.rsplit(".", 1)[-1]
+    return {**item, "id": ids.item(kind, int(index))} if index.isdigit() else item
+
+
+_HANDLERS: dict[str, Callable[[StreamEncoder, dict[str, Any]], bytes]] = {
+    "message_start": StreamEncoder._message_start,
+    "content_block_start": StreamEncoder._block_start,
+    "content_block_delta": StreamEncoder._block_delta,
+    "content_block_stop": StreamEncoder._block_stop,
+    "error": StreamEncoder._error_event,
+}

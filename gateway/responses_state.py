@@ -1,0 +1,78 @@
+"""What the Responses surface reads of the records: the items bare references name, and a recorded response.
+
+Response and item ids name the conversation and position of their turn (``openai_responses.ItemIds``), so any
+replica finds them in the store, for the caller's tenant only (keys are tenant-scoped: another tenant's id is a
+miss). A store that cannot answer is a 503: without it a reference cannot be served."""
+
+from __future__ import annotations
+
+from gateway.errors import GatewayError
+from gateway.exchange import Exchange
+from gateway.protocols import openai_responses as responses
+from gateway.protocols.canonical import JSON
+from gateway.reasoning_seal import Sealer
+from gateway.records import load_block
+from state.records import ConversationState, TurnRecord
+from state.store import Store, StoreError
+
+UNAVAILABLE = "the conversation store is unavailable"
+
+
+def answer_ids(ex: Exchange, previous: str | None) -> responses.ItemIds:
+    """Where an answer is (to be) recorded: once recorded, where it was; before, where it is expected (the
+    position after the previous response's, for a conversation continued by ``previous_response_id``)."""
+    if ex.recorded and ex.position is not None and ex.scid:
+        return responses.ItemIds(ex.scid, ex.position)
+    named = responses.parse_id(previous)
+    expected = ex.expected_position if ex.expected_position is not None else \
+        named.position + 1 if named is not None else 0
+    return responses.ItemIds(ex.scid or "", expected)
+
+
+async def _conversation(store: Store, tenant: str, scid: str) -> ConversationState | None:
+    try:
+        return await store.get_conversation(tenant, scid)
+    except StoreError as e:
+        raise GatewayError(503, UNAVAILABLE, "api_error") from e
+
+
+def recorded_items(rec: TurnRecord, ids: responses.ItemIds, seal: Sealer, *,
+                   include_encrypted: bool = True) -> list[dict[str, JSON]]:
+    """A recorded turn's output items, as they were answered (summaries shown)."""
+    return responses.output_items([load_block(d) for d in rec.content], ids, seal.seal,
+                                  include_encrypted=include_encrypted, summary=True)
+
+
+async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: list[str]) -> dict[str, dict[str, JSON]]:
+    """The items bare references name, by id (those the tenant's records do not hold are left out)."""
+    named = [p for ref in refs if (p := responses.parse_id(ref)) is not None and p.index is not None]
+    if not named or store is None or tenant is None:
+        return {}
+    out: dict[str, dict[str, JSON]] = {}
+    for scid in {p.scid for p in named}:
+        conv = await _conversation(store, tenant, scid)
+        for p in named:
+            rec = conv.turn_at(p.position) if conv is not None and p.scid == scid else None
+            if rec is None or p.index is None:
+                continue
+            items = recorded_items(rec, responses.ItemIds(scid, p.position), seal)
+            if p.index < len(items) and items[p.index]["id"] == f"{p.kind}_{scid}.{p.position}.{p.index}":
+                out[items[p.index]["id"]] = items[p.index]
+    return out
+
+
+async def recorded_response(store: Store | None, tenant: str, rid: str, seal: Sealer, *,
+                            include_encrypted: bool) -> dict[str, JSON] | None:
+    """The Response object of a recorded turn (the record keeps no request parameters or usage: those are the
+    API's defaults), or None."""
+    named = responses.parse_id(rid)
+    if store is None or named is None or named.kind != "resp":
+        return None
+    conv = await _conversation(store, tenant, named.scid)
+    rec = conv.turn_at(named.position) if conv is not None else None
+    if rec is None:
+        return None
+    ids = responses.ItemIds(named.scid, named.position)
+    return responses.response_object(ids.response, model=rec.model, created_at=int(rec.created_at),
+                                     echo=dict(responses.ECHOED), scid=named.scid,
+                                     output=recorded_items(rec, ids, seal, include_encrypted=include_encrypted))

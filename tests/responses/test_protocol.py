@@ -1,0 +1,256 @@
+"""The Responses surface's pure parts: request items -> canonical, turns -> output items and Response objects, the
+sealed reasoning content, and the event stream (golden Anthropic transcripts through the encoder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.errors import ClientError
+from gateway.protocols import openai_responses as responses
+from gateway.protocols.canonical import (
+    SEALED,
+    ProviderSig,
+    TextBlock,
+    ThinkingBlock,
+    ThoughtBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Turn,
+)
+from gateway.protocols.openai_responses_stream import StreamEncoder
+from gateway.reasoning_seal import sealer
+from gateway.records import lift_turn
+from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
+from gateway.streaming.sse import SSEDecoder
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SECRET = "responses-unit-secret-0123456789abcdef"
+THINKING = "Let me think.\r\n  Trailing spaces   \n\n\ncafé — 思考 🤔\r\n"
+SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds=="
+IDS = responses.ItemIds("AbCdEfGhIjKlMnOpQrStUv", 3)
+SEAL = sealer(SECRET, "tenant-a")
+
+
+def decode(body: dict[str, Any], resolved: dict[str, Any] | None = None) -> responses.ResponsesRequest:
+    return responses.decode_request(body, SEAL.unseal, resolved)
+
+
+def claude_turn() -> Turn:
+    return Turn(id="msg_1", model="claude-opus-4-5", content=[
+        ThinkingBlock(THINKING, SIGNATURE), TextBlock("Checking."),
+        ToolUseBlock("toolu_1", "get_weather", {"city": "Paris"})], stop_reason="tool_use",
+        usage={"input_tokens": 10, "output_tokens": 5})
+
+
+def test_a_string_input_with_instructions_and_developer_messages() -> None:
+    got = decode({"model": "claude-opus-4-5", "instructions": "Be brief.", "input": [
+        {"role": "developer", "content": "Use tools."}, {"role": "user", "content": [
+            {"type": "input_text", "text": "hi"}]}], "reasoning": {"effort": "low", "summary": "auto"},
+        "max_output_tokens": 4096, "store": False, "include": ["reasoning.encrypted_content"]})
+    req = got.request
+    assert req.params["system"] == "Be brief.\n\nUse tools." and req.params["max_tokens"] == 4096
+    assert req.thinking == {"type": "enabled", "budget_tokens": 2048}
+    assert [(m.role, [b.text for b in m.content if isinstance(b, TextBlock)]) for m in req.messages] == \
+        [("user", ["hi"])]
+    assert got.include_encrypted and got.summary and got.echo["store"] is False
+    assert decode({"model": "m", "input": "hello"}).request.messages[0].content[0] == TextBlock("hello")
+
+
+def test_output_items_replayed_decode_to_the_turn_byte_exact() -> None:
+    items = responses.output_items(claude_turn().content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
+    assert [i["id"] for i in items] == [IDS.item("rs", 0), IDS.item("msg", 1), IDS.item("fc", 2)]
+    assert items[0]["summary"] == [{"type": "summary_text", "text": THINKING}]
+    result = {"type": "function_call_output", "call_id": "toolu_1", "output": "ok"}
+    body = {"model": "claude-opus-4-5", "input": [{"role": "user", "content": "q"}, *items, result]}
+    req = decode(body).request
+    msgs = req.messages
+    assert req.surface[SEALED] == {id(msgs[1].content[0])}, "the unsealed thinking is vouched for, nothing else"
+    assert [m.role for m in msgs] == ["user", "assistant", "user"]
+    assert msgs[1].content == claude_turn().content
+    assert msgs[2].content == [ToolResultBlock("toolu_1", "ok")]
+
+
+def test_reasoning_that_does_not_unseal_is_dropped_never_forged() -> None:
+    items = responses.output_items(claude_turn().content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    sealed = items[0]["encrypted_content"]
+    payload, tag = sealed.rsplit(".", 1)
+    for bad in (payload + "." + tag[::-1], "gAAAAABopenai-minted", sealed.replace("tg1.", "tg2.", 1)):
+        got = decode({"model": "m", "input": [{"role": "user", "content": "q"}, {**items[0], "encrypted_content": bad},
+                                             *items[1:]]})
+        assert not any(isinstance(b, ThinkingBlock) for b in got.request.messages[1].content)
+    other = sealer(SECRET, "tenant-b")
+    assert other.unseal(sealed) is None, "another tenant's content does not open"
+    assert sealer("rotated-secret-0123456789abcdefghij", "tenant-a", SECRET).unseal(sealed) is not None
+    assert sealer("rotated-secret-0123456789abcdefghij", "tenant-a").unseal(sealed) is None
+
+
+def test_a_gemini_signature_rides_in_a_reasoning_item_of_its_own() -> None:
+    sig = ProviderSig("gemini-3", "R2VtaW5pU2ln")
+    blocks = [ThoughtBlock("thought text", "gemini-3"),
+              ToolUseBlock("call_1", "get_weather", {"city": "Oslo"}, sig=sig)]
+    items = responses.output_items(blocks, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    assert [i["type"] for i in items] == ["reasoning", "reasoning", "function_call"]
+    assert items[1]["summary"] == []
+    req = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *items]}).request
+    msgs = req.messages
+    call = msgs[1].content[-1]
+    assert isinstance(call, ToolUseBlock) and call.sig == sig
+    assert req.surface[SEALED] == {id(b) for b in msgs[1].content}, "the thought and the signed call are vouched for"
+    without = decode({"model": "g", "input": [{"role": "user", "content": "q"}, items[2]]}).request.messages
+    assert isinstance(without[1].content[0], ToolUseBlock) and without[1].content[0].sig is None
+
+
+def test_bare_references_resolve_or_get_the_api_404() -> None:
+    items = responses.output_items(claude_turn().content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    refs = [{"type": "item_reference", "id": i["id"]} for i in items[:2]] + [{"id": items[2]["id"]}]
+    body = {"model": "m", "store": False, "input": [{"role": "user", "content": "q"}, *refs]}
+    assert responses.references_of(body) == [i["id"] for i in items]
+    got = decode(body, {i["id"]: i for i in items}).request.messages
+    assert got[1].content == claude_turn().content
+    with pytest.raises(ClientError) as e:
+        decode(body, {})
+    assert e.value.status == 404 and e.value.message.startswith(f"Item with id '{items[0]['id']}' not found.")
+    assert "Items are not persisted when `store` is set to false" in e.value.message
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    ({"model": "m", "input": 3}, "input"),
+    ({"model": "m"}, "input"),
+    ({"input": "x"}, "model"),
+    ({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1"}]},
+     "input.0.arguments"),
+    ({"model": "m", "input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]}, "input.0.type"),
+    ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"model": "m", "input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
+    ({"model": "m", "input": "x", "reasoning": "high"}, "reasoning"),
+    ({"model": "m", "input": "x", "metadata": {"a": {"b": 1}}}, "metadata"),
+])
+def test_malformed_requests_are_400s_naming_the_field(body: dict[str, Any], path: str) -> None:
+    with pytest.raises(ClientError) as e:
+        decode(body)
+    assert e.value.status == 400 and e.value.message.startswith(path), e.value.message
+
+
+def test_ids_name_the_recorded_turn() -> None:
+    assert responses.parse_id(IDS.response) == responses.ParsedId("resp", IDS.scid, 3, None)
+    assert responses.parse_id(IDS.item("fc", 12)) == responses.ParsedId("fc", IDS.scid, 3, 12)
+    assert responses.parse_id("resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b") is None
+
+
+def test_a_turn_cut_by_the_token_limit_is_incomplete() -> None:
+    turn = Turn(id="m", model="claude-opus-4-5", content=[TextBlock("cut")], stop_reason="max_tokens", usage={})
+    out = responses.encode_response(turn, IDS, SEAL.seal, echo=dict(responses.ECHOED), created_at=1,
+                                    include_encrypted=False, summary=False)
+    assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+# ---------------------------------------------------------------- the stream
+
+def encode_stream(raw: bytes, *, final: responses.ItemIds = IDS) -> tuple[list[dict[str, Any]], Snapshot]:
+    snap = Snapshot()
+    enc = StreamEncoder(snap, ids=IDS, final=lambda: (final, final.scid), seal=SEAL.seal_stored, model="m",
+                        created_at=1, echo=dict(responses.ECHOED), include_encrypted=True, summary=True,
+                        scid=IDS.scid)
+    out = b""
+    for ev in SSEDecoder().feed(raw):
+        data = json.loads(ev.data)
+        accumulate(data, snap)
+        out += enc.event(data, ev)
+    out += enc.end()
+    events = []
+    for frame in out.decode().split("\n\n")[:-1]:
+        head, data = frame.split("\n")
+        payload = json.loads(data.removeprefix("data: "))
+        assert head == "event: " + payload["type"]
+        events.append(payload)
+    return events, snap
+
+
+def test_the_stream_is_the_responses_event_sequence_and_ends_as_the_object_would() -> None:
+    events, snap = encode_stream((FIXTURES / "sse_thinking_tool_use.sse").read_bytes())
+    types = [e["type"] for e in events]
+    assert types[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    for kind in ("response.reasoning_summary_text.delta", "response.output_text.delta",
+                 "response.function_call_arguments.delta", "response.function_call_arguments.done"):
+        assert kind in types
+    assert types[-1] == "response.completed"
+    summary = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta")
+    assert summary == THINKING
+    done = events[-1]["response"]
+    turn = finished_turn(snap)
+    assert turn is not None
+    whole = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    assert [(i["type"], i["id"]) for i in done["output"]] == [(i["type"], i["id"]) for i in whole]
+    rs = done["output"][0]
+    assert SEAL.unseal(rs["encrypted_content"]) == [ThinkingBlock(THINKING, SIGNATURE)]
+    added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
+    assert added == [i["id"] for i in done["output"]]
+
+
+def test_a_turn_recorded_elsewhere_than_predicted_completes_under_its_recorded_ids() -> None:
+    forked = responses.ItemIds("ZyXwVuTsRqPoNmLkJiHgFe", 3)
+    events, _ = encode_stream((FIXTURES / "sse_thinking_tool_use.sse").read_bytes(), final=forked)
+    done = events[-1]["response"]
+    assert done["id"] == forked.response and all(forked.scid in i["id"] for i in done["output"])
+
+
+def test_an_upstream_error_mid_stream_is_error_then_response_failed_and_nothing_after() -> None:
+    events, _ = encode_stream((FIXTURES / "sse_midstream_error.sse").read_bytes())
+    types = [e["type"] for e in events]
+    assert types[-2:] == ["error", "response.failed"]
+    assert events[-2]["message"] == "Overloaded"
+    assert events[-1]["response"]["status"] == "failed"
+    assert events[-1]["response"]["error"] == {"code": "overloaded_error", "message": "Overloaded"}
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_back_have() -> None:
+    """Signed thought, two text blocks (the second signed), a signed call and an unsigned one, as the Gemini
+    translator streams them: the streamed items, their ids and their sealed content are those ``output_items``
+    gives the recorded turn (what GET and item references read back)."""
+    sig = {"origin": "gemini-3", "value": "c2lnLXRleHQ="}
+    call_sig = {"origin": "gemini-3", "value": "c2lnLWNhbGw="}
+    raw = _sse(
+        {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "g",
+                                              "content": [], "stop_reason": None, "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "thought", "thinking": "", "_provider": {"origin": "gemini-3"}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I think."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": "One."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": "", "_provider": sig}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Two."}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "content_block_start", "index": 3, "content_block": {
+            "type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}, "_provider": call_sig}},
+        {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Oslo"}'}},
+        {"type": "content_block_stop", "index": 3},
+        {"type": "content_block_start", "index": 4, "content_block": {
+            "type": "tool_use", "id": "call_b", "name": "get_weather", "input": {}}},
+        {"type": "content_block_stop", "index": 4},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"})
+    events, snap = encode_stream(raw)
+    done = events[-1]["response"]["output"]
+    turn = finished_turn(snap)
+    assert turn is not None
+    whole = responses.output_items(lift_turn(turn).content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    assert [(i["type"], i["id"]) for i in done] == [(i["type"], i["id"]) for i in whole]
+    assert [i["type"] for i in done] == ["reasoning", "message", "message", "reasoning", "reasoning",
+                                         "function_call", "function_call"]
+    assert [SEAL.unseal(i["encrypted_content"]) for i in done if i["type"] == "reasoning"] == \
+        [SEAL.unseal(i["encrypted_content"]) for i in whole if i["type"] == "reasoning"]
+    replayed = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *done]}).request.messages[1].content
+    assert [getattr(b, "sig", None) for b in replayed] == [None, None, ProviderSig("gemini-3", "c2lnLXRleHQ="),
+                                                           ProviderSig("gemini-3", "c2lnLWNhbGw="), None]

@@ -1,0 +1,125 @@
+"""Acceptance of the Responses client surface: the official openai SDK (``client.responses.create``, streamed and
+not) drives tool loops with reasoning through two gateway replicas on one real redis-server to the Anthropic and
+Gemini simulators, alternating replicas every request: no 4xx, and the upstream gets the turn's reasoning back on
+every request (Claude's signed thinking byte-exact, Gemini's genuine thought signatures), also when the client drops
+the reasoning items, drops their ``encrypted_content``, replays bare item references with ``store: false``, or
+continues by ``previous_response_id`` alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER
+from tests.gemini.matrix import Pair
+from tests.process_fixtures import Sim
+from tests.redis_fixtures import RedisServer
+from tests.responses.helpers import run_loop
+
+CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
+BYPASS = "skip_thought_signature_validator"
+KEY = "sk-responses-acceptance-0123456789abcdef"
+
+
+@pytest.fixture()
+def clients(provider_pair: Pair) -> Iterator[list[openai.OpenAI]]:
+    made = [openai.OpenAI(base_url=g.url + "/v1", api_key=KEY, max_retries=0)
+            for g in (provider_pair.a, provider_pair.b)]
+    yield made
+    for c in made:
+        c.close()
+
+
+def _claude_kept(body: dict[str, Any]) -> None:
+    """The first assistant turn of the loop (the one that thought) goes back with its signed thinking first."""
+    turns = [m for m in body["messages"] if m["role"] == "assistant"]
+    first = turns[0]["content"]
+    assert first[0]["type"] == "thinking" and first[0]["signature"], first[0]
+    assert body.get("thinking", {}).get("type") == "enabled"
+
+
+def _gemini_kept(body: dict[str, Any]) -> None:
+    """Every step's first call of the current turn carries its genuine thought signature (not the bypass)."""
+    for content in body["contents"]:
+        calls = [p for p in content.get("parts", []) if "functionCall" in p]
+        if content.get("role") == "model" and calls:
+            assert calls[0].get("thoughtSignature") not in (None, BYPASS), calls[0]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted", "references", "previous"])
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
+        sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, model, f"[[sim:tools=3]] weather in three cities ({mangle}, {stream})",
+                     stream=stream, mangle=mangle)
+    assert [len(t.calls) for t in turns] == [1, 1, 1, 0], [t.response for t in turns]
+    assert all(t.response["status"] == "completed" for t in turns)
+    assert len({t.scid for t in turns}) == 1
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+    assert turns[0].output[0]["type"] == "reasoning" and turns[0].output[0]["summary"], turns[0].output
+    body = sim.last()["body"]  # the last request: the whole loop replayed
+    (_claude_kept if model == CLAUDE else _gemini_kept)(body)
+    if stream:
+        events = turns[0].events
+        assert events[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+        assert "response.reasoning_summary_text.delta" in events and "response.function_call_arguments.delta" in \
+            events and events[-1] == "response.completed"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+def test_with_the_records_gone_the_sealed_reasoning_carries_the_turn(
+        sim: Sim, clients: list[openai.OpenAI], redis_server: RedisServer, model: str, stream: bool) -> None:
+    """Redis flushed before every request: nothing to restore from, yet a client that replays the reasoning items
+    as received still gets its thinking (Claude's signed blocks, Gemini's genuine signatures) to the upstream: the
+    encrypted_content carries them. Without it (the same loop with encrypted_content dropped) they are degraded,
+    never forged: still no 4xx."""
+    rejected = sum(sim.stats()["rejections"].values())
+    redacted = " [[sim:redacted]]" if model == CLAUDE else ""  # a redacted block after the thinking, sealed too
+    kept = run_loop(clients, model, f"[[sim:tools=2]]{redacted} sealed, records gone ({stream})", stream=stream,
+                    mangle="faithful", sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in kept] == [1, 1, 0]
+    last = kept[-1].upstream
+    assert last is not None
+    (_claude_kept if model == CLAUDE else _gemini_kept)(last)
+    if model == CLAUDE:
+        first = next(m for m in last["messages"] if m["role"] == "assistant")["content"]
+        assert [b["type"] for b in first[:2]] == ["thinking", "redacted_thinking"], first
+    lost = run_loop(clients, model, f"[[sim:tools=2]] unsealed, records gone ({stream})", stream=stream,
+                    mangle="drop_encrypted", sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in lost] == [1, 1, 0]
+    body = lost[-1].upstream
+    assert body is not None
+    if model == CLAUDE:
+        assert not any(b.get("type") == "thinking" for m in body["messages"] if isinstance(m["content"], list)
+                       for b in m["content"])
+    else:
+        calls = [p for c in body["contents"] for p in c.get("parts", []) if "functionCall" in p]
+        assert all(p.get("thoughtSignature") in (None, BYPASS) for p in calls)
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+COMPAT_FIELD = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_text", DEEPSEEK: "reasoning_content"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "references", "previous"])
+@pytest.mark.parametrize("model", list(COMPAT_FIELD))
+def test_openai_compatible_upstreams_get_their_provider_fields_back(
+        sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
+    """The same loops to OpenRouter-, Copilot- and DeepSeek-style upstreams: every assistant message goes back with
+    the reasoning field its upstream returned (from the records: the message-level fields ride in no item)."""
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, model, f"[[sim:tools=2]] compat {model} ({mangle}, {stream})", stream=stream,
+                     mangle=mangle, sim=sim)
+    assert [len(t.calls) for t in turns] == [1, 1, 0]
+    body = turns[-1].upstream
+    assert body is not None
+    assistants = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert len(assistants) == 2 and all(m.get(COMPAT_FIELD[model]) for m in assistants), assistants
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
