@@ -161,6 +161,34 @@ def _duplicate_tool_id(msgs: list[dict[str, Any]]) -> tuple[int, Any, str] | Non
     return None
 
 
+def _deepseek_thinking(body: dict[str, Any]) -> bool:
+    """DeepSeek's thinking mode: on unless ``thinking.type`` is ``disabled`` (its default is on)."""
+    t = body.get("thinking")
+    return not (isinstance(t, dict) and t.get("type") == "disabled")
+
+
+def _spans_with_calls(msgs: list[dict[str, Any]]) -> list[bool]:
+    """Per message: whether it sits between two ``user`` messages (a span) in which an assistant message calls tools
+    (DeepSeek: the reasoning of such a span's assistant messages must come back; that of other spans is ignored)."""
+    out: list[bool] = []
+    span: list[int] = []
+    calls = False
+
+    def close() -> None:
+        for k in span:
+            out[k] = calls
+    for i, m in enumerate(msgs):
+        out.append(False)
+        if m.get("role") == "user":
+            close()
+            span, calls = [], False
+            continue
+        span.append(i)
+        calls = calls or (m.get("role") == "assistant" and bool(_calls(m)))
+    close()
+    return out
+
+
 def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tuple[int, Any, str] | None:
     """(status, error body, rule) for the first violation, or None."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
@@ -171,6 +199,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
     model: str = body["model"]
     tools = isinstance(body.get("tools"), list) and bool(body["tools"])
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+    called = _spans_with_calls(msgs) if profile == DEEPSEEK and tools and _deepseek_thinking(body) else None
     if profile == OPENROUTER and model.startswith("anthropic/"):
         dup = _duplicate_tool_id(msgs)
         if dup is not None:
@@ -185,7 +214,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
         ours = bool(calls) and all(minter.is_ours(t) for t in ids)
         name = str((calls[0].get("function") or {}).get("name")) if calls else ""
         k = _contents_index(msgs, i)
-        if profile == DEEPSEEK and tools and (ours or (not calls and minter.is_ours_text(m.get("content")))) \
+        if called is not None and called[i] and (ours or (not calls and minter.is_ours_text(m.get("content")))) \
                 and not m.get("reasoning_content"):
             return 400, _oai_error(_DEEPSEEK), "23"
         if i < start or not calls:
@@ -224,13 +253,26 @@ def _first_user_text(msgs: Any) -> str:
     return ""
 
 
+_RESULT, _CALLED = "[tool result]", "[called tool "  # how a gateway writes out a step (``toolchain.textualize``)
+
+
+def _text_of(m: dict[str, Any]) -> str:
+    c = m.get("content")
+    if isinstance(c, list):
+        return "".join(p.get("text") or "" for p in c if isinstance(p, dict))
+    return c if isinstance(c, str) else ""
+
+
 def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner) -> tuple[dict[str, Any], str]:
     """(the assistant message, finish_reason)."""
     msgs: list[dict[str, Any]] = body["messages"]
     model: str = body["model"]
     scenario = parse_scenario(_first_user_text(msgs))
-    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
-    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and _calls(m))
+    # the scripted round: steps since the user's last own message (a step a gateway sent as text, its call and
+    # results written out, counts: the model saw it)
+    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user" and not _text_of(m).startswith(_RESULT)),
+                default=0)
+    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and (_calls(m) or _CALLED in _text_of(m)))
     key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
     thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}", scenario.conv)
     msg: dict[str, Any] = {"role": "assistant", "content": None}
