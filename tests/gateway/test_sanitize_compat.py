@@ -28,6 +28,7 @@ OPENROUTER_GEMINI = ModelCaps("openrouter", kind="openai", flavor="openrouter", 
 OPENROUTER_CLAUDE = ModelCaps("openrouter", kind="openai", flavor="openrouter", family="anthropic")
 DEEPSEEK = ModelCaps("deepseek", kind="openai", flavor="deepseek")
 GENERIC_GEMINI = ModelCaps("generic", kind="openai", flavor="generic", family="gemini")
+DEFAULT = Policy()
 SIGNED = [{"type": "reasoning.text", "text": "hm", "signature": "S", "format": "anthropic-claude-v1", "index": 0}]
 
 
@@ -39,7 +40,7 @@ def step(tid: str, fields: dict[str, Any] | None = None, origin: str = CLIENT) -
 
 
 def run(caps: ModelCaps, model: str, msgs: list[Message], thinking: dict[str, Any] | None = None,
-        policy: Policy = Policy()) -> tuple[Request, list[Action]]:
+        policy: Policy = DEFAULT) -> tuple[Request, list[Action]]:
     req = Request(model, msgs, thinking, params={"max_tokens": 9000})
     return req, sanitize(req, lambda b: False, caps, policy)
 
