@@ -16,7 +16,9 @@
   request, any earlier assistant message the simulator minted (its tool calls, or a text answer, which
   ends in a MAC tag) that comes back without it fails (rule 23).
 
-An OpenRouter request for an Anthropic model (``anthropic/...``) whose assistant ``tool_calls`` repeat an
+An OpenRouter request for an Anthropic model (``anthropic/...``) is translated to Anthropic Messages and checked by the
+strict Anthropic rules, their errors relayed as OpenRouter relays them (``openrouter_anthropic``); one whose assistant
+``tool_calls`` repeat an
 id gets Anthropic's duplicate-id error relayed the way OpenRouter relays provider errors (``RULE_DUPLICATE_TOOL_ID``;
 the message/block index is where OpenRouter's translation would put the call, INFERRED). No other profile checks
 ids: no source shows Gemini, Copilot or DeepSeek rejecting a repeated one.
@@ -43,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.sim import openrouter_anthropic
 from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
@@ -328,6 +331,8 @@ def minted_tokens(msg: dict[str, Any]) -> list[tuple[str, str]]:
     for d in msg.get("reasoning_details") or ():
         if d.get("type") == "reasoning.encrypted":
             out.append(("opaque", d["data"]))
+        elif d.get("signature"):
+            out.append(("signature", d["signature"]))
     if "reasoning_opaque" in msg:
         out.append(("opaque", msg["reasoning_opaque"]))
     for holder in (msg, *(msg.get("tool_calls") or ())):
@@ -342,10 +347,16 @@ def stream_chunks(profile: str, msg: dict[str, Any], finish: str, base: dict[str
     for key in ("reasoning_content", "reasoning_text"):
         if key in msg:
             deltas += [{key: piece} for piece in split_awkward(msg[key], 40)]
-    if profile == OPENROUTER:
-        deltas += [{"reasoning": p, "reasoning_details": [{"type": "reasoning.text", "text": p, "format": FORMAT,
-                                                           "index": 0}]} for p in split_awkward(msg["reasoning"], 40)]
-        deltas.append({"reasoning_details": [msg["reasoning_details"][1]]})
+    if profile == OPENROUTER:  # text entries in pieces, a signature in a later piece of its entry (reference 3.3)
+        for d in msg.get("reasoning_details") or ():
+            if d["type"] != "reasoning.text":
+                deltas.append({"reasoning_details": [d]})
+                continue
+            head = {"type": "reasoning.text", "format": d["format"], "index": d["index"]}
+            deltas += [{"reasoning": p, "reasoning_details": [{**head, "text": p}]}
+                       for p in split_awkward(d["text"], 40)]
+            if d.get("signature"):
+                deltas.append({"reasoning_details": [{**head, "text": "", "signature": d["signature"]}]})
     if msg.get("content"):
         deltas += [{"content": p} for p in split_words(msg["content"])]
         if "extra_content" in msg:
@@ -386,12 +397,15 @@ def compat_routes(state: Any) -> list[Route]:
                 state.stats.unauthorized += 1
                 return Response(orjson.dumps(_oai_error("Missing bearer authentication")), 401,
                                 media_type="application/json")
-            bad = check(profile, body, minter, state.gemini_signer)
+            claude = openrouter_anthropic.applies(profile == OPENROUTER, body)
+            bad = check(profile, body, minter, state.gemini_signer) or \
+                (openrouter_anthropic.check(body, state.minter) if claude else None)
             if bad is not None:
                 state.stats.rejections[f"compat-{bad[2]}"] += 1
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
-            msg, finish = plan(profile, body, minter, state.gemini_signer)
+            msg, finish = openrouter_anthropic.plan(body, state.minter) if claude else \
+                plan(profile, body, minter, state.gemini_signer)
             state.remember(conv, minted_tokens(msg))
             base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}
             if not body.get("stream"):

@@ -6,7 +6,8 @@ strict simulator process, each flavor's tool loop replayed by a client that mang
   (``gateway/sanitize_compat.py``), and each degrade is counted as a sanitize action.
 - With a store that holds no record (the shared redis-server flushed before every request) the same.
 - A client that turns reasoning off mid-loop: on Gemini flavors the model thinks all the same and its reasoning is kept;
-  on DeepSeek (``thinking: {"type": "disabled"}``) no ``reasoning_content`` goes upstream any more.
+  on DeepSeek (``thinking: {"type": "disabled"}``) and an Anthropic model on OpenRouter no reasoning goes upstream
+  any more (with a prefill, Anthropic's "When thinking is disabled ..." otherwise).
 - Thinking is kept wherever it is whole: a faithful client's loop, stateless, replays each answer's fields as relayed.
 """
 
@@ -18,20 +19,36 @@ from typing import Any
 import pytest
 
 from tests.gemini import helpers as gemini_helpers
-from tests.gemini.helpers import COPILOT, DEEPSEEK, GEMINI_COMPAT, OPENROUTER, Rejections, gateway_env
+from tests.gemini.helpers import (
+    COPILOT,
+    DEEPSEEK,
+    GEMINI_COMPAT,
+    OPENROUTER,
+    OPENROUTER_CLAUDE,
+    Rejections,
+    gateway_env,
+)
 from tests.gemini.matrix import OpenAILoop, Pair
 from tests.manglings import openai as openai_manglings
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.redis_fixtures import RedisServer
 
-FLAVORS = {"openrouter": OPENROUTER, "copilot": COPILOT, "deepseek": DEEPSEEK, "generic": GEMINI_COMPAT}
-FIELDS = {"openrouter": ("reasoning_details",), "copilot": ("reasoning_opaque", "reasoning_text"),
-          "deepseek": ("reasoning_content",), "generic": ()}
+# the flavor, and the family of model behind it where the flavor serves several
+FLAVORS = {"openrouter": OPENROUTER, "openrouter-claude": OPENROUTER_CLAUDE, "copilot": COPILOT, "deepseek": DEEPSEEK,
+           "generic": GEMINI_COMPAT}
+FIELDS = {"openrouter": ("reasoning_details",), "openrouter-claude": ("reasoning_details",),
+          "copilot": ("reasoning_opaque", "reasoning_text"), "deepseek": ("reasoning_content",), "generic": ()}
+# how each flavor's upstream is kept from a 400 when a loop's reasoning is not whole
+DEGRADE = {"openrouter": "tool_loop_textualized", "copilot": "tool_loop_textualized",
+           "deepseek": "tool_loop_textualized", "openrouter-claude": "thinking_disabled"}
 CASES = sorted(openai_manglings.MANGLINGS)
 # the manglings that remove what the flavor's upstream requires back: each must be degraded, not forwarded
 DEGRADED = {"openrouter": {"drop_reasoning_details", "text_entries_only", "text_entries_only_no_content",
                            "drop_all_reasoning", "content_empty_string_no_reasoning",
                            "tool_ids_rewritten_no_reasoning"},
+            "openrouter-claude": {"drop_reasoning_details", "text_entries_only", "text_entries_only_no_content",
+                                  "drop_all_reasoning", "content_empty_string_no_reasoning",
+                                  "tool_ids_rewritten_no_reasoning"},
             "copilot": {"drop_reasoning_opaque", "drop_all_reasoning", "content_empty_string_no_reasoning",
                         "tool_ids_rewritten_no_reasoning"},
             "deepseek": {"drop_reasoning_content", "drop_all_reasoning", "content_empty_string_no_reasoning",
@@ -55,8 +72,8 @@ def _play(loop: OpenAILoop, prompt: str, mangle: Callable[[Any], Any], send: Cal
     return answers
 
 
-def _textualized(gw: ServerProcess) -> float:
-    return metric_sum(gw, "gateway_sanitize_actions_total", action="tool_loop_textualized")
+def _degrades(gw: ServerProcess, flavor: str) -> float:
+    return metric_sum(gw, "gateway_sanitize_actions_total", action=DEGRADE.get(flavor, "tool_loop_textualized"))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
@@ -64,11 +81,11 @@ def _textualized(gw: ServerProcess) -> float:
 @pytest.mark.parametrize("flavor", sorted(FLAVORS))
 def test_every_mangling_state_machine_off(stateless: ServerProcess, sim: Sim, flavor: str, case: str,
                                           stream: bool) -> None:
-    before = _textualized(stateless)
+    before = _degrades(stateless, flavor)
     loop = OpenAILoop(Pair(stateless, stateless), FLAVORS[flavor], stream, False, sim, {"reasoning_effort": "low"})
     _play(loop, f"{PROMPT} stateless {flavor} {case} {stream}", openai_manglings.MANGLINGS[case])
     if case in DEGRADED.get(flavor, ()):
-        assert _textualized(stateless) > before, "the degrade is counted as a sanitize action"
+        assert _degrades(stateless, flavor) > before, "the degrade is counted as a sanitize action"
 
 
 @pytest.fixture
@@ -93,7 +110,7 @@ def test_every_mangling_no_record(provider_pair: Pair, sim: Sim, flushed: Callab
 @pytest.mark.parametrize("flavor", sorted(FLAVORS))
 def test_faithful_stateless_keeps_thinking(stateless: ServerProcess, sim: Sim, flavor: str) -> None:
     """Nothing to degrade: every request replays each earlier answer's reasoning fields exactly as relayed."""
-    before = _textualized(stateless)
+    before = _degrades(stateless, flavor)
     loop = OpenAILoop(Pair(stateless, stateless), FLAVORS[flavor], False, False, sim, {"reasoning_effort": "low"})
     answers = _play(loop, f"{PROMPT} faithful kept {flavor}", openai_manglings.MANGLINGS["faithful"])
     for n, body in enumerate(loop.bodies):
@@ -102,7 +119,7 @@ def test_faithful_stateless_keeps_thinking(stateless: ServerProcess, sim: Sim, f
         for m, a in zip(sent, answers, strict=False):
             for key in FIELDS[flavor]:
                 assert m.get(key) == a.message.get(key), f"request {n}: {key} not replayed as relayed"
-    assert _textualized(stateless) == before
+    assert _degrades(stateless, flavor) == before
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +148,31 @@ def test_reasoning_off_mid_loop(modes: dict[str, ServerProcess], sim: Sim, flavo
     assert later and all("reasoning_effort" not in b for b in later)
     for body in later:
         sent = [m for m in body["messages"] if m["role"] == "assistant"]
-        if flavor == "deepseek":
-            assert body["thinking"] == {"type": "disabled"}
-            assert all("reasoning_content" not in m for m in sent), "thinking off: no reasoning goes upstream"
+        if flavor in ("deepseek", "openrouter-claude"):  # thinking off: no reasoning goes upstream
+            assert (body.get("thinking") == {"type": "disabled"}) == (flavor == "deepseek")
+            assert "reasoning" not in body
+            assert all(k not in m for m in sent for k in FIELDS[flavor])
         else:  # Gemini thinks all the same: its reasoning is kept
             for m, a in zip(sent, answers, strict=False):
                 assert all(m.get(k) == a.message.get(k) for k in FIELDS[flavor])
+
+
+@pytest.mark.parametrize("state_machine", ["true", "false"])
+def test_anthropic_on_openrouter_prefill_after_reasoning_turned_off(modes: dict[str, ServerProcess], sim: Sim,
+                                                                    state_machine: str) -> None:
+    """A client that stops sending reasoning and ends its history with the model's earlier answer (a prefill) that
+    still carries reasoning_details: thinking is off, so none go upstream (else Anthropic's "When thinking is
+    disabled, an `assistant` message in the final position cannot contain `thinking`", relayed by OpenRouter)."""
+    gw = modes[state_machine]
+    loop = OpenAILoop(Pair(gw, gw), OPENROUTER_CLAUDE, False, True, sim, {"reasoning_effort": "low"})
+    try:
+        with Rejections(sim):
+            history: list[dict[str, Any]] = [{"role": "user", "content": f"prefill off {state_machine}"}]
+            first = loop.send(history)
+            assert first.message["reasoning_details"][0]["signature"]
+            loop.params = {}
+            loop.send([*history, first.message])
+    finally:
+        loop.close()
+    sent = loop.bodies[-1]["messages"][-1]
+    assert sent["role"] == "assistant" and "reasoning_details" not in sent and "reasoning" not in loop.bodies[-1]

@@ -223,3 +223,43 @@ def test_rate_limit_answers_as_google_does_without_a_retry_after_header(client: 
     assert r.json() == {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": (
         "Resource exhausted. Please try again later. Please refer to "
         "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.")}}
+
+
+def _claude_loop(client: Any, mangle: Callable[[dict[str, Any]], None], **params: Any) -> Any:
+    """One tool round of ``anthropic/...`` on the OpenRouter profile, then its replay with ``mangle`` applied."""
+    headers = {"authorization": "Bearer k"}
+    body: dict[str, Any] = {"model": "anthropic/claude-sonnet-4.5", "reasoning": {"max_tokens": 2048},
+                            "messages": [{"role": "user", "content": "[[sim:tools=1]] q"}],
+                            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    msg = client.post("/openrouter/api/v1/chat/completions", json=body,
+                      headers=headers).json()["choices"][0]["message"]
+    assert msg["reasoning_details"][0]["format"] == "anthropic-claude-v1" and msg["reasoning_details"][0]["signature"]
+    mangle(msg)
+    body["messages"] += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "r"}]
+    return client.post("/openrouter/api/v1/chat/completions", json={**body, **params}, headers=headers)
+
+
+def _anthropic_raw(r: Any) -> str:
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"] == "Provider returned error"
+    assert err["metadata"]["provider_name"] == "Anthropic"
+    return str(orjson.loads(err["metadata"]["raw"])["error"]["message"])
+
+
+def test_openrouter_anthropic_models_follow_anthropics_thinking_rules(client: Any) -> None:
+    """docs/upstream-rules.md ``compat-anthropic-N``: the body as OpenRouter translates it, Anthropic's rules, the
+    error relayed in OpenRouter's envelope."""
+    assert _claude_loop(client, lambda m: None).status_code == 200
+
+    def unsigned(m: dict[str, Any]) -> None:
+        m["reasoning_details"] = [{"type": "reasoning.text", "text": m["reasoning_details"][0]["text"]}]
+
+    def forged(m: dict[str, Any]) -> None:
+        m["reasoning_details"][0]["signature"] = "c2lnbmF0dXJl"
+
+    assert _anthropic_raw(_claude_loop(client, unsigned)) == "messages.1.content.0.thinking.signature: Field required"
+    invalid = "messages.1.content.0: Invalid `signature` in `thinking` block"
+    assert _anthropic_raw(_claude_loop(client, forged)) == invalid
+    dropped = _anthropic_raw(_claude_loop(client, lambda m: m.pop("reasoning_details")))
+    assert dropped.startswith("messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`")
+    assert _claude_loop(client, lambda m: m.pop("reasoning_details"), reasoning={"enabled": False}).status_code == 200
