@@ -29,7 +29,10 @@ the reference's Anthropic rules):
    signature; where no record supplied one, the configured bypass value does
    (reference 2.4), never another model's signature. With the bypass off, such a step
    degrades as a tool loop does for a model that cannot disable thinking (Gemini 3
-   cannot): its calls and their responses travel as text, so no signature is due.
+   cannot): its calls and their responses travel as text, so no signature is due. The same rule gives Gemini's
+   OpenAI-compatibility layer (the ``generic`` flavor, a Gemini model) its per-call signatures.
+8. OpenAI-compatible upstreams: each flavor's message-level reasoning fields, whole or degraded the way its
+   upstream accepts, and the reasoning parameter consistent with what remains (``sanitize_compat``).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@
   and a minted ``reasoning_opaque``; dropping it fails with the Vertex text (rule 22);
   an assistant ``content: []`` is ``invalid request body``.
 * ``/deepseek/v1/chat/completions``: ``reasoning_content`` on every answer; with ``tools`` in the
-  request, any earlier assistant message the simulator minted (its tool calls, or a text answer, which
-  ends in a MAC tag) that comes back without it fails (rule 23).
+  request and thinking mode on (``thinking.type`` not ``disabled``), any earlier assistant message the
+  simulator minted (its tool calls, or a text answer, which ends in a MAC tag) in a span between two user
+  messages where the model called tools, that comes back without it, fails (rule 23; docs/upstream-rules.md).
 
 An OpenRouter request for an Anthropic model (``anthropic/...``) is translated to Anthropic Messages and checked by the
 strict Anthropic rules, their errors relayed as OpenRouter relays them (``openrouter_anthropic``); one whose assistant

@@ -176,3 +176,21 @@ def test_anthropic_on_openrouter_prefill_after_reasoning_turned_off(modes: dict[
         loop.close()
     sent = loop.bodies[-1]["messages"][-1]
     assert sent["role"] == "assistant" and "reasoning_details" not in sent and "reasoning" not in loop.bodies[-1]
+
+
+@pytest.mark.parametrize("case", ["drop_all_reasoning", "text_entries_only"])
+@pytest.mark.parametrize("flavor", sorted(set(FLAVORS) - {"generic"}))
+def test_recorded_reasoning_is_kept_not_degraded(modes: dict[str, ServerProcess], sim: Sim, flavor: str,
+                                                 case: str) -> None:
+    """With the records there (the state machine on) the same manglings lose nothing: every request replays each
+    earlier answer's reasoning fields as relayed, restored from the records, and nothing is degraded."""
+    gw = modes["true"]
+    before = _degrades(gw, flavor)
+    loop = OpenAILoop(Pair(gw, gw), FLAVORS[flavor], False, True, sim, {"reasoning_effort": "low"})
+    answers = _play(loop, f"{PROMPT} recorded {flavor} {case}", openai_manglings.MANGLINGS[case])
+    for n, body in enumerate(loop.bodies):
+        sent = [m for m in body["messages"] if m["role"] == "assistant"]
+        assert len(sent) == n and all(m.get("tool_calls") for m in sent)
+        for m, a in zip(sent, answers, strict=False):
+            assert all(m.get(k) == a.message.get(k) for k in FIELDS[flavor]), f"request {n}: reasoning restored"
+    assert _degrades(gw, flavor) == before
