@@ -10,9 +10,10 @@ degraded otherwise: the flavor's fields are removed from the message and their r
 ``GATEWAY_UNVERIFIABLE_THINKING`` (``dropped``, or ``downgraded_text`` before the message's content). Whole, per flavor
 (reference 3.4, 4, 5.2):
 
-- ``openrouter``: ``reasoning_details`` with at least one entry that carries an opaque value (a ``reasoning.encrypted``
-  ``data`` or a ``reasoning.text`` ``signature``) and, for an Anthropic model, no ``reasoning.text`` entry without its
-  signature (Anthropic rule 5 behind OpenRouter's translation);
+- ``openrouter``: for a Gemini or an Anthropic model, ``reasoning_details`` with at least one entry that carries an
+  opaque value (a ``reasoning.encrypted`` ``data`` or a ``reasoning.text`` ``signature``); for an Anthropic model (or
+  an entry in Anthropic's format) no ``reasoning.text`` entry without its signature (Anthropic rule 5 behind
+  OpenRouter's translation); another family's entries (plain reasoning text) as sent;
 - ``copilot``: ``reasoning_opaque``;
 - ``deepseek``: ``reasoning_content``;
 - ``generic``: nothing is known to be required; the client's fields pass as sent.
@@ -101,7 +102,8 @@ def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
                      or (d.get("type") == "reasoning.text" and _text(d.get("signature"))) for d in entries)
         unsigned = any(d.get("type") == "reasoning.text" and not _text(d.get("signature"))
                        and (family == "anthropic" or d.get("format") == ANTHROPIC_FORMAT) for d in entries)
-        return opaque and not unsigned
+        # another family's reasoning (DeepSeek's, plain text entries) is its own content: no opaque value is due
+        return (opaque or family not in ("gemini", "anthropic")) and not unsigned
     if flavor == "copilot":
         return _text(fields.get("reasoning_opaque"))
     if flavor == "deepseek":

@@ -56,7 +56,10 @@ def test_whole_per_flavor() -> None:
     assert whole("openrouter", "anthropic", {"reasoning_details": SIGNED})
     assert not whole("openrouter", "anthropic", {"reasoning_details": [*SIGNED, {"type": "reasoning.text",
                                                                                  "text": "x"}]})
-    assert not whole("openrouter", "", {})
+    assert whole("openrouter", "", {"reasoning_details": [{"type": "reasoning.text", "text": "t"}]}), \
+        "another family's plain reasoning text (DeepSeek on OpenRouter) is its own content"
+    assert not whole("openrouter", "", {"reasoning_details": [{"type": "reasoning.text", "text": "t",
+                                                               "format": "anthropic-claude-v1"}]})
     assert whole("copilot", "gemini", {"reasoning_opaque": "O"})
     assert not whole("copilot", "gemini", {"reasoning_text": "t"})
     assert whole("deepseek", "", {"reasoning_content": "r"}) and not whole("deepseek", "", {"reasoning_content": ""})
