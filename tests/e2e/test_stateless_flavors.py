@@ -4,7 +4,8 @@ strict simulator process, each flavor's tool loop replayed by a client that mang
 - With ``GATEWAY_STATE_MACHINE_ENABLED=false`` (the sanitizer alone) every mangling on every flavor gets no upstream
   4xx: what is whole goes as the client sent it, what is not is degraded the way the flavor's upstream accepts
   (``gateway/sanitize_compat.py``), and each degrade is counted as a sanitize action.
-- With a store that holds no record (the shared redis-server flushed before every request) the same.
+- With a store that holds no record (the shared redis-server flushed before every request), and with the store
+  unavailable (Redis not there), the same.
 - A client that turns reasoning off mid-loop: on Gemini flavors the model thinks all the same and its reasoning is kept;
   on DeepSeek (``thinking: {"type": "disabled"}``) and an Anthropic model on OpenRouter no reasoning goes upstream
   any more (with a prefill, Anthropic's "When thinking is disabled ..." otherwise).
@@ -30,7 +31,7 @@ from tests.gemini.helpers import (
 )
 from tests.gemini.matrix import OpenAILoop, Pair
 from tests.manglings import openai as openai_manglings
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, metric_sum
 from tests.redis_fixtures import RedisServer
 
 # the flavor, and the family of model behind it where the flavor serves several
@@ -84,8 +85,8 @@ def test_every_mangling_state_machine_off(stateless: ServerProcess, sim: Sim, fl
     before = _degrades(stateless, flavor)
     loop = OpenAILoop(Pair(stateless, stateless), FLAVORS[flavor], stream, False, sim, {"reasoning_effort": "low"})
     _play(loop, f"{PROMPT} stateless {flavor} {case} {stream}", openai_manglings.MANGLINGS[case])
-    if case in DEGRADED.get(flavor, ()):
-        assert _degrades(stateless, flavor) > before, "the degrade is counted as a sanitize action"
+    assert (_degrades(stateless, flavor) > before) == (case in DEGRADED.get(flavor, ())), \
+        "degraded exactly where the reasoning is not whole, and counted as a sanitize action"
 
 
 @pytest.fixture
@@ -105,6 +106,25 @@ def test_every_mangling_no_record(provider_pair: Pair, sim: Sim, flushed: Callab
     stream = CASES.index(case) % 2 == 1
     loop = OpenAILoop(provider_pair, FLAVORS[flavor], stream, True, sim, {"reasoning_effort": "low"})
     _play(loop, f"{PROMPT} no-record {flavor} {case}", openai_manglings.MANGLINGS[case], flushed(loop))
+
+
+@pytest.fixture(scope="module")
+def redis_stopped(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
+    """A gateway whose Redis is not there: every request is served statelessly (the store unavailable)."""
+    return gateways.start(sim.url, gateway_env(sim, GATEWAY_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+                                               GATEWAY_SECRET="stateless-flavors-secret-0123456789"))
+
+
+@pytest.mark.parametrize("case", ["drop_all_reasoning", "text_entries_only_no_content", "faithful"])
+@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+def test_manglings_with_the_store_unavailable(redis_stopped: ServerProcess, sim: Sim, flavor: str, case: str) -> None:
+    before = _degrades(redis_stopped, flavor)
+    loop = OpenAILoop(Pair(redis_stopped, redis_stopped), FLAVORS[flavor], case == "faithful", True, sim,
+                      {"reasoning_effort": "low"})
+    _play(loop, f"{PROMPT} redis stopped {flavor} {case}", openai_manglings.MANGLINGS[case])
+    assert metric_sum(redis_stopped, "gateway_stateless_requests_total") > 0, "served without the store"
+    assert (_degrades(redis_stopped, flavor) > before) == (case in DEGRADED.get(flavor, ())), \
+        "degraded exactly where the reasoning is not whole"
 
 
 @pytest.mark.parametrize("flavor", sorted(FLAVORS))
