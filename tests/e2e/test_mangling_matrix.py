@@ -18,10 +18,10 @@ wire shape makes checkable:
 - ``openai-to-anthropic`` (the openai SDK): reasoning comes back signed on every answer, the loop is one
   conversation, and every request the simulator received replays exactly this conversation's own thinking on
   every turn (restored from the records, never another conversation's).
-- ``openai-to-{openrouter,copilot,deepseek,generic}`` (OpenAI-compatible upstreams; ``generic`` is Gemini's
-  OpenAI-compatibility layer): one conversation, and every request carries each earlier answer's provider
-  fields exactly as they were relayed, the upstream's own tool-call ids, and tool-only assistant messages as
-  ``content: null``.
+- ``openai-to-{openrouter,openrouter-claude,copilot,deepseek,generic}`` (OpenAI-compatible upstreams;
+  ``openrouter-claude`` is a Claude model behind OpenRouter, ``generic`` is Gemini's OpenAI-compatibility layer):
+  one conversation, and every request carries each earlier answer's provider fields exactly as they were relayed,
+  the upstream's own tool-call ids, and tool-only assistant messages as ``content: null``.
 - ``openai-to-gemini`` and ``gemini-to-gemini`` (the native surface, raw JSON so a mangling can touch every
   field): one conversation, and every request carries each earlier answer's thought part and its genuine
   signature on its first call (restored from the records, never the bypass value), function responses in call
@@ -60,6 +60,7 @@ from tests.gemini.helpers import (
     GEMINI,
     GEMINI_COMPAT,
     OPENROUTER,
+    OPENROUTER_CLAUDE,
     Rejections,
     gateway_env,
     tool_messages,
@@ -313,8 +314,8 @@ def tool_runs(messages: list[dict[str, Any]]) -> list[tuple[list[str], list[str]
 
 
 # The provider fields each OpenAI-compatible upstream's answers carry, replayed exactly as relayed.
-PROVIDER_FIELDS = {OPENROUTER: ("reasoning_details",), COPILOT: ("reasoning_opaque", "reasoning_text"),
-                   DEEPSEEK: ("reasoning_content",), GEMINI_COMPAT: ()}
+PROVIDER_FIELDS = {OPENROUTER: ("reasoning_details",), OPENROUTER_CLAUDE: ("reasoning_details",),
+                   COPILOT: ("reasoning_opaque", "reasoning_text"), DEEPSEEK: ("reasoning_content",), GEMINI_COMPAT: ()}
 
 
 def check_openai_compatible(model: str) -> Callable[[str, Played], None]:
@@ -332,7 +333,8 @@ def check_openai_compatible(model: str) -> Callable[[str, Played], None]:
             for m, a in zip(sent, answers, strict=False):
                 for key in PROVIDER_FIELDS[model]:
                     assert m.get(key) == a.message.get(key), f"request {n}: {key} not replayed as relayed"
-                assert m["content"] is None, "tool-only message sent with content null"
+                if not a.message.get("content"):
+                    assert m["content"] is None, "tool-only message sent with content null"
                 if model == GEMINI_COMPAT:
                     assert m["tool_calls"][0]["extra_content"] == a.tool_calls[0]["extra_content"]
                     assert "extra_content" not in m["tool_calls"][1]
@@ -432,6 +434,9 @@ ROUTES = {r.id: r for r in (
             check_openai_compatible(model), records_gone=True)
       for upstream, model in (("openrouter", OPENROUTER), ("copilot", COPILOT), ("deepseek", DEEPSEEK),
                               ("generic", GEMINI_COMPAT))),
+    # a Claude model behind OpenRouter (Anthropic's rules behind OpenRouter's translation): the OpenRouter habits
+    Route("openai", "openrouter-claude", _BY_UPSTREAM["openrouter"], play_openai_to_provider(OPENROUTER_CLAUDE),
+          check_openai_compatible(OPENROUTER_CLAUDE), records_gone=True),
 )}
 
 
