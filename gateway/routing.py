@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Kind = Literal["anthropic", "gemini", "openai", "responses"]
@@ -43,6 +43,7 @@ class ModelCaps:
     # the model binds thinking blocks to their model (protocols.md 1.8, 1.9): a block it cannot read is dropped by
     # the API before the model sees it, without an error; older models answer such a block with a 400 instead
     drops_unreadable_thinking: bool = False
+    family: str = ""               # OpenAI-compatible upstreams: the model family behind it (``compat_family``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +79,29 @@ class Router:
             if model.startswith(r.prefix):
                 if r.kind == "anthropic":
                     return _builtin(model, ModelCaps("anthropic"))
-                return ModelCaps(r.upstream, kind=r.kind, flavor=r.flavor or self.default.flavor)
-        return _builtin(model, self.default)
+                return ModelCaps(r.upstream, kind=r.kind, flavor=r.flavor or self.default.flavor,
+                                 family=compat_family(model) if r.kind == "openai" else "")
+        caps = _builtin(model, self.default)
+        return replace(caps, family=compat_family(model)) if caps.kind == "openai" else caps
 
     def named_upstreams(self) -> dict[str, Route]:
         """The extra OpenAI-compatible upstreams the routes name (name -> route with its base URL)."""
         return {r.upstream: r for r in self.routes if r.base_url}
+
+
+# The model families an OpenAI-compatible upstream may serve whose reasoning rules thinkgate knows: a Gemini model
+# (``google/gemini-3-pro-preview`` on OpenRouter, ``gemini-3-pro-preview`` on Copilot or Gemini's compatibility
+# layer) needs its reasoning back on the current turn's calls and cannot disable thinking; an Anthropic model
+# (``anthropic/claude-sonnet-4.5``) follows Anthropic's thinking rules behind the compat translation.
+_COMPAT_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?:^|/)gemini-"), "gemini"),
+    (re.compile(r"^anthropic/|(?:^|/)claude-"), "anthropic"),
+)
+
+
+def compat_family(model: str) -> str:
+    """The family of a model an OpenAI-compatible upstream serves: ``gemini``, ``anthropic`` or ``""`` (other)."""
+    return next((family for pattern, family in _COMPAT_FAMILIES if pattern.search(model)), "")
 
 
 def _builtin(model: str, default: ModelCaps) -> ModelCaps:
