@@ -414,7 +414,7 @@ def compat_routes(state: Any) -> list[Route]:
                 state.stats.rejections[f"compat-{bad[2]}"] += 1
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
-            msg, finish = openrouter_anthropic.plan(body, state.minter) if claude else \
+            msg, finish = openrouter_anthropic.plan(body, state.minter, state.config.tools) if claude else \
                 plan(profile, body, minter, state.gemini_signer, state.config.tools)
             state.remember(conv, minted_tokens(msg))
             base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}

@@ -140,9 +140,10 @@ def check(body: dict[str, Any], minter: Minter) -> tuple[int, Any, str] | None:
                                 "metadata": {"raw": raw, "provider_name": "Anthropic"}}}, f"anthropic-{v.rule}"
 
 
-def plan(body: dict[str, Any], minter: Minter) -> tuple[dict[str, Any], str]:
-    """(the assistant message, finish_reason): Anthropic's answer as OpenRouter returns it."""
-    reply = plan_reply(to_messages(body), betas=BETAS, minter=minter, interleaved=True)
+def plan(body: dict[str, Any], minter: Minter, default_tools: int = 0) -> tuple[dict[str, Any], str]:
+    """(the assistant message, finish_reason): Anthropic's answer as OpenRouter returns it; ``default_tools``:
+    ``scenarios.scenario_of``."""
+    reply = plan_reply(to_messages(body), betas=BETAS, minter=minter, interleaved=True, default_tools=default_tools)
     msg: dict[str, Any] = {"role": "assistant", "content": None}
     details: list[dict[str, Any]] = []
     texts: list[str] = []
