@@ -239,10 +239,11 @@ def test_keys_metrics_and_logs_carry_no_identifiers(seeded: Seeded) -> None:
         assert s not in metrics, f"{s[:20]}... appears in /metrics"
     # the tenant prefix (an HMAC of the credential, as in the keys and the access log) is the token counters'
     # bounded ``tenant`` label (issue 26: cost per tenant), and nowhere else in /metrics
+    token_series = ("gateway_tokens_total{", "gateway_tokens_created{")
     for tenant in (seeded.tenant_a, seeded.tenant_b):
         lines = [line for line in metrics.splitlines() if tenant in line]
-        assert lines and all(line.startswith(("gateway_tokens_total{", "gateway_tokens_created{")) and f'tenant="{tenant}"' in line
-                             for line in lines), lines
+        assert all(line.startswith(token_series) and f'tenant="{tenant}"' in line for line in lines), lines
+    assert any(seeded.tenant_a in line for line in metrics.splitlines()), "A's tokens are counted under its prefix"
 
     log = seeded.gateway.log()
     for s in [KEY_A, KEY_B, seeded.history[0]["content"], *(t[:40] for t, _ in seeded.thinking),
