@@ -31,6 +31,13 @@ class ActionKind(StrEnum):
     PARAMS_FIXED = "params_fixed"
     HISTORY_REBUILT = "history_rebuilt"
     SIGNATURE_BYPASS = "signature_bypass"        # Gemini: no record vouches for a required signature
+    # binding models (``gateway.prefix``, protocols.md 1.9): the recorded system sent, the client's new one as a
+    # mid-conversation system message; tool changes as tool_addition / tool_removal; recorded insertions put back
+    PREFIX_SYSTEM_KEPT = "prefix_system_kept"
+    PREFIX_TOOLS_KEPT = "prefix_tools_kept"
+    PREFIX_REINSERTED = "prefix_reinserted"
+    BINDING_DROP_BLOCK = "binding_drop_block"    # the prefix changed: the request opted into ``drop_block``
+    BINDING_STRIPPED = "binding_stripped"        # after a binding 400: the stale thinking blocks removed, retried
 
 
 class Action(NamedTuple):

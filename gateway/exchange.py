@@ -4,6 +4,7 @@ the endpoints, the metrics and the logs, so none of them imports another to name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.actions import Action
 from gateway.continuation import Continuation
@@ -36,6 +37,7 @@ class Exchange:
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
+    prefix_note: dict[str, Any] = field(default_factory=dict)  # recorded with the turn (``gateway.prefix``)
     # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation``)
     continuation: Continuation = field(default_factory=Continuation)
 
