@@ -200,14 +200,15 @@ def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: d
         last = matched[max(matched)]
         conv = result.conversations.get(last.scid)
         if conv is not None:
-            history = prefix.recorded(t.prefix for t in conv.turns
+            history = prefix.recorded((t.position, t.prefix) for t in conv.turns
                                       if t.position is not None and t.position <= last.position)
         for i, turn in matched.items():
             held = result.conversations.get(turn.scid)
             rec = held.turn_at(turn.position) if held is not None else None
             if rec is not None and rec.prefix.get(prefix.INSERTED):
                 inserted[i] = rec.prefix[prefix.INSERTED]
-    out = prefix.stabilize(req, caps, history, inserted, keep=gw.settings.keep_prefix)
+    replayed = {i: turn.position for i, turn in matched.items()}
+    out = prefix.stabilize(req, caps, history, inserted, replayed, keep=gw.settings.keep_prefix)
     ex.prefix_note = out.note
     if out.actions:
         ex.actions = ex.actions + out.actions

@@ -32,7 +32,7 @@ import orjson
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import JSON, Message, Request
+from gateway.protocols.canonical import JSON, Request
 from gateway.routing import ModelCaps
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -91,18 +91,25 @@ class Recorded:
     client_tools: str | None = None
     offered: set[str] = field(default_factory=set)  # tool names the model was last offered
     known: bool = False             # some turn recorded what was sent
+    produced_under: dict[int, str] = field(default_factory=dict)  # position -> digest of the system and tools sent
 
 
-def recorded(turns: Iterable[Mapping[str, Any]]) -> Recorded:
-    """Fold the ``TurnRecord.prefix`` of a conversation's turns (in position order, up to the latest replayed)."""
+def recorded(turns: Iterable[tuple[int, Mapping[str, Any]]]) -> Recorded:
+    """Fold the ``TurnRecord.prefix`` of a conversation's turns (position, note; in position order, up to the latest
+    replayed)."""
     out = Recorded()
-    for note in turns:
+    digest: str | None = None
+    for position, note in turns:
         sent = note.get(SENT)
         if isinstance(sent, dict):
             out.system, out.tools, out.known = sent.get("system", ABSENT), sent.get("tools", ABSENT), True
-            out.offered = {n for t in out.tools if (n := _name(t)) and not (isinstance(t, dict) and
-                                                                           t.get("defer_loading") is True)} \
-                if isinstance(out.tools, list) else set()
+            digest = sent_digest(out.system, out.tools)
+            if not note.get(INSERTED):  # as sent (a kept prefix's new deferred tools come with their tool_addition)
+                out.offered = {n for t in out.tools if (n := _name(t)) and not (isinstance(t, dict) and
+                                                                               t.get("defer_loading") is True)} \
+                    if isinstance(out.tools, list) else set()
+        if digest is not None:
+            out.produced_under[position] = digest
         for m in note.get(INSERTED) or ():
             content = m.get("content") if isinstance(m, dict) else None
             for b in content if isinstance(content, list) else ():
@@ -127,12 +134,17 @@ class Outcome:
     changed: bool = False
 
 
+def sent_digest(system: Any, tools: Any) -> str:
+    return system_digest(None if system == ABSENT else system) + tools_digest([] if tools == ABSENT else tools)
+
+
 def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted: Mapping[int, list[dict[str, Any]]],
-              *, keep: bool) -> Outcome:
+              replayed: Mapping[int, int], *, keep: bool) -> Outcome:
     """Keep ``req``'s prefix as recorded (``keep``, where ``caps`` has the forms), or opt it into ``drop_block``
-    where the prefix changed. ``history``: the records' prefix (None: nothing recorded of this conversation);
-    ``inserted``: the messages recorded right before each replayed assistant message (by its index in
-    ``req.messages``). Changes ``req`` in place (its messages get a new list)."""
+    where a replayed block's prefix changed. ``history``: the records' prefix (None: nothing recorded of this
+    conversation); ``inserted``: the messages recorded right before each replayed assistant message, ``replayed``:
+    the recorded position of each (both by its index in ``req.messages``). Changes ``req`` in place (its messages
+    get a new list)."""
     out = Outcome()
     if caps.kind != "anthropic" or not caps.prefix_bound:
         return out
@@ -146,13 +158,17 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         return out
     same_system = cs == system_digest(None if history.system == ABSENT else history.system)
     same_tools = ct == tools_digest([] if history.tools == ABSENT else history.tools)
+    if not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
+        if not (same_system and same_tools):
+            out.note[SENT] = _sent(system, tools)  # sent as the client has it (recorded where it changed)
+        now = sent_digest(system, tools)
+        msgs = req.messages
+        if any(history.produced_under.get(pos, now) != now and msgs[i].role == "assistant" and msgs[i].has_thinking()
+               for i, pos in replayed.items()):
+            _opt_into_drop_block(req, out)  # a replayed block was produced under another prefix
+        return out
     if same_system and same_tools and not inserted:
         return out  # the client's prefix is the recorded one (what is no difference aside)
-    if not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
-        out.note[SENT] = _sent(system, tools)
-        if _replays_thinking(req.messages):
-            _opt_into_drop_block(req, out)
-        return out
     # keep the recorded prefix: the recorded top-level system and tools, the recorded insertions back in place
     for key, value in (("system", history.system), ("tools", history.tools)):
         if value == ABSENT:
@@ -222,10 +238,6 @@ def _changes_tools(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") in ("tool_addition", "tool_removal") for b in content)
-
-
-def _replays_thinking(msgs: list[Message]) -> bool:
-    return any(m.role == "assistant" and m.has_thinking() for m in msgs)
 
 
 def _opt_into_drop_block(req: Request, out: Outcome) -> None:

@@ -1,0 +1,165 @@
+"""Binding models through two real gateway replicas on one real redis-server, with the official ``anthropic`` SDK.
+
+The simulator binds every thinking block of a bound model (``claude-opus-5-5``) to its prefix (system, tool set,
+earlier messages; ``protocols.md`` 1.8, 1.9). Two IDE-style clients replay their history faithfully but change what
+is around it: one rewrites its system prompt on every request, one adds a tool after the first request. Straight to
+the simulator both fail with the binding 400 at their second request (the first after a tool round). Through
+thinkgate, every request going to the other replica than the one before:
+
+* with the prefix kept (the default): the recorded system and tools are sent, the client's changes as a
+  mid-conversation system message and ``tool_addition`` blocks; the tool loops complete with no 4xx and every
+  earlier thinking block reaches the upstream on every turn (nothing dropped);
+* with ``GATEWAY_KEEP_PREFIX=false``: a request replaying a block produced under another prefix opts into
+  ``drop_block``; the loops complete with no 4xx, the upstream reports what it dropped (``input_transformations``,
+  passed to the client) and it drops from the block whose prefix changed, never one of a turn produced after it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+from tests.redis_fixtures import RedisServer
+from tests.sim.helpers import BOUND_400, BOUND_MODEL, CLOCK_TOOL, NEEDS_BETA, SYSTEM_CHANGED, WEATHER_TOOL
+
+KEY = "sk-ant-binding-test-key-0123456789abcdef"
+SECRET = "binding-test-secret-0123456789abcdef"
+Shape = Callable[[int], dict[str, Any]]
+
+
+def rewrites_system(n: int) -> dict[str, Any]:
+    return {"system": [{"type": "text", "text": f"You are a coding assistant. Current time: 12:{n:02d}.",
+                        "cache_control": {"type": "ephemeral"}}], "tools": [WEATHER_TOOL, CLOCK_TOOL]}
+
+
+def adds_a_tool(n: int) -> dict[str, Any]:
+    return {"system": "You are a coding assistant.", "tools": [WEATHER_TOOL] if n == 0 else [WEATHER_TOOL, CLOCK_TOOL]}
+
+
+SHAPES = [pytest.param(rewrites_system, id="system"), pytest.param(adds_a_tool, id="tools")]
+
+
+def start_pair(gateways: GatewayFactory, sim: Sim, redis_url: str, **env: str) -> list[ServerProcess]:
+    full = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": SECRET, "GATEWAY_STORE_TIMEOUT_MS": "1000", **env}
+    return [gateways.start(sim.url, full) for _ in range(2)]
+
+
+@pytest.fixture(scope="module")
+def kept(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[list[ServerProcess]]:
+    pair = start_pair(gateways, sim, redis_server.url)
+    yield pair
+    for sp in pair:
+        sp.stop()
+
+
+@pytest.fixture(scope="module")
+def degraded(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[list[ServerProcess]]:
+    pair = start_pair(gateways, sim, redis_server.url, GATEWAY_KEEP_PREFIX="false")
+    yield pair
+    for sp in pair:
+        sp.stop()
+
+
+def loop(urls: list[str], shape: Shape, *, stream: bool, seen: list[dict[str, Any]] | None = None,
+         sim: Sim | None = None) -> list[Any]:
+    """A 3-round tool loop on the bound model, request n to ``urls[n % len(urls)]``; the replies (raises the SDK's
+    error on a 4xx). ``seen``: each request's body as the simulator received it."""
+    clients = [anthropic.Anthropic(base_url=u, api_key=KEY, max_retries=0) for u in urls]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=3]]"}]
+    replies: list[Any] = []
+    for n in range(8):
+        params: dict[str, Any] = {"model": BOUND_MODEL, "max_tokens": 4096, "thinking": {"type": "adaptive"},
+                                  "messages": messages, **shape(n)}
+        client = clients[n % len(clients)]
+        if stream:
+            with client.messages.stream(**params) as s:
+                reply: Any = s.get_final_message()
+        else:
+            reply = client.messages.create(**params)
+        if seen is not None and sim is not None:
+            seen.append(sim.last()["body"])
+        replies.append(reply)
+        if reply.stop_reason != "tool_use":
+            return replies
+        messages = [*messages, {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                                 for b in reply.content]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                                                 for b in reply.content if b.type == "tool_use"]}]
+    raise AssertionError("the tool loop did not finish")
+
+
+def thinking_blocks(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant" for b in m["content"]
+               if b["type"] == "thinking")
+
+
+def transformations(reply: Any) -> list[dict[str, Any]]:
+    found = getattr(reply, "input_transformations", None) or []
+    return [t if isinstance(t, dict) else t.model_dump() for t in found]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_straight_to_the_simulator_the_second_request_fails(sim: Sim, shape: Shape) -> None:
+    with pytest.raises(anthropic.BadRequestError) as err:
+        loop([sim.url], shape, stream=False)
+    message = BOUND_400.format(i=1, j=0) + NEEDS_BETA + (SYSTEM_CHANGED if shape is rewrites_system else "")
+    assert err.value.body["error"]["message"] == message  # type: ignore[index]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_prefix_kept_through_two_replicas(sim: Sim, kept: list[ServerProcess], redis_server: RedisServer,
+                                          shape: Shape, stream: bool) -> None:
+    redis_server.flush()
+    before = sim.stats()["rejections"]
+    seen: list[dict[str, Any]] = []
+    replies = loop([sp.url for sp in kept], shape, stream=stream, seen=seen, sim=sim)
+    assert len(replies) == 4 and all(r.content[0].type == "thinking" for r in replies)
+    assert sim.stats()["rejections"] == before
+    # every earlier block reached the upstream on every turn, none dropped (no drop_block, no strip)
+    assert [thinking_blocks(b) for b in seen] == [0, 1, 2, 3]
+    assert all("block_binding" not in b["thinking"] for b in seen)
+    first = seen[0]
+    for body in seen[1:]:
+        assert body["system"] == first["system"]  # the recorded system prompt, every time
+        assert [t["name"] for t in body["tools"] if not t.get("defer_loading")] == \
+            [t["name"] for t in first["tools"]]
+    inserted = [m for m in seen[-1]["messages"] if m["role"] == "system"]
+    if shape is rewrites_system:  # the client's new prompt at each turn it changed, as a system message
+        assert [m["content"][0]["text"] for m in inserted] == [
+            f"You are a coding assistant. Current time: 12:{n:02d}." for n in (1, 2, 3)]
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="system_message") for sp in kept) >= 3
+    else:  # the new tool: deferred in tools, added by a tool_addition where the client added it
+        assert inserted == [{"role": "system", "content": [
+            {"type": "tool_addition", "tool": {"type": "tool_reference", "name": CLOCK_TOOL["name"]}}]}]
+        assert {**CLOCK_TOOL, "defer_loading": True} in seen[-1]["tools"]
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="tool_changes") for sp in kept) >= 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_drop_block_when_the_prefix_is_not_kept(sim: Sim, degraded: list[ServerProcess], redis_server: RedisServer,
+                                                shape: Shape, stream: bool) -> None:
+    redis_server.flush()
+    before = sim.stats()["rejections"]
+    seen: list[dict[str, Any]] = []
+    replies = loop([sp.url for sp in degraded], shape, stream=stream, seen=seen, sim=sim)
+    assert len(replies) == 4 and all(r.content[0].type == "thinking" for r in replies)  # thinking on every turn
+    assert sim.stats()["rejections"] == before
+    assert transformations(replies[0]) == [] and "block_binding" not in seen[0]["thinking"]
+    for body, reply in zip(seen[1:], replies[1:], strict=True):
+        assert body["thinking"] == {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+        dropped = transformations(reply)  # passed to the client as the upstream reported them
+        assert dropped and {(t["type"], t["reason"]) for t in dropped} == {
+            ("thinking_dropped", "prefix_binding_mismatch")}
+        # from the first block produced under the old prefix (the chain takes the later ones with it)
+        assert dropped[0]["path"] == "messages.1.content.0"
+    assert sum(metric_sum(sp, "gateway_binding_drops_total", reason="prefix_binding_mismatch")
+               for sp in degraded) >= 3
+    assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="drop_block") for sp in degraded) >= 3
