@@ -284,7 +284,9 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     if found is None:
         return False
     req = ex.request
-    caps = gw.router.caps_for(req.model)
+    # the model binds (it answered the binding 400), whatever the table says: such models cannot disable thinking
+    # (an absent config is adaptive on them), so a loop left without its thinking travels as text (1.8, 1.9)
+    caps = dataclasses.replace(gw.router.caps_for(req.model), can_disable_thinking=False, prefix_bound=True)
     policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
     actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.betas)
     if not actions:

@@ -23,12 +23,13 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum, start_process
 from tests.redis_fixtures import RedisServer
 from tests.sim.helpers import BOUND_400, BOUND_MODEL, CLOCK_TOOL, NEEDS_BETA, SYSTEM_CHANGED, WEATHER_TOOL
 
 KEY = "sk-ant-binding-test-key-0123456789abcdef"
 SECRET = "binding-test-secret-0123456789abcdef"
+UNKNOWN_BOUND = "claude-opus-4-5"
 Shape = Callable[[int], dict[str, Any]]
 
 
@@ -66,7 +67,7 @@ def degraded(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> I
 
 
 def loop(urls: list[str], shape: Shape, *, stream: bool, seen: list[dict[str, Any]] | None = None,
-         sim: Sim | None = None) -> list[Any]:
+         sim: Sim | None = None, limit: int | None = None, model: str = BOUND_MODEL) -> list[Any]:
     """A 3-round tool loop on the bound model, request n to ``urls[n % len(urls)]``; the replies (raises the SDK's
     error on a 4xx). ``seen``: each request's body as the simulator received it."""
     clients = [anthropic.Anthropic(base_url=u, api_key=KEY, max_retries=0) for u in urls]
@@ -74,7 +75,7 @@ def loop(urls: list[str], shape: Shape, *, stream: bool, seen: list[dict[str, An
         {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=3]]"}]
     replies: list[Any] = []
     for n in range(8):
-        params: dict[str, Any] = {"model": BOUND_MODEL, "max_tokens": 4096, "thinking": {"type": "adaptive"},
+        params: dict[str, Any] = {"model": model, "max_tokens": 4096, "thinking": {"type": "adaptive"},
                                   "messages": messages, **shape(n)}
         client = clients[n % len(clients)]
         if stream:
@@ -85,7 +86,7 @@ def loop(urls: list[str], shape: Shape, *, stream: bool, seen: list[dict[str, An
         if seen is not None and sim is not None:
             seen.append(sim.last()["body"])
         replies.append(reply)
-        if reply.stop_reason != "tool_use":
+        if reply.stop_reason != "tool_use" or len(replies) == limit:
             return replies
         messages = [*messages, {"role": "assistant", "content": [b.model_dump(exclude_none=True)
                                                                  for b in reply.content]},
@@ -163,3 +164,35 @@ def test_drop_block_when_the_prefix_is_not_kept(sim: Sim, degraded: list[ServerP
     assert sum(metric_sum(sp, "gateway_binding_drops_total", reason="prefix_binding_mismatch")
                for sp in degraded) >= 3
     assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="drop_block") for sp in degraded) >= 3
+
+
+@pytest.fixture(scope="module")
+def unknown_binding_sim() -> Iterator[Sim]:
+    """A simulator on which a model thinkgate's routing table does not know to bind (``claude-opus-4-5``) binds."""
+    sp = start_process("sim", ["sim", "--bound-models", f"{UNKNOWN_BOUND},{BOUND_MODEL}"], "/_sim/stats")
+    try:
+        yield Sim(sp)
+    finally:
+        sp.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_binding_400_is_retried_once_without_the_stale_blocks(unknown_binding_sim: Sim, gateways: GatewayFactory,
+                                                                stream: bool) -> None:
+    """A model thinkgate does not know binds: its prefix is not kept, the binding 400 reaches thinkgate, which removes
+    the named block and every later thinking block and retries once; the client never sees the 400."""
+    sim = unknown_binding_sim
+    sp = gateways.start(sim.url)
+    try:
+        before = sim.stats()["rejections"].get("15", 0)
+        seen: list[dict[str, Any]] = []
+        replies = loop([sp.url], rewrites_system, stream=stream, seen=seen, sim=sim, limit=3, model=UNKNOWN_BOUND)
+        assert len(replies) == 3 and all(r.content[0].type == "thinking" for r in replies)
+        assert sim.stats()["rejections"].get("15", 0) - before == 2  # requests 2 and 3, each retried once
+        assert metric_sum(sp, "gateway_upstream_errors_total", kind="binding_mismatch") == 2
+        assert metric_sum(sp, "gateway_binding_retries_total", outcome="ok") == 2
+        assert metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") == 2
+        assert metric_sum(sp, "gateway_requests_total", status="4xx") == 0
+        assert thinking_blocks(seen[1]) == 0 and thinking_blocks(seen[2]) == 0  # what the retries sent
+    finally:
+        sp.stop()
