@@ -185,7 +185,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     if not same_tools:
         changes, added = _tool_changes(tools, history)
         if added:
-            params["tools"] = [*([] if history.tools == ABSENT else history.tools), *added]
+            params["tools"] = [*(history.tools if isinstance(history.tools, list) else []), *added]
             out.note[SENT] = _sent(params.get("system", ABSENT), params["tools"])
         if changes:
             content += changes
