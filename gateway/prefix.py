@@ -13,9 +13,11 @@ sent, and the ``role: "system"`` messages thinkgate put right before the turn's 
   client's new system prompt becomes a mid-conversation ``role: "system"`` message at the current turn, and tools it
   added or removed become ``tool_addition`` / ``tool_removal`` blocks in it (a new tool joins ``tools`` with
   ``defer_loading: true``, which no earlier block's prefix counts; beta ``mid-conversation-tool-changes-2026-07-01``);
-* **otherwise degrades**: where the client's prefix differs from the recorded one and the history carries thinking,
-  the request opts into ``drop_block`` (beta ``thinking-binding-controls-2026-08-01``, thinking ``adaptive``): the
-  upstream drops the stale blocks (the first one whose prefix changed and every later one) instead of a 400.
+* **otherwise degrades**: the replayed blocks produced under another prefix than the one now sent are removed where
+  they are at the front of the history (earlier turns: every thinking block up to the last stale one, which the
+  chain rule allows), else (one is the open tool loop's first block, which must stay) the request opts into
+  ``drop_block`` (beta ``thinking-binding-controls-2026-08-01``, thinking ``adaptive``): the upstream drops the first
+  stale block and every later one instead of a 400.
 
 What is no difference (1.9) is normalised away before comparing: ``cache_control``, a string vs one text block,
 whitespace around text, tool order.
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from gateway import sanitize
 from gateway.actions import Action, ActionKind
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import JSON, Request
@@ -163,9 +166,15 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
             out.note[SENT] = _sent(system, tools)  # sent as the client has it (recorded where it changed)
         now = sent_digest(system, tools)
         msgs = req.messages
-        if any(history.produced_under.get(pos, now) != now and msgs[i].role == "assistant" and msgs[i].has_thinking()
-               for i, pos in replayed.items()):
-            _opt_into_drop_block(req, out)  # a replayed block was produced under another prefix
+        stale = [i for i, pos in replayed.items() if history.produced_under.get(pos, now) != now
+                 and msgs[i].role == "assistant" and msgs[i].has_thinking()]
+        if stale:  # replayed blocks produced under another prefix: removed from the front, else drop_block
+            stripped = sanitize.strip_front(msgs, max(stale), "stale_prefix")
+            if stripped is None:
+                _opt_into_drop_block(req, out)
+            else:
+                out.actions += stripped
+                out.changed = True
         return out
     if same_system and same_tools and not inserted:
         return out  # the client's prefix is the recorded one (what is no difference aside)

@@ -139,6 +139,23 @@ def strip_bound(req: Request, i: int, j: int, caps: ModelCaps, policy: Policy,
     return actions + sanitize(req, lambda b: True, caps, policy, betas)
 
 
+def strip_front(msgs: list[Message], upto: int, detail: str) -> list[Action] | None:
+    """Thinking blocks bound to a prefix that is gone, at the front of the history (protocols.md 1.9: blocks may be
+    removed from the front, not from the middle): every thinking block of the assistant messages up to ``upto``
+    removed (text and tool calls stay). None (nothing changed) when that would take the thinking of the trailing
+    tool loop's first message (rule 9): the caller degrades another way."""
+    first = trailing_loop_start(msgs)
+    if first is not None and first <= upto:
+        return None
+    actions: list[Action] = []
+    for k in range(upto + 1):
+        m = msgs[k]
+        if m.role == "assistant" and m.has_thinking():
+            actions += [Action(ActionKind.BINDING_STRIPPED, k, detail) for b in m.content if b.type in THINKING_TYPES]
+            m.content = [b for b in m.content if b.type not in THINKING_TYPES]
+    return actions
+
+
 def run(req: Request, verified: Verified, verbatim: Sequence[int], caps: ModelCaps, policy: Policy,
         betas: frozenset[str], prior: Sanitized | None) -> tuple[SanitizeResult, Sanitized | None]:
     """Sanitize ``req`` in place; ``verified`` and ``verbatim`` are repair's findings: the thinking blocks proven

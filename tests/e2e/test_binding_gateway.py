@@ -196,3 +196,47 @@ def test_a_binding_400_is_retried_once_without_the_stale_blocks(unknown_binding_
         assert thinking_blocks(seen[1]) == 0 and thinking_blocks(seen[2]) == 0  # what the retries sent
     finally:
         sp.stop()
+
+
+def two_turns(urls: list[str], *, sim: Sim, seen: list[dict[str, Any]]) -> list[Any]:
+    """Two user turns of one tool round each; the client adds a tool when it asks its second question."""
+    clients = [anthropic.Anthropic(base_url=u, api_key=KEY, max_retries=0) for u in urls]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=1]]"}]
+    replies: list[Any] = []
+    for n in range(4):
+        tools = [WEATHER_TOOL] if n < 2 else [WEATHER_TOOL, CLOCK_TOOL]
+        reply = clients[n % len(clients)].messages.create(
+            model=BOUND_MODEL, max_tokens=4096, thinking={"type": "adaptive"}, system="You are a coding assistant.",
+            tools=tools, messages=messages)  # type: ignore[arg-type]
+        seen.append(sim.last()["body"])
+        replies.append(reply)
+        messages = [*messages, {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                                 for b in reply.content]}]
+        if reply.stop_reason == "tool_use":
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                for b in reply.content if b.type == "tool_use"]})
+        else:
+            messages.append({"role": "user", "content": "Now check the clock too."})
+    return replies
+
+
+def test_a_tool_added_at_a_new_turn(sim: Sim, kept: list[ServerProcess], degraded: list[ServerProcess],
+                                    redis_server: RedisServer) -> None:
+    """Straight to the simulator the second turn fails; kept, every block reaches the upstream; not kept, only the
+    first turn's blocks (produced under the old tool set) are removed, by thinkgate from the front of the history,
+    and the second turn's stay (no drop_block, which would drop every block after the first stale one)."""
+    with pytest.raises(anthropic.BadRequestError) as err:
+        two_turns([sim.url], sim=sim, seen=[])
+    assert err.value.body["error"]["message"] == BOUND_400.format(i=1, j=0) + NEEDS_BETA  # type: ignore[index]
+    for pair, sent in ((kept, [0, 1, 2, 3]), (degraded, [0, 1, 0, 1])):
+        redis_server.flush()
+        before = sim.stats()["rejections"]
+        seen: list[dict[str, Any]] = []
+        replies = two_turns([sp.url for sp in pair], sim=sim, seen=seen)
+        assert all(r.content[0].type == "thinking" for r in replies)
+        assert sim.stats()["rejections"] == before
+        assert [thinking_blocks(b) for b in seen] == sent
+        assert all("block_binding" not in b["thinking"] for b in seen)
+    assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") for sp in degraded) >= 2

@@ -146,3 +146,30 @@ def test_the_note_round_trips_through_the_store_codec() -> None:
     assert codec.decode_turn(codec.encode_turn(rec)).prefix == note
     plain = TurnRecord(content=[{"type": "text", "text": "x"}])
     assert len(codec.unpack(codec.encode_turn(plain))) == 10  # no note: the array an older reader knows
+
+
+def test_not_kept_stale_blocks_of_earlier_turns_are_removed_from_the_front() -> None:
+    """A tool added at a new user turn: the earlier turn's blocks (produced under the old tool set) are removed, the
+    open loop's own kept; no drop_block (which would take every later block with them)."""
+    think = [{"type": "thinking", "thinking": "t0", "signature": "s0"}]
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [*think, {"type": "tool_use", "id": "a", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ok"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t1", "signature": "s1"},
+                                          {"type": "text", "text": "done"}]},
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t2", "signature": "s2"},
+                                          {"type": "tool_use", "id": "b", "name": "get_time", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b", "content": "ok"}]}]
+    req = anthropic.decode_request({"model": BOUND, "messages": msgs, "system": "S", "tools": [W, C]})
+    notes = [{prefix.SENT: {"system": "S", "tools": [W]}}, {}, {prefix.SENT: {"system": "S", "tools": [W, C]}}]
+    out = prefix.stabilize(req, caps_for(BOUND), prefix.recorded(enumerate(notes)), {}, {1: 0, 3: 1, 5: 2},
+                           keep=False)
+    assert [(a.kind, a.message_index) for a in out.actions] == [(ActionKind.BINDING_STRIPPED, 1),
+                                                                 (ActionKind.BINDING_STRIPPED, 3)]
+    assert out.betas == [] and req.thinking is None
+    body = body_of(req)
+    assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
+    assert [b["type"] for b in body["messages"][3]["content"]] == ["text"]
+    assert body["messages"][5]["content"][0] == {"type": "thinking", "thinking": "t2", "signature": "s2"}
