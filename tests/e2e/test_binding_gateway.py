@@ -71,6 +71,15 @@ def loop(urls: list[str], shape: Shape, *, stream: bool, seen: list[dict[str, An
     """A 3-round tool loop on the bound model, request n to ``urls[n % len(urls)]``; the replies (raises the SDK's
     error on a 4xx). ``seen``: each request's body as the simulator received it."""
     clients = [anthropic.Anthropic(base_url=u, api_key=KEY, max_retries=0) for u in urls]
+    try:
+        return _loop(clients, shape, stream=stream, seen=seen, sim=sim, limit=limit, model=model)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def _loop(clients: list[anthropic.Anthropic], shape: Shape, *, stream: bool, seen: list[dict[str, Any]] | None,
+          sim: Sim | None, limit: int | None, model: str) -> list[Any]:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=3]]"}]
     replies: list[Any] = []
@@ -201,6 +210,14 @@ def test_a_binding_400_is_retried_once_without_the_stale_blocks(unknown_binding_
 def two_turns(urls: list[str], *, sim: Sim, seen: list[dict[str, Any]]) -> list[Any]:
     """Two user turns of one tool round each; the client adds a tool when it asks its second question."""
     clients = [anthropic.Anthropic(base_url=u, api_key=KEY, max_retries=0) for u in urls]
+    try:
+        return _two_turns(clients, sim=sim, seen=seen)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def _two_turns(clients: list[anthropic.Anthropic], *, sim: Sim, seen: list[dict[str, Any]]) -> list[Any]:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=1]]"}]
     replies: list[Any] = []
