@@ -105,7 +105,12 @@ def recorded(turns: Iterable[tuple[int, Mapping[str, Any]]]) -> Recorded:
     for position, note in turns:
         sent = note.get(SENT)
         if isinstance(sent, dict):
-            out.system, out.tools, out.known = sent.get("system", ABSENT), sent.get("tools", ABSENT), True
+            # only what changed is recorded (None: the request had none)
+            if "system" in sent:
+                out.system = ABSENT if sent["system"] is None else sent["system"]
+            if "tools" in sent:
+                out.tools = ABSENT if sent["tools"] is None else sent["tools"]
+            out.known = True
             digest = sent_digest(out.system, out.tools)
             if not note.get(INSERTED):  # as sent (a kept prefix's new deferred tools come with their tool_addition)
                 out.offered = {n for t in out.tools if (n := _name(t)) and not (isinstance(t, dict) and
@@ -163,7 +168,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     same_tools = ct == tools_digest([] if history.tools == ABSENT else history.tools)
     if not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
         if not (same_system and same_tools):
-            out.note[SENT] = _sent(system, tools)  # sent as the client has it (recorded where it changed)
+            out.note[SENT] = _sent(system, tools, same_system, same_tools)  # sent as the client has it
         now = sent_digest(system, tools)
         msgs = req.messages
         stale = [i for i, pos in replayed.items() if history.produced_under.get(pos, now) != now
@@ -195,7 +200,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         changes, added = _tool_changes(tools, history)
         if added:
             params["tools"] = [*(history.tools if isinstance(history.tools, list) else []), *added]
-            out.note[SENT] = _sent(params.get("system", ABSENT), params["tools"])
+            out.note[SENT] = _sent(ABSENT, params["tools"], True, False)
         if changes:
             content += changes
             out.actions.append(Action(ActionKind.PREFIX_TOOLS_KEPT, len(msgs), "tool_changes"))
@@ -212,8 +217,10 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     return out
 
 
-def _sent(system: Any, tools: Any) -> dict[str, Any]:
-    return {k: v for k, v in (("system", system), ("tools", tools)) if v is not ABSENT}
+def _sent(system: Any, tools: Any, same_system: bool = False, same_tools: bool = False) -> dict[str, Any]:
+    """The note of what was sent: the parts that changed (both on a conversation's first record), None for none."""
+    return {k: None if v is ABSENT else v for k, v, same in (("system", system, same_system),
+                                                               ("tools", tools, same_tools)) if not same}
 
 
 def _instructions(system: Any) -> list[dict[str, JSON]]:

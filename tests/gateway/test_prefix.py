@@ -173,3 +173,12 @@ def test_not_kept_stale_blocks_of_earlier_turns_are_removed_from_the_front() -> 
     assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
     assert [b["type"] for b in body["messages"][3]["content"]] == ["text"]
     assert body["messages"][5]["content"][0] == {"type": "thinking", "thinking": "t2", "signature": "s2"}
+
+
+def test_records_stay_small_only_what_changed_is_kept() -> None:
+    big = [W, C, *({"name": f"tool_{k}", "input_schema": {"type": "object"}} for k in range(20))]
+    runs = conversation([{"system": f"S{n}", "tools": big} for n in range(3)], keep=False)
+    assert runs[0][1].note[prefix.SENT] == {"system": "S0", "tools": big}  # the first record: all of it
+    assert [r[1].note[prefix.SENT] for r in runs[1:]] == [{"system": "S1"}, {"system": "S2"}]  # then the system
+    kept = conversation([{"system": f"S{n}", "tools": big} for n in range(3)])
+    assert [prefix.SENT in r[1].note for r in kept] == [True, False, False]  # kept: nothing is sent differently
