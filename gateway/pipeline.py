@@ -196,6 +196,9 @@ def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: d
         return
     history: prefix.Recorded | None = None
     inserted: dict[int, list[dict[str, Any]]] = {}
+    msgs = req.messages
+    # (repair's indexes; sanitize rarely moves messages: one it moved is not trusted to be its turn)
+    matched = {i: t for i, t in matched.items() if i < len(msgs) and msgs[i].role == "assistant"}
     if result is not None and matched:
         last = matched[max(matched)]
         conv = result.conversations.get(last.scid)
