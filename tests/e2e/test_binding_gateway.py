@@ -257,3 +257,26 @@ def test_a_tool_added_at_a_new_turn(sim: Sim, kept: list[ServerProcess], degrade
         assert [thinking_blocks(b) for b in seen] == sent
         assert all("block_binding" not in b["thinking"] for b in seen)
     assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") for sp in degraded) >= 2
+
+
+def test_count_tokens_of_a_system_rewriting_client(sim: Sim, kept: list[ServerProcess],
+                                                   redis_server: RedisServer) -> None:
+    """The upstream checks the binding in ``count_tokens`` too (1.9): straight to the simulator the rewritten request
+    is the binding 400; through thinkgate it is counted with the recorded prefix."""
+    redis_server.flush()
+    seen: list[dict[str, Any]] = []
+    replies = loop([sp.url for sp in kept], rewrites_system, stream=False, seen=seen, sim=sim, limit=2)
+    body = {**seen[0], "messages": [*seen[0]["messages"],
+                                    {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                                      for b in replies[0].content]},
+                                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id,
+                                                                  "content": "ok"}
+                                                                 for b in replies[0].content if b.type == "tool_use"]}],
+            **rewrites_system(5)}
+    params = {k: v for k, v in body.items() if k in ("model", "system", "tools", "messages", "thinking")}
+    with anthropic.Anthropic(base_url=sim.url, api_key=KEY, max_retries=0) as direct:
+        with pytest.raises(anthropic.BadRequestError):
+            direct.messages.count_tokens(**params)
+    for sp in kept:
+        with anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) as client:
+            assert client.messages.count_tokens(**params).input_tokens > 0
