@@ -280,3 +280,38 @@ def test_count_tokens_of_a_system_rewriting_client(sim: Sim, kept: list[ServerPr
     for sp in kept:
         with anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) as client:
             assert client.messages.count_tokens(**params).input_tokens > 0
+
+
+def test_openai_chat_client_rewriting_its_system_message(sim: Sim, kept: list[ServerProcess],
+                                                         redis_server: RedisServer) -> None:
+    """The same through ``/v1/chat/completions`` (the official ``openai`` SDK): the client's system message changes on
+    every request; the recorded one is sent, the new one as a mid-conversation system message."""
+    import openai
+
+    redis_server.flush()
+    before = sim.stats()["rejections"]
+    tools: list[Any] = [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                              "required": ["city"]}}}]
+    msgs: list[Any] = [{"role": "user", "content": f"Check the weather {secrets.token_hex(4)} [[sim:tools=3]]"}]
+    clients = [openai.OpenAI(base_url=sp.url + "/v1", api_key=KEY, max_retries=0) for sp in kept]
+    try:
+        for n in range(8):
+            system = {"role": "system", "content": f"You are a coding assistant. Current time: 12:{n:02d}."}
+            reply = clients[n % 2].chat.completions.create(
+                model=BOUND_MODEL, messages=[system, *msgs], tools=tools, max_tokens=2048,
+                extra_body={"thinking": {"type": "adaptive"}})
+            message = reply.choices[0].message
+            if not message.tool_calls:
+                break
+            msgs += [message.model_dump(exclude_none=True),
+                     *({"role": "tool", "tool_call_id": t.id, "content": "ok"} for t in message.tool_calls)]
+    finally:
+        for c in clients:
+            c.close()
+    assert n == 3 and sim.stats()["rejections"] == before
+    last = sim.last()["body"]
+    assert last["system"] == "You are a coding assistant. Current time: 12:00."
+    assert [m["content"][0]["text"] for m in last["messages"] if m["role"] == "system"] == [
+        f"You are a coding assistant. Current time: 12:{n:02d}." for n in (1, 2, 3)]
+    assert thinking_blocks(last) == 3
