@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.actions import Action
 from gateway.continuation import Continuation
-from gateway.protocols.canonical import Request, Turn
+from gateway.protocols.canonical import Message, Request, Turn
 from gateway.vocab import ClientDialect, Endpoint, Via
 
 
@@ -38,6 +38,7 @@ class Exchange:
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
     prefix_note: dict[str, Any] = field(default_factory=dict)  # recorded with the turn (``gateway.prefix``)
+    prefix_added: list[Message] = field(default_factory=list)  # messages ``gateway.prefix`` inserted
     # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation``)
     continuation: Continuation = field(default_factory=Continuation)
 

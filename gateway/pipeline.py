@@ -213,6 +213,7 @@ def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: d
     replayed = {i: turn.position for i, turn in matched.items()}
     out = prefix.stabilize(req, caps, history, inserted, replayed, keep=gw.settings.keep_prefix)
     ex.prefix_note = out.note
+    ex.prefix_added = out.added
     if out.actions:
         ex.actions = ex.actions + out.actions
         metrics.observe_actions(out.actions, ex.dialect)
@@ -363,8 +364,11 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ticket, ex.continuation.ticket = ex.continuation.ticket, None
     try:
         path = ticket.path_hash() if ticket is not None else None
-        rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path,
-                          prefix=ex.prefix_note)
+        msgs = ex.request.messages
+        if ex.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
+            added = {id(m) for m in ex.prefix_added}
+            msgs = [m for m in msgs if id(m) not in added]
+        rec = turn_record(turn, msgs, upstream=ex.upstream, dialect=ex.dialect, path=path, prefix=ex.prefix_note)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
         res = await gw.store.record(ex.tenant, write)

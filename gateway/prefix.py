@@ -35,7 +35,7 @@ import orjson
 from gateway import sanitize
 from gateway.actions import Action, ActionKind
 from gateway.protocols import anthropic
-from gateway.protocols.canonical import JSON, Request
+from gateway.protocols.canonical import JSON, Message, Request
 from gateway.routing import ModelCaps
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -140,6 +140,7 @@ class Outcome:
     note: dict[str, Any] = field(default_factory=dict)
     betas: list[str] = field(default_factory=list)
     changed: bool = False
+    added: list[Message] = field(default_factory=list)  # the messages inserted (not the client's: never recorded)
 
 
 def sent_digest(system: Any, tools: Any) -> str:
@@ -191,7 +192,9 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
             params[key] = value
     msgs = list(req.messages)
     for i in sorted(inserted, reverse=True):
-        msgs[i:i] = [anthropic.decode_message(m, i) for m in inserted[i]]
+        back = [anthropic.decode_message(m, i) for m in inserted[i]]
+        msgs[i:i] = back
+        out.added += back
     content: list[dict[str, JSON]] = []
     if cs != history.client_system:
         content += _instructions(system)
@@ -207,6 +210,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     if content:
         message = {"role": "system", "content": content}
         msgs.append(anthropic.decode_message(message, len(msgs)))
+        out.added.append(msgs[-1])
         out.note[INSERTED] = [message]
     if inserted:
         out.actions.append(Action(ActionKind.PREFIX_REINSERTED, None, "recorded_messages"))

@@ -315,3 +315,31 @@ def test_openai_chat_client_rewriting_its_system_message(sim: Sim, kept: list[Se
     assert [m["content"][0]["text"] for m in last["messages"] if m["role"] == "system"] == [
         f"You are a coding assistant. Current time: 12:{n:02d}." for n in (1, 2, 3)]
     assert thinking_blocks(last) == 3
+
+
+def test_a_client_that_replays_no_history(sim: Sim, kept: list[ServerProcess], redis_server: RedisServer) -> None:
+    """A client that names its conversation (``X-AG-Conversation-Id``) and sends only its new messages, with a new
+    system prompt each time: the history is rebuilt from the records with each inserted system message once, in
+    its place (what thinkgate inserted is kept in the prefix note, not in the recorded prompt)."""
+    redis_server.flush()
+    before = sim.stats()["rejections"]
+    base: dict[str, Any] = {"model": BOUND_MODEL, "max_tokens": 2048, "thinking": {"type": "adaptive"},
+                            "tools": [WEATHER_TOOL]}
+    first = {"role": "user", "content": f"Fix the failing test {secrets.token_hex(4)} [[sim:tools=3]]"}
+    clients = [anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) for sp in kept]
+    try:
+        raw = clients[0].messages.with_raw_response.create(**base, system="S0", messages=[first])
+        scid, reply = raw.headers["x-ag-conversation-id"], raw.parse()
+        for n in range(1, 4):
+            results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                                                   for b in reply.content if b.type == "tool_use"]}
+            reply = clients[n % 2].messages.create(**base, system=f"S{n}", messages=[results],
+                                                   extra_headers={"x-ag-conversation-id": scid})
+            assert reply.content[0].type == "thinking"
+    finally:
+        for c in clients:
+            c.close()
+    assert reply.stop_reason == "end_turn" and sim.stats()["rejections"] == before
+    last = sim.last()["body"]
+    assert last["system"] == "S0" and thinking_blocks(last) == 3
+    assert [m["content"][0]["text"] for m in last["messages"] if m["role"] == "system"] == ["S1", "S2", "S3"]
