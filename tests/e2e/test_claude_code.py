@@ -4,7 +4,9 @@ model that binds its thinking blocks to their prefix (``claude-opus-5-5``).
 The simulator's scenario marker in the prompt makes the model call a tool for two rounds (the first tool Claude Code
 offers: ``Agent`` is disallowed, so it is ``Bash``, whose call Claude Code refuses in ``-p`` mode without a permission:
 the refusal is the tool result), then answer. The run must end in success with no 4xx anywhere: Claude Code's own
-mid-conversation ``role: "system"`` message and betas pass, and every replayed block keeps its binding.
+mid-conversation ``role: "system"`` message and betas pass, and every replayed block keeps its binding. Run against
+one gateway, and against the deployment's HAProxy round-robin over three replicas on one real redis-server (each
+replica serves a request of the loop, so each turn is restored from what another replica recorded).
 
 Claude Code is found as ``$THINKGATE_CLAUDE_CODE`` (a path to its ``claude`` binary), ``claude`` on ``PATH``, or the
 platform binary under ``npm root -g`` (a global ``npm install -g @anthropic-ai/claude-code`` whose postinstall did not
@@ -22,7 +24,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.deploy.test_haproxy import HAProxy, _all_up, wait_for
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+from tests.redis_fixtures import RedisServer
 
 MODEL = "claude-opus-5-5"
 KEY = "sk-ant-claude-code-test-0123456789abcdef"
@@ -56,18 +60,37 @@ def claude() -> list[str]:
                 "to its claude binary)")
 
 
-@pytest.fixture()
-def gateway_for_claude(sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
-    sp = gateways.start(sim.url)
-    yield sp
-    sp.stop()
+@pytest.fixture(params=["one-gateway", "haproxy-3-replicas-redis"])
+def served_by(request: pytest.FixtureRequest, sim: Sim, gateways: GatewayFactory,
+              redis_server: RedisServer) -> Iterator[tuple[str, list[ServerProcess]]]:
+    """The URL Claude Code is pointed at and the gateways behind it: one gateway (embedded store), or the deployment's
+    HAProxy (``deploy/haproxy.cfg``, as ``tests/deploy/test_haproxy.py`` runs it) round-robin over three replicas on
+    one real redis-server."""
+    if request.param == "one-gateway":
+        sp = gateways.start(sim.url)
+        yield sp.url, [sp]
+        sp.stop()
+        return
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (Debian package haproxy)")
+    env = {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "claude-code-test-secret-0123456789ab"}
+    replicas = [gateways.start(sim.url, env) for _ in range(3)]
+    lb = HAProxy(replicas)
+    try:
+        wait_for(lambda: lb.proc.poll() is None and _all_up(lb), "every replica UP in HAProxy")
+        yield lb.url, replicas
+    finally:
+        lb.close()
+        for sp in replicas:
+            sp.stop()
 
 
 def test_claude_code_tool_loop_completes_without_4xx(claude: list[str], sim: Sim,
-                                                     gateway_for_claude: ServerProcess) -> None:
+                                                     served_by: tuple[str, list[ServerProcess]]) -> None:
+    url, gateways = served_by
     before = sim.stats()
     with tempfile.TemporaryDirectory() as home:
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "ANTHROPIC_BASE_URL": gateway_for_claude.url,
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "ANTHROPIC_BASE_URL": url,
                "ANTHROPIC_API_KEY": KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
         run = subprocess.run([*claude, "-p", "Check the build [[sim:tools=2]]", "--model", MODEL,
                               "--disallowedTools", "Agent", "--max-turns", "6", "--output-format", "json"],
@@ -79,8 +102,9 @@ def test_claude_code_tool_loop_completes_without_4xx(claude: list[str], sim: Sim
     after = sim.stats()
     assert after["rejections"] == before["rejections"]
     assert after["accepted"] - before["accepted"] >= 3  # two tool rounds and the answer
-    assert metric_sum(gateway_for_claude, "gateway_requests_total", status="4xx") == 0
-    assert metric_sum(gateway_for_claude, "gateway_requests_total", status="2xx") >= 3
+    assert sum(metric_sum(sp, "gateway_requests_total", status="4xx") for sp in gateways) == 0
+    served = [metric_sum(sp, "gateway_requests_total", status="2xx") for sp in gateways]
+    assert sum(served) >= 3 and sum(1 for n in served if n) == min(len(gateways), 3)  # round robin: each replica
     last = sim.last()["body"]
     assert last["model"] == MODEL and all(m["content"][0]["type"] == "thinking"
                                           for m in last["messages"] if m["role"] == "assistant")
