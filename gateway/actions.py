@@ -35,6 +35,13 @@ class ActionKind(StrEnum):
     MODEL_BINDING_MISMATCH = "model_binding_mismatch"
     COMPACTION_RESTORED = "compaction_restored"  # a recorded compaction block the client dropped or re-encoded
     THINKING_CLEARED = "thinking_cleared"        # a turn restored without the thinking clear_thinking clears
+    # binding models (``gateway.prefix``, protocols.md 1.9): the recorded system sent, the client's new one as a
+    # mid-conversation system message; tool changes as tool_addition / tool_removal; recorded insertions put back
+    PREFIX_SYSTEM_KEPT = "prefix_system_kept"
+    PREFIX_TOOLS_KEPT = "prefix_tools_kept"
+    PREFIX_REINSERTED = "prefix_reinserted"
+    BINDING_DROP_BLOCK = "binding_drop_block"    # the prefix changed: the request opted into ``drop_block``
+    BINDING_STRIPPED = "binding_stripped"        # after a binding 400: the stale thinking blocks removed, retried
 
 
 class Action(NamedTuple):

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 KINDS: tuple[str, ...] = (
+    "binding_mismatch",            # a thinking block bound to a different conversation (prefix binding, 1.8, 1.9)
     "invalid_signature",           # Anthropic signature invalid, forged, foreign, missing (E2, E3, rule 15)
     "thinking_block_in_disabled",  # thinking in a final assistant message while thinking is off (E6)
     "first_block_not_thinking",    # the loop's assistant message / a thinking message does not start with it (E1, E5)
@@ -41,7 +42,7 @@ KINDS: tuple[str, ...] = (
     "other",
 )
 # The kinds that mean "history or thinking was not replayed intact": they should sit at zero.
-SIGNATURE_KINDS: frozenset[str] = frozenset(KINDS[:6])
+SIGNATURE_KINDS: frozenset[str] = frozenset(KINDS[:7])
 
 _I = re.IGNORECASE
 # THE table. Ordered: first match wins. Patterns are matched against the unwrapped messages,
@@ -54,6 +55,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"`?(reasoning_content|content\[\]\.thinking)`? in the thinking mode must be passed back", _I)),
     ("missing_thought_signature", re.compile(r"missing a `?thought_signature`?", _I)),
     ("missing_thought_signature", re.compile(r"corrupted thought signature", _I)),
+    # the binding 400 (protocols.md 1.8, rule 15) starts as the tampered-signature one: its own sentence first
+    ("binding_mismatch", re.compile(r"The block is bound to a different conversation", _I)),
     ("invalid_signature", re.compile(r"Invalid `?signature`? in `?thinking`? block", _I)),
     ("invalid_signature", re.compile(r"\.thinking\.signature: Field required", _I)),
     ("thinking_block_in_disabled", re.compile(

@@ -4,10 +4,11 @@ the endpoints, the metrics and the logs, so none of them imports another to name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.actions import Action
 from gateway.continuation import Continuation
-from gateway.protocols.canonical import Request, Turn
+from gateway.protocols.canonical import Message, Request, Turn
 from gateway.vocab import ClientDialect, Endpoint, Via
 
 
@@ -37,6 +38,8 @@ class Exchange:
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
     position: int | None = None      # where the turn was recorded (with ``scid``), once it is
+    prefix_note: dict[str, Any] = field(default_factory=dict)  # recorded with the turn (``gateway.prefix``)
+    prefix_added: list[Message] = field(default_factory=list)  # messages ``gateway.prefix`` inserted
     # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation``)
     continuation: Continuation = field(default_factory=Continuation)
 

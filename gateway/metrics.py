@@ -116,6 +116,19 @@ TOKEN_TYPES = frozenset(TOKEN_KEYS) | {"other"}
 # Tenant prefixes are not a closed set: each worker names the first GATEWAY_METRICS_TENANTS it sees and counts every
 # other one as "other" (``TenantLabels``), so this vocabulary holds only the catch-all.
 TENANTS = frozenset({"other"})
+# Binding models (``gateway.prefix``): how a request's prefix was kept (the recorded system with the client's new one as
+# a mid-conversation system message, tool changes as tool_addition / tool_removal, recorded insertions put back) or,
+# where it could not be, degraded (opted into drop_block; stale blocks stripped after a binding 400)
+PREFIX_REWRITES: dict[ActionKind, str] = {
+    ActionKind.PREFIX_SYSTEM_KEPT: "system_message", ActionKind.PREFIX_TOOLS_KEPT: "tool_changes",
+    ActionKind.PREFIX_REINSERTED: "reinserted", ActionKind.BINDING_DROP_BLOCK: "drop_block",
+    ActionKind.BINDING_STRIPPED: "stripped"}
+PREFIX_REWRITE_KINDS = frozenset(PREFIX_REWRITES.values()) | {"other"}
+# ``input_transformations`` ``thinking_dropped`` entries of upstream answers, by reason (protocols.md 1.9)
+BINDING_DROP_REASONS = frozenset({"prefix_binding_mismatch", "model_binding_mismatch",
+                                  "organization_binding_mismatch", "other"})
+# a binding 400 answered by one retry with the stale blocks stripped: the retry's outcome
+BINDING_RETRY_OUTCOMES = frozenset({"ok", "failed", "other"})
 
 
 def label(value: object, allowed: frozenset[str]) -> str:
@@ -163,6 +176,9 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_record_retries_total": {"outcome": RECORD_RETRY_OUTCOMES},
     "gateway_storage_limited_total": {"limit": STORAGE_LIMITS},
     "gateway_params_dropped_total": {"param": DROPPED_PARAMS, "route": PARAM_ROUTES},
+    "gateway_prefix_rewrites_total": {"kind": PREFIX_REWRITE_KINDS},
+    "gateway_binding_drops_total": {"reason": BINDING_DROP_REASONS},
+    "gateway_binding_retries_total": {"outcome": BINDING_RETRY_OUTCOMES},
 }
 
 
@@ -211,6 +227,12 @@ STORAGE_LIMITED = _counter("gateway_storage_limited_total", "Turns the per-tenan
 TOKENS = _counter("gateway_tokens_total", "Tokens the upstreams reported using (input, output, cache_read, "
                                          "cache_write; reasoning, part of output, where reported), by model family "
                                          "and tenant")
+PREFIX_REWRITES_TOTAL = _counter("gateway_prefix_rewrites_total",
+                                 "Requests to binding models whose prefix thinkgate kept or degraded, by kind")
+BINDING_DROPS = _counter("gateway_binding_drops_total",
+                         "Thinking blocks the upstream reported dropped (input_transformations), by reason")
+BINDING_RETRIES = _counter("gateway_binding_retries_total",
+                           "Binding 400s answered by one retry with the stale thinking blocks removed, by outcome")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
 
@@ -376,6 +398,23 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     if restored or degraded:
         _child(HISTORY_REBUILDS, "partial" if restored and degraded else "restored" if restored
                else "degraded").inc()
+
+
+def observe_prefix(actions: Iterable[Action]) -> None:
+    """Pipeline, prefix stage (binding models): each kind of rewrite once per request."""
+    for kind in {a.kind for a in actions if a.kind in PREFIX_REWRITES}:
+        _child(PREFIX_REWRITES_TOTAL, PREFIX_REWRITES[kind]).inc()
+
+
+def observe_binding_drops(transformations: object) -> None:
+    """An upstream answer's ``input_transformations``: its ``thinking_dropped`` entries, by reason."""
+    for t in transformations if isinstance(transformations, list) else ():
+        if isinstance(t, dict) and t.get("type") == "thinking_dropped":
+            _child(BINDING_DROPS, label(t.get("reason"), BINDING_DROP_REASONS)).inc()
+
+
+def observe_binding_retry(ok: bool) -> None:
+    _child(BINDING_RETRIES, "ok" if ok else "failed").inc()
 
 
 def observe_replay(hit: bool) -> None:

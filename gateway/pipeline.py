@@ -12,13 +12,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway import context_edits, continuation, identity, metrics, model_switch, paths, repair, sanitize, splice
+from gateway import (
+    classify,
+    context_edits,
+    continuation,
+    identity,
+    metrics,
+    model_switch,
+    paths,
+    prefix,
+    repair,
+    sanitize,
+    splice,
+)
 from gateway.actions import UNCHANGED, Action, ActionKind, action_kind
 from gateway.deps import Gateway
 from gateway.errors import bad_request
@@ -190,6 +203,48 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     elif ticket is not None:
         cont.splice = continuation.carry(ticket, req.messages, fixed, repaired, cleaned, sanitized)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
+    keep_prefix(ex, gw, result, fixed.matched)
+
+
+def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: dict[int, RecordedTurn]) -> None:
+    """On a model that binds thinking to its prefix: the prefix as recorded, or ``drop_block`` where it changed
+    (``gateway.prefix``); what was sent is recorded with the answer."""
+    assert ex.request is not None
+    req = ex.request
+    caps = gw.router.caps_for(req.model)
+    if caps.kind != "anthropic" or not caps.prefix_bound:
+        return
+    history: prefix.Recorded | None = None
+    inserted: dict[int, list[dict[str, Any]]] = {}
+    msgs = req.messages
+    # (repair's indexes; sanitize rarely moves messages: one it moved is not trusted to be its turn)
+    matched = {i: t for i, t in matched.items() if i < len(msgs) and msgs[i].role == "assistant"}
+    if result is not None and matched:
+        last = matched[max(matched)]
+        conv = result.conversations.get(last.scid)
+        if conv is not None:
+            history = prefix.recorded((t.position, t.prefix) for t in conv.turns
+                                      if t.position is not None and t.position <= last.position)
+        for i, turn in matched.items():
+            held = result.conversations.get(turn.scid)
+            rec = held.turn_at(turn.position) if held is not None else None
+            if rec is not None and rec.prefix.get(prefix.INSERTED):
+                inserted[i] = rec.prefix[prefix.INSERTED]
+    replayed = {i: turn.position for i, turn in matched.items()}
+    out = prefix.stabilize(req, caps, history, inserted, replayed, keep=gw.settings.keep_prefix)
+    ex.prefix_note = out.note
+    ex.prefix_added = out.added
+    if out.actions:
+        ex.actions = ex.actions + out.actions
+        metrics.observe_actions(out.actions, ex.dialect)
+        metrics.observe_prefix(out.actions)
+        log.info("prefix kept for a binding model: %s", ",".join(sorted({a.kind.value for a in out.actions})))
+    if out.betas:
+        ex.headers["anthropic-beta"] = prefix.with_betas(ex.headers.get("anthropic-beta"), out.betas)
+    if out.changed:
+        cont = ex.continuation
+        cont.changed = cont.in_place = True
+        cont.ticket = None  # messages were inserted: nothing of this request is kept for the next (replay_memo)
 
 
 def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | None, *, rebuilt: bool = False) -> None:
@@ -238,6 +293,37 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
     if sum(1 for m in msgs[:last] if m.role == "assistant") != turn.position:
         return False
     return paths.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
+
+
+_BOUND_AT = re.compile(r"messages\.(\d+)\.content\.(\d+): Invalid `signature` in `thinking` block\. The block is bound")
+
+
+def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
+    """A binding 400 (``classify``: ``binding_mismatch``) from an Anthropic upstream: the named block and every later
+    thinking block removed from the request (``sanitize.strip_bound``), so that it can be retried once. False: not
+    such a 400, or nothing to remove (the caller relays the 400)."""
+    if status != 400 or ex.request is None or classify.classify(status, body) != "binding_mismatch":
+        return False
+    found = _BOUND_AT.search(body.decode("utf-8", "replace"))
+    if found is None:
+        return False
+    req = ex.request
+    # the model binds (it answered the binding 400), whatever the table says: such models cannot disable thinking
+    # (an absent config is adaptive on them), so a loop left without its thinking travels as text (1.8, 1.9)
+    caps = dataclasses.replace(gw.router.caps_for(req.model), can_disable_thinking=False, prefix_bound=True)
+    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
+    actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.betas)
+    if not actions:
+        return False
+    ex.actions = ex.actions + actions
+    metrics.observe_actions(actions, ex.dialect)
+    metrics.observe_prefix(actions)
+    log.info("binding 400: %d stale thinking block(s) removed, retrying once",
+             sum(a.kind is ActionKind.BINDING_STRIPPED for a in actions))
+    cont = ex.continuation
+    cont.changed = cont.in_place = True
+    cont.ticket = None
+    return True
 
 
 def encode(ex: Exchange, gw: Gateway) -> None:
@@ -296,6 +382,7 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.turn = turn
     metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
                            gw.tenant_labels.of(ex.tenant))
+    metrics.observe_binding_drops(turn.extra.get("input_transformations"))
     if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
         return
     with gw.tracing.span("record"):
@@ -310,7 +397,11 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ticket, ex.continuation.ticket = ex.continuation.ticket, None
     try:
         path = ticket.path_hash() if ticket is not None else None
-        rec = turn_record(turn, ex.request.messages, upstream=ex.upstream, dialect=ex.dialect, path=path)
+        msgs = ex.request.messages
+        if ex.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
+            added = {id(m) for m in ex.prefix_added}
+            msgs = [m for m in msgs if id(m) not in added]
+        rec = turn_record(turn, msgs, upstream=ex.upstream, dialect=ex.dialect, path=path, prefix=ex.prefix_note)
         write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
                           fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
         res = await gw.store.record(ex.tenant, write)

@@ -290,8 +290,9 @@ def records_from(result: LoadResult, scid: str | None, caches: RecordCaches | No
 
 
 def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str,
-                path: paths.PathHash | None = None) -> TurnRecord:
-    """``path``: the running path hash over ``request_messages`` when the caller has it."""
+                path: paths.PathHash | None = None, prefix: dict[str, JSON] | None = None) -> TurnRecord:
+    """``path``: the running path hash over ``request_messages`` when the caller has it; ``prefix``: the prefix the
+    turn was produced under (``gateway.prefix``)."""
     fp = path.hexdigest() if path is not None else paths.path_fingerprint(request_messages)
     last = next((i for i in range(len(request_messages) - 1, -1, -1) if request_messages[i].role == "assistant"), -1)
     content = [store_block(b) for b in turn.content]
@@ -307,4 +308,5 @@ def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, d
         dialect=dialect,
         prefix_fingerprint=fp,
         prompt=[store_message(m) for m in request_messages[last + 1:]],
+        prefix=prefix or {},
     )

@@ -44,6 +44,13 @@ class ModelCaps:
     # the API before the model sees it, without an error; older models answer such a block with a 400 instead
     drops_unreadable_thinking: bool = False
     family: str = ""               # OpenAI-compatible upstreams: the model family behind it (``compat_family``)
+    # Thinking blocks bound to their prefix (system, tool set, earlier messages; protocols.md 1.8, 1.9): a changed
+    # prefix is the binding 400 unless the request opts into ``drop_block`` (``gateway.prefix``)
+    prefix_bound: bool = False
+    # The append-only forms that keep a prefix unchanged (1.9): a mid-conversation ``role: "system"`` message, and
+    # ``tool_addition`` / ``tool_removal`` blocks (beta ``mid-conversation-tool-changes-2026-07-01``)
+    system_messages: bool = False
+    tool_changes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,11 @@ class Route:
 
 # Ordered (pattern, caps): first match wins.
 _TABLE: tuple[tuple[re.Pattern[str], ModelCaps], ...] = (
+    # the models that run the prefix check (1.9: Fable/Mythos 5.x, Opus/Sonnet/Haiku 5.5); they take adaptive thinking
+    # only and accept both append-only forms (the mid-conversation-system-messages page lists them all)
+    (re.compile(r"^claude-((fable|mythos)-5|(opus|sonnet|haiku)-5-5)"),
+     ModelCaps("anthropic", can_disable_thinking=False, adaptive_only=True, prefix_bound=True, system_messages=True,
+               tool_changes=True, drops_unreadable_thinking=True)),
     (re.compile(r"^claude-(fable|mythos|opus|sonnet|haiku)-5"), ModelCaps(
         "anthropic", can_disable_thinking=False, adaptive_only=True, drops_unreadable_thinking=True)),
     (re.compile(r"^claude-(opus-4-7|opus-5|mythos)"), ModelCaps("anthropic", can_disable_thinking=False,

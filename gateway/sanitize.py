@@ -122,6 +122,45 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
     return run(req, verified, verbatim, caps, policy, betas, None)[0].actions
 
 
+def strip_bound(req: Request, i: int, j: int, caps: ModelCaps, policy: Policy,
+                betas: frozenset[str] = frozenset()) -> list[Action]:
+    """After a binding 400 naming ``messages.{i}.content.{j}`` (protocols.md 1.9, the recovery the guide recommends):
+    that block and every later thinking block go (text and tool calls stay), then the request is made consistent
+    again as any other (``sanitize``: e.g. a tool loop whose first message lost its thinking, on a model that cannot
+    disable thinking, travels as text). Empty when (i, j) names no thinking block."""
+    msgs = req.messages
+    if not (0 <= i < len(msgs)) or msgs[i].role != "assistant" or not (0 <= j < len(msgs[i].content)) \
+            or msgs[i].content[j].type not in THINKING_TYPES:
+        return []
+    actions: list[Action] = []
+    for k in range(i, len(msgs)):
+        m = msgs[k]
+        if m.role != "assistant" or not m.has_thinking():
+            continue
+        keep = [b for n, b in enumerate(m.content) if b.type not in THINKING_TYPES or (k == i and n < j)]
+        actions += [Action(ActionKind.BINDING_STRIPPED, k, b.type) for b in m.content
+                    if b.type in THINKING_TYPES and b not in keep]
+        m.content = keep
+    return actions + sanitize(req, lambda b: True, caps, policy, betas)
+
+
+def strip_front(msgs: list[Message], upto: int, detail: str) -> list[Action] | None:
+    """Thinking blocks bound to a prefix that is gone, at the front of the history (protocols.md 1.9: blocks may be
+    removed from the front, not from the middle): every thinking block of the assistant messages up to ``upto``
+    removed (text and tool calls stay). None (nothing changed) when that would take the thinking of the trailing
+    tool loop's first message (rule 9): the caller degrades another way."""
+    first = trailing_loop_start(msgs)
+    if first is not None and first <= upto:
+        return None
+    actions: list[Action] = []
+    for k in range(upto + 1):
+        m = msgs[k]
+        if m.role == "assistant" and m.has_thinking():
+            actions += [Action(ActionKind.BINDING_STRIPPED, k, detail) for b in m.content if b.type in THINKING_TYPES]
+            m.content = [b for b in m.content if b.type not in THINKING_TYPES]
+    return actions
+
+
 def run(req: Request, verified: Verified, verbatim: Sequence[int], caps: ModelCaps, policy: Policy,
         betas: frozenset[str], prior: Sanitized | None) -> tuple[SanitizeResult, Sanitized | None]:
     """Sanitize ``req`` in place; ``verified`` and ``verbatim`` are repair's findings: the thinking blocks proven

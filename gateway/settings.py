@@ -98,6 +98,9 @@ class Settings:
     state_machine_enabled: bool = True
     unverifiable_thinking: Literal["drop", "text"] = "drop"
     fix_thinking_params: bool = True
+    # binding models: keep the recorded prefix (mid-conversation system message, tool_addition / tool_removal);
+    # false: a changed prefix opts the request into drop_block instead (gateway.prefix)
+    keep_prefix: bool = True
     drop_unsupported_params: bool = False  # chat completions parameters an upstream cannot honour: 400, or dropped
     gemini_signature_bypass: str = BYPASS_SIGNATURE  # a documented bypass value, or "off"
     metrics_tenants: int = DEFAULT_METRICS_TENANTS  # the rest are "other" in gateway_tokens_total; 0 = all "other"
@@ -219,6 +222,7 @@ class Settings:
                 raise SettingsError("GATEWAY_UNVERIFIABLE_THINKING must be 'drop' or 'text'")
             kw["unverifiable_thinking"] = v
         _bool(kw, "fix_thinking_params", get("FIX_THINKING_PARAMS"))
+        _bool(kw, "keep_prefix", get("KEEP_PREFIX"))
         _bool(kw, "drop_unsupported_params", get("DROP_UNSUPPORTED_PARAMS"))
         if (v := get("GEMINI_SIGNATURE_BYPASS")) and v not in (*BYPASS_VALUES, BYPASS_OFF):
             raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "

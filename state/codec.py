@@ -13,8 +13,9 @@ version    payload
 Strings are packed as UTF-8 with ``surrogatepass``, so every Python ``str`` (thinking text, signature,
 unknown fields) round-trips exactly, byte for byte. Any failure raises ``CodecError``.
 A stored turn is the array ``[turn_id, content, provider, model, upstream, dialect, created_at,
-prefix_fingerprint, prompt, replay_digest]``; ``prompt`` and ``replay_digest`` are optional when decoding
-(older records lack them) and decoders ignore further trailing fields so newer writers stay readable.
+prefix_fingerprint, prompt, replay_digest, prefix]``; ``prompt``, ``replay_digest`` and ``prefix`` are optional when
+decoding (older records lack them; ``prefix`` is written only when set) and decoders ignore further trailing
+fields so newer writers stay readable.
 
 Decoded turns can be cached (``decode_turn``'s ``cache``, a ``TurnCache`` the store owns), keyed by the stored
 bytes and position: a conversation's older turns come back with every load, byte for byte the same, and decoding
@@ -104,6 +105,7 @@ def encode_turn(record: TurnRecord) -> bytes:
     return pack([
         record.turn_id, record.content, record.provider, record.model, record.upstream,
         record.dialect, record.created_at, record.prefix_fingerprint, record.prompt, record.replay_digest,
+        *((record.prefix,) if record.prefix else ()),
     ])
 
 
@@ -113,7 +115,7 @@ TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (store
 def turn_cost(record: TurnRecord) -> int:
     """The bytes a decoded turn holds in memory (measured: ``state.sizing``; not its stored size: a stored
     turn of many tiny blocks is small and compresses well, and its dicts take ten times that decoded)."""
-    extra = held(record.provider) if record.provider else 0
+    extra = (held(record.provider) if record.provider else 0) + (held(record.prefix) if record.prefix else 0)
     return TURN_OVERHEAD + held(record.content) + held(record.prompt) + extra
 
 
@@ -153,11 +155,14 @@ def _decode_turn(data: bytes, position: int | None) -> TurnRecord:
     digest = obj[_TURN_FIELDS + 1] if len(obj) > _TURN_FIELDS + 1 else b""
     if not isinstance(digest, bytes):
         raise CodecError("stored turn replay digest is not bytes")
+    prefix = obj[_TURN_FIELDS + 2] if len(obj) > _TURN_FIELDS + 2 else {}
+    if not isinstance(prefix, dict):
+        raise CodecError("stored turn prefix is not a map")
     try:
         return TurnRecord(content=content, model=model, upstream=upstream, dialect=dialect,
                           provider=provider, prefix_fingerprint=fingerprint,
                           created_at=float(created_at), turn_id=turn_id, position=position, prompt=prompt,
-                          replay_digest=digest)
+                          replay_digest=digest, prefix=prefix)
     except (TypeError, ValueError) as exc:
         raise CodecError(f"stored turn is invalid: {exc}") from exc
 

@@ -189,6 +189,13 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
         resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
         if span is not None:
             span.set_attribute("http.response.status_code", resp.status)
+    if body is not None and codec.call.caps.kind == "anthropic" and pipeline.strip_bound(ex, gw, resp.status, body):
+        # a binding 400 (a thinking block bound to a different conversation): one retry without the stale blocks
+        encode = codec.encoder()
+        ex.outgoing = encode(ex.request) if encode is not None else pipeline.anthropic_body(ex, ex.request, gw)
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
+        resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
+        metrics.observe_binding_retry(resp.status < 400)
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()

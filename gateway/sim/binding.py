@@ -34,6 +34,7 @@ from gateway.sim.context import compaction_positions, cut_at_compaction
 from gateway.sim.convo import THINKING_TYPES
 from gateway.sim.rules import BINDING_BETA
 from gateway.sim.signing import BINDING_DIGEST, Binding, Minter, MintInfo, model_family
+from gateway.sim.system_messages import added_tools
 
 # Where the reference names them (1.8, 1.9; the preserved-thinking pages list these model ids).
 DEFAULT_BOUND_MODELS: tuple[str, ...] = (
@@ -128,7 +129,7 @@ def _norm_message(m: Any) -> Any:
 
 
 def _referenced_tools(messages: list[Any]) -> set[str]:
-    names: set[str] = set()
+    names: set[str] = added_tools(messages)  # a deferred tool a mid-conversation tool_addition added
     for m in messages:
         for b in (m.get("content") if isinstance(m, dict) else None) or ():
             if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("name"), str):

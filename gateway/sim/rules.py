@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.sim import system_messages
 from gateway.sim.convo import THINKING_TYPES, Msg, turn_start, view
 from gateway.sim.signing import Minter, MintInfo
 
@@ -130,6 +131,9 @@ def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
            or _check_messages_shape(body["messages"]))
     if bad:
         return bad
+    system_bad = system_messages.check(body, betas)  # mid-conversation system messages, tool changes (1.9)
+    if system_bad:
+        return _v(*system_bad)
     if bound and isinstance(body.get("thinking"), dict) and body["thinking"]["type"] != "adaptive":
         return _v(RULE_ADAPTIVE_ONLY, MSG_ADAPTIVE_ONLY.format(type=body["thinking"]["type"]))
     mode = thinking_mode(body, bound)

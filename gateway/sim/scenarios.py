@@ -30,6 +30,7 @@ from gateway.sim.convo import first_user_text, tool_round, turn_number, view
 from gateway.sim.oracle import NAME, conversation_line
 from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
 from gateway.sim.signing import Minter
+from gateway.sim.system_messages import added_tools, offered, removed_tools
 
 MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
                   "46C9A13E193C177646C7398A98432ECCCE4C1253D5E2D82641AC0E52CC2876CB")
@@ -164,7 +165,9 @@ def thinking_text(seed: str, conversation: str | None = None) -> str:
 
 
 def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    for tool in body.get("tools") or ():
+    # after mid-conversation tool changes: the tools then offered (``system_messages``); else the first in ``tools``
+    changed = added_tools(body.get("messages") or []) or removed_tools(body.get("messages") or [])
+    for tool in offered(body) if changed else body.get("tools") or ():
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
             schema = tool.get("input_schema")
             return tool["name"], schema if isinstance(schema, dict) else {}

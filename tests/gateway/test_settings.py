@@ -20,11 +20,12 @@ def test_from_env_reads_every_documented_variable() -> None:
         "GATEWAY_REDIS_URL": "redis://:hunter2@db:6379/0", "GATEWAY_SECRET": "s3cret-value-0123456789abcdef012",
         "GATEWAY_STATE_TTL_SECONDS": "5", "GATEWAY_STATE_MAX_TURNS": "7", "GATEWAY_STORE_TIMEOUT_MS": "9",
         "GATEWAY_STATE_MACHINE_ENABLED": "false", "GATEWAY_UNVERIFIABLE_THINKING": "text",
-        "GATEWAY_FIX_THINKING_PARAMS": "no", "GATEWAY_READ_TIMEOUT_S": "1.5",
+        "GATEWAY_FIX_THINKING_PARAMS": "no", "GATEWAY_READ_TIMEOUT_S": "1.5", "GATEWAY_KEEP_PREFIX": "false",
     })
     assert (s.anthropic_base_url, s.max_body_bytes, s.state_ttl_seconds, s.state_max_turns) == ("http://up", 10, 5, 7)
     assert (s.store_timeout_ms, s.state_machine_enabled, s.unverifiable_thinking) == (9, False, "text")
     assert s.fix_thinking_params is False and s.read_timeout_s == 1.5
+    assert s.keep_prefix is False and Settings.from_env({}).keep_prefix is True
 
 
 def test_the_benchmarks_switch_continuations_off_by_name() -> None:

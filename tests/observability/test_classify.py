@@ -57,7 +57,11 @@ ANTHROPIC: list[tuple[str, str, str]] = [
      "different conversation. Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to "
      "\"drop_block\". That setting requires the `thinking-binding-controls-2026-08-01` value in the "
      "`anthropic-beta` header. The `system` prompt differs from the one this block was created with.",
-     "invalid_signature"),
+     "binding_mismatch"),
+    ("bound-prefix-with-beta", "messages.3.content.0: Invalid `signature` in `thinking` block. The block is bound to "
+     "a different conversation. Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to "
+     "\"drop_block\".", "binding_mismatch"),
+    ("tampered-on-bound-model", "messages.3.content.0: Invalid `signature` in `thinking` block", "invalid_signature"),
     ("overloaded", "Overloaded", "overloaded"),
 ]
 GEMINI_AI_STUDIO = ("Function call is missing a thought_signature in functionCall parts. This is required for tools "
