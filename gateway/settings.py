@@ -55,6 +55,9 @@ DESCRIPTIONS: dict[str, str] = {
     "load_cache_mb": "MiB of loaded conversations each worker keeps (LRU); 0 = off",
     "replay_memo_mb": "MiB of decoded histories each worker keeps (LRU); 0 = off",
     "metrics_tenants": "tenant prefixes each worker names in gateway_tokens_total (the rest: other); 0 = none",
+    "keep_prefix": "models that bind thinking to its prefix: resend the recorded system prompt and tools, the "
+                   "client's changes as a mid-conversation system message and tool_addition/tool_removal "
+                   "(false: opt into drop_block)",
     "continuations_off": f"benchmarks only: switch off {', '.join(sorted(CONTINUATIONS))} (comma-separated)",
     "state_machine_enabled": "record turns and repair replays from the records (the sanitizer always runs)",
     "unverifiable_thinking": "drop | text: what happens to thinking that cannot be verified",
