@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
+import orjson
 
 from tests.process_fixtures import Sim
 
@@ -132,6 +134,20 @@ def run_loop(send: Callable[[History], Answer], prompt: str, *,
             return answers, history
         history += tool_messages(answer)
     raise AssertionError("tool loop did not finish")
+
+
+def native_answer(resp: httpx.Response, stream: bool) -> dict[str, Any]:
+    """The model content of a native Gemini answer, its stream's chunks joined (an error chunk raises)."""
+    if not stream:
+        return dict(resp.json()["candidates"][0]["content"])
+    parts: list[dict[str, Any]] = []
+    for line in resp.text.splitlines():
+        if line.startswith("data: "):
+            chunk = orjson.loads(line[6:])
+            if "error" in chunk:
+                raise AssertionError(f"error chunk: {chunk}")
+            parts += chunk["candidates"][0]["content"].get("parts") or []
+    return {"role": "model", "parts": parts}
 
 
 @dataclass

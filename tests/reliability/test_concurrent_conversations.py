@@ -40,12 +40,11 @@ from typing import Any, Literal
 import anthropic
 import httpx
 import openai
-import orjson
 import pytest
 
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
 from tests.e2e.rewrites import ANTHROPIC, EDIT, strings
-from tests.gemini.helpers import CLAUDE, DEEPSEEK, GEMINI, OPENROUTER, ask, gateway_env, tool_messages
+from tests.gemini.helpers import CLAUDE, DEEPSEEK, GEMINI, OPENROUTER, ask, gateway_env, native_answer, tool_messages
 from tests.manglings.gemini import MANGLINGS as NATIVE
 from tests.manglings.openai import MANGLINGS as OPENAI
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
@@ -243,19 +242,6 @@ def play_gemini(conv: Conv, urls: list[str], key: str) -> None:
             contents += [content, {"role": "user", "parts": [
                 {"functionResponse": {"name": c["name"], "response": {"weather": "sunny", "args": c["args"]}}}
                 for c in calls]}]
-
-
-def native_answer(resp: httpx.Response, stream: bool) -> dict[str, Any]:
-    if not stream:
-        return dict(resp.json()["candidates"][0]["content"])
-    parts: list[dict[str, Any]] = []
-    for line in resp.text.splitlines():
-        if line.startswith("data: "):
-            chunk = orjson.loads(line[6:])
-            if "error" in chunk:
-                raise AssertionError(f"error chunk: {chunk}")
-            parts += chunk["candidates"][0]["content"].get("parts") or []
-    return {"role": "model", "parts": parts}
 
 
 PLAY: dict[Surface, Callable[[Conv, list[str], str], None]] = {
