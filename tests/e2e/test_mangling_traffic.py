@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e.traffic import CELLS, Report, plan, run
+from tests.e2e.traffic import CELLS, plan, run
 from tests.gemini.helpers import gateway_env
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
@@ -55,31 +55,13 @@ def replicas(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> I
         proxy.close()
 
 
-def problems(report: Report, *, keep_thinking: bool) -> list[str]:
-    out = [f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.errors} errors "
-           f"{r.samples[:2]}" for r in report.failing()]
-    if report.max_in_flight < MIN_IN_FLIGHT:
-        out.append(f"only {report.max_in_flight} conversations were in flight at once")
-    if report.tenants < 2:
-        out.append("one tenant only")
-    if report.rejections:
-        out.append(f"the simulator rejected requests: {report.rejections}")
-    if report.foreign:
-        out.append(f"{report.foreign} upstream requests carried another conversation's content")
-    if keep_thinking:
-        out += [f"{r.cell}: thinking kept on {r.kept} of {r.replayed} replayed turns" for r in report.cells.values()
-                if r.kept != r.replayed]
-        out += [f"{r.cell}: {r.stateless} stateless fallbacks" for r in report.cells.values() if r.stateless]
-    return out
-
-
 @pytest.mark.timeout(180)
 def test_every_cell_state_machine_on(replicas: Replicas, sim: Sim) -> None:
     report = run(replicas.on, replicas.proxy, sim, plan(per_cell=PER_CELL), workers=WORKERS, mode="on")
     print(report.table())
     assert len(report.cells) == len(CELLS)
     assert report.totals().replayed > 0
-    found = problems(report, keep_thinking=True)
+    found = report.problems(keep_thinking=True, min_in_flight=MIN_IN_FLIGHT)
     assert not found, report.table() + "\n" + "\n".join(found)
 
 
@@ -90,5 +72,5 @@ def test_every_cell_state_machine_off(replicas: Replicas, sim: Sim) -> None:
     print(report.table())
     assert len(report.cells) == len(CELLS)
     assert report.totals().stateless == report.requests, "the state machine is off: every request is stateless"
-    found = problems(report, keep_thinking=False)
+    found = report.problems(keep_thinking=False, min_in_flight=MIN_IN_FLIGHT)
     assert not found, report.table() + "\n" + "\n".join(found)

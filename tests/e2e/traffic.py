@@ -249,7 +249,7 @@ def play_augment(conv: Conv, urls: Sequence[str]) -> None:
     conversation_id = str(uuid.uuid4()) if server_side or conv.header else None
     headers = {"authorization": f"Bearer {conv.key}", **BETA}
     history: list[dict[str, Any]] = []
-    message, nodes = conv.prompt, []
+    message, nodes = conv.prompt, list[dict[str, Any]]()
     for _ in range(MAX_REQUESTS):
         body: dict[str, Any] = {"model": conv.cell.model, "message": message, "nodes": nodes,
                                 "chat_history": replay(history) if replay else [],
@@ -360,6 +360,27 @@ class Report:
     def failing(self) -> list[CellResult]:
         return [r for r in self.cells.values() if not r.clean]
 
+    def problems(self, *, keep_thinking: bool, min_in_flight: int = 8) -> list[str]:
+        """What breaks the promise: a cell with an upstream 4xx, an error or an unfinished conversation; fewer
+        than ``min_in_flight`` conversations at once or one tenant; a simulator rejection; another conversation's
+        content upstream; with ``keep_thinking`` (the state machine on: every replayed turn has a record), a
+        replayed turn without its thinking or a stateless fallback."""
+        out = [f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.errors} "
+               f"errors {r.samples[:2]}" for r in self.failing()]
+        if self.max_in_flight < min_in_flight:
+            out.append(f"only {self.max_in_flight} conversations were in flight at once")
+        if self.tenants < 2:
+            out.append("one tenant only")
+        if self.rejections:
+            out.append(f"the simulator rejected requests: {self.rejections}")
+        if self.foreign:
+            out.append(f"{self.foreign} upstream requests carried another conversation's content")
+        if keep_thinking:
+            out += [f"{r.cell}: thinking kept on {r.kept} of {r.replayed} replayed turns"
+                    for r in self.cells.values() if r.kept != r.replayed]
+            out += [f"{r.cell}: {r.stateless} stateless fallbacks" for r in self.cells.values() if r.stateless]
+        return out
+
     def table(self) -> str:
         lines = [f"state machine {self.mode}: {self.totals().runs} conversations, {self.requests} requests in "
                  f"{self.elapsed:.1f}s, {self.max_in_flight} in flight at most ({self.workers} workers), "
@@ -414,7 +435,7 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
     cells = {c.cell.id: CellResult(c.cell.id) for c in convs}
     for sp, n in zip(replicas, seen, strict=True):
         for line in access_lines(sp.log_lines())[n:]:
-            cell = by_route.get((line.get("endpoint"), line.get("model")))
+            cell = by_route.get((str(line.get("endpoint")), str(line.get("model"))))
             if cell is not None and line.get("stateful") is False:
                 cells[cell].stateless += 1
     for conv in convs:
