@@ -396,6 +396,18 @@ class Report:
         return "\n".join(lines)
 
 
+def _access_lines_after(replicas: Sequence[ServerProcess], seen: Sequence[int], n: int,
+                        timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The replicas' access-log lines after the first ``seen`` of each, once there are ``n`` of them (a gateway
+    writes a request's line just after its answer) or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for sp, k in zip(replicas, seen, strict=True) for line in access_lines(sp.log_lines())[k:]]
+        if len(lines) >= n or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.02)  # polling a child's log file: there is no event to await
+
+
 def _stateless_total(replicas: Sequence[ServerProcess]) -> float:
     return sum(sum(scrape(sp).get("gateway_stateless_requests_total", {}).values()) for sp in replicas)
 
@@ -433,11 +445,10 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
     # the access lines of this run, attributed to their cell by (endpoint, model)
     by_route: dict[tuple[str, str], str] = {(ENDPOINTS[c.cell.surface], c.cell.model): c.cell.id for c in convs}
     cells = {c.cell.id: CellResult(c.cell.id) for c in convs}
-    for sp, n in zip(replicas, seen, strict=True):
-        for line in access_lines(sp.log_lines())[n:]:
-            cell = by_route.get((str(line.get("endpoint")), str(line.get("model"))))
-            if cell is not None and line.get("stateful") is False:
-                cells[cell].stateless += 1
+    for line in _access_lines_after(replicas, seen, sum(c.requests for c in convs)):
+        cell = by_route.get((str(line.get("endpoint")), str(line.get("model"))))
+        if cell is not None and line.get("stateful") is False:
+            cells[cell].stateless += 1
     for conv in convs:
         r = cells[conv.cell.id]
         r.runs += 1
