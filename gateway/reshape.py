@@ -32,8 +32,8 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
       results (indexes stay as repair leaves them: the pipeline records by them).
 
     - a turn the client split into several assistant messages (its thinking and text apart from its calls: the
-      messages right before the one with its calls hold nothing else of it, ``_split_from``): one message again
-      (``turn_joined``).
+      messages right before and right after the one with its calls hold nothing else of it, ``_split_around``):
+      one message again (``turn_joined``).
 
     Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
     the pinned indexes (after the insertions), in order, with the action each gets."""
@@ -56,10 +56,11 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
             if id(m) in as_is or not m.tool_use_ids():
                 i += 1
                 continue
-            split = _split_from(msgs, i, conv) if msgs[i - 1].role == "assistant" else None
-            if split is not None and split[1].position not in taken:  # (its calls are this message's)
-                j, whole = split
-                msgs[j:i + 1] = [Message("assistant", [])]
+            split = _split_around(msgs, i, conv) if msgs[i - 1].role == "assistant" or (
+                i + 1 < len(msgs) and msgs[i + 1].role == "assistant") else None
+            if split is not None and split[2].position not in taken:  # (its calls are this message's)
+                j, k, whole = split
+                msgs[j:k + 1] = [Message("assistant", [])]
                 out[j] = (whole, ActionKind.TURN_JOINED)
                 taken.add(whole.position)
                 i = j + 1
@@ -92,11 +93,13 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     return out
 
 
-def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, RecordedTurn] | None:
+def _split_around(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, int, RecordedTurn] | None:
     """A turn the client split into messages: ``msgs[i]``'s tool ids name one turn, whose calls are exactly its (in
-    order, names agreeing), and the assistant messages right before it carry no call and nothing but blocks of that
+    order, names agreeing), and the assistant messages right before it and right after it (its trailing fragments:
+    a client that put the turn's text or thinking after its calls) carry no call and nothing but blocks of that
     turn (thinking and redacted thinking by their exact text or data, text by its exact text), none of them a
-    recorded turn by its replay digest. (The first of those messages' index, the turn); None otherwise."""
+    recorded turn by its replay digest. (The first and the last of those messages' indexes, the turn); None
+    otherwise (no such message on either side)."""
     m = msgs[i]
     ids = m.tool_use_ids()
     turn = _named_by(ids, conv)
@@ -107,18 +110,22 @@ def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[in
                                             recorded, strict=False)):
         return None
     parts = {_part_key(b) for b in turn.content}
-    j = i
-    while j > 0 and msgs[j - 1].role == "assistant" and not msgs[j - 1].tool_use_ids():
-        prev = msgs[j - 1]
-        if (prev.replay_digest and conv.find_digest(prev.replay_digest)) or not prev.peek_content() or \
-                any(_part_key(b) not in parts for b in prev.peek_content()):
-            break
+
+    def fragment(x: Message) -> bool:
+        return x.role == "assistant" and not x.tool_use_ids() and bool(x.peek_content()) and \
+            not (x.replay_digest and conv.find_digest(x.replay_digest)) and \
+            all(_part_key(b) in parts for b in x.peek_content())
+
+    j, k = i, i
+    while j > 0 and fragment(msgs[j - 1]):
         j -= 1
-    return (j, turn) if j < i else None
+    while k + 1 < len(msgs) and fragment(msgs[k + 1]):
+        k += 1
+    return (j, k, turn) if (j, k) != (i, i) else None
 
 
 def _part_key(b: Block) -> tuple[str, str] | None:
-    """What identifies a block as part of a recorded turn when a client split the turn (``_split_from``)."""
+    """What identifies a block as part of a recorded turn when a client split the turn (``_split_around``)."""
     if isinstance(b, ThinkingBlock):
         return ("thinking", b.thinking or "")
     if isinstance(b, RedactedThinkingBlock):

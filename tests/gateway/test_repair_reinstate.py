@@ -205,6 +205,28 @@ def test_a_turn_split_into_messages_is_one_message_again() -> None:
         assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
 
 
+def test_a_turn_split_with_trailing_fragments_is_one_message_again() -> None:
+    """The client sent the turn's text or thinking after its call (a client that shows the calls first), or parts on
+    both sides: the fragments after the call go back into the turn too, as recorded, in one message."""
+    t = TURNS[0]
+    for parts in ([t[2:], t[:2]], [t[:1] + t[2:], t[1:2]], [t[2:], t[:1], t[1:2]], [t[:1], t[2:], t[1:2]],
+                  [t[1:], t[:1]]):
+        req = request(ASK, *({"role": "assistant", "content": p} for p in parts), results("toolu_a1"))
+        repaired, cleaned = run(req, records(*TURNS))
+        assert wire(req.messages) == [ASK, {"role": "assistant", "content": t}, results("toolu_a1")], parts
+        assert repaired == [ActionKind.RESTORED, ActionKind.TURN_JOINED]
+        assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+    # a later round: the fragment after round 1's calls, before its results; round 0 replayed as it is
+    t = TURNS[1]
+    req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                  {"role": "assistant", "content": t[2:]}, {"role": "assistant", "content": t[:2]},
+                  results("toolu_b1", "toolu_b2"))
+    repaired, _ = run(req, records(*TURNS))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                                  {"role": "assistant", "content": t}, results("toolu_b1", "toolu_b2")]
+    assert repaired.count(ActionKind.TURN_JOINED) == 1
+
+
 def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it() -> None:
     """Text the turn does not hold, thinking of another turn, or a recorded turn replayed as it is (its digest)
     before the message with the calls: nothing is joined."""
@@ -214,6 +236,12 @@ def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it
                       results("toolu_a1"))
         res = repair(req.messages, records(*TURNS))
         assert ActionKind.TURN_JOINED not in [a.kind for a in res.actions] and len(req.messages) == 4, before
+    # nor after it (the next turn replayed as it is, text the turn does not hold, another turn's thinking)
+    for after in ([{"type": "text", "text": "Something else."}], other[:1], TURNS[2]):
+        req = request(ASK, {"role": "assistant", "content": TURNS[0]}, {"role": "assistant", "content": after},
+                      results("toolu_a1"))
+        res = repair(req.messages, records(*TURNS))
+        assert ActionKind.TURN_JOINED not in [a.kind for a in res.actions] and len(req.messages) == 4, after
 
 
 # ------------------------------------------------------------------ as a property over the real load path
@@ -225,7 +253,7 @@ RESHAPED = {ActionKind.TURN_REINSTATED, ActionKind.TURNS_SEPARATED, ActionKind.T
 def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) -> list[dict[str, Any]]:
     """``history`` (the first user message, then an assistant message and its results per round) with round ``k``'s
     boundaries changed: its assistant message dropped, merged with the next round's (their results too), or split
-    (thinking and text apart from the calls)."""
+    (thinking and text apart from the calls, before them or after them)."""
     out = copy.deepcopy(history)
     a = 1 + 2 * k
     if shape == "drop":
@@ -233,10 +261,11 @@ def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) ->
     elif shape == "merge" and k + 1 < rounds:
         out[a:a + 4] = [{"role": "assistant", "content": out[a]["content"] + out[a + 2]["content"]},
                         {"role": "user", "content": out[a + 1]["content"] + out[a + 3]["content"]}]
-    elif shape == "split":
+    elif shape in ("split", "split_after"):
         blocks = out[a]["content"]
-        out[a:a + 1] = [{"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
-                        {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}]
+        parts = [{"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
+                 {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}]
+        out[a:a + 1] = parts if shape == "split" else parts[::-1]
     return out
 
 
@@ -244,7 +273,7 @@ def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) ->
 @given(prompts=st.lists(st.sampled_from(["fix the bug", "add a test"]), min_size=2, max_size=4),
        turns=st.integers(1, 3), files=st.lists(st.sampled_from(["a.py", "b.py"]), min_size=12, max_size=12),
        source=st.integers(0, 3), upto=st.integers(1, 3), changed=st.integers(0, 2),
-       shape=st.sampled_from(["drop", "merge", "split"]), ids=st.sampled_from(["kept", "renumbered"]),
+       shape=st.sampled_from(["drop", "merge", "split", "split_after"]), ids=st.sampled_from(["kept", "renumbered"]),
        header=st.sampled_from(["none", "own", "fresh", "other"]))
 def test_a_reshaped_turn_is_always_the_identified_conversations_own(
         prompts: list[str], turns: int, files: list[str], source: int, upto: int, changed: int, shape: str,
