@@ -49,7 +49,8 @@ from tests.gemini.helpers import (
     GEMINI_COMPAT,
     OPENROUTER,
     ask,
-    native_answer,
+    function_responses,
+    native_round,
     tool_messages,
 )
 from tests.manglings import augment as augment_manglings
@@ -78,7 +79,6 @@ GEMINI_CONFIG = {"tools": [{"functionDeclarations": [
     {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
     {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}]}],
     "generationConfig": {"thinkingConfig": {"includeThoughts": True}}}
-NATIVE_BYPASS = "skip_thought_signature_validator"
 
 
 @dataclass(frozen=True)
@@ -221,25 +221,18 @@ def play_openai(conv: Conv, urls: Sequence[str]) -> None:
 def play_gemini(conv: Conv, urls: Sequence[str]) -> None:
     mangle = gemini_manglings.MANGLINGS[conv.case]
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": conv.prompt}]}]
-    action = "streamGenerateContent?alt=sse" if conv.stream else "generateContent"
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
         for _ in range(MAX_REQUESTS):
             url = conv.url(urls)
-            headers = {"x-goog-api-key": conv.key, **conv.header_scid()}
             conv.requests += 1
-            resp = http.post(f"{url}/v1beta/models/{conv.cell.model}:{action}", headers=headers,
-                             json={"contents": mangle(contents), **GEMINI_CONFIG})
-            if resp.status_code != 200:
-                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
-            conv.scids.append(resp.headers.get(SCID))
-            content = native_answer(resp, conv.stream)
-            calls = [p["functionCall"] for p in content["parts"] if "functionCall" in p]
-            if not calls:
+            content, scid = native_round(http, url, conv.cell.model, stream=conv.stream, config=GEMINI_CONFIG,
+                                         contents=mangle(contents), headers={"x-goog-api-key": conv.key,
+                                                                             **conv.header_scid()})
+            conv.scids.append(scid)
+            if not (responses := function_responses(content)):
                 conv.completed = True
                 return
-            contents += [content, {"role": "user", "parts": [
-                {"functionResponse": {"name": c["name"], "response": {"weather": "sunny", "args": c["args"]}}}
-                for c in calls]}]
+            contents += [content, responses]
 
 
 def play_augment(conv: Conv, urls: Sequence[str]) -> None:
@@ -286,34 +279,44 @@ def _openai_turn_kept(path: str, m: dict[str, Any]) -> bool:
         return bool(m.get("reasoning_opaque"))
     if "/deepseek/" in path:
         return bool(m.get("reasoning_content"))
-    # Gemini's OpenAI-compatibility layer: the first call's signature, genuine (never the bypass value)
-    calls = m.get("tool_calls") or [{}]
-    holder = calls[0] if m.get("tool_calls") else m
+    # Gemini's OpenAI-compatibility layer: the first call's signature (a text answer's: the message's), genuine
+    holder = (m.get("tool_calls") or [m])[0]
     sig = ((holder.get("extra_content") or {}).get("google") or {}).get("thought_signature")
     return bool(sig) and sig not in GEMINI_BYPASS[AISTUDIO]
 
 
-def replayed_thinking(ex: Exchange) -> tuple[int, int]:
-    """(replayed assistant/model turns, those that carry their thinking) in one upstream request."""
+def _anthropic_turn_kept(content: Any) -> bool:
+    return isinstance(content, list) and bool(content) and (
+        content[0].get("type") == "redacted_thinking"
+        or (content[0].get("type") == "thinking" and bool(content[0].get("signature"))))
+
+
+def _gemini_turn_kept(content: dict[str, Any]) -> bool:
+    parts = content.get("parts") or [{}]
+    calls = [p for p in parts if "functionCall" in p]
+    sig = calls[0].get("thoughtSignature") if calls else None
+    return parts[0].get("thought") is True and bool(sig) and sig not in GEMINI_BYPASS[AISTUDIO]
+
+
+def replayed_turns(ex: Exchange) -> list[bool]:
+    """Per replayed assistant/model turn of one upstream request: does it carry its thinking (Anthropic: a signed
+    thinking block or redacted thinking first; Gemini: a thought part and a genuine ``thoughtSignature`` on the
+    first call; OpenRouter: encrypted reasoning; Copilot: ``reasoning_opaque``; DeepSeek: ``reasoning_content``;
+    Gemini's OpenAI layer: a genuine ``extra_content`` signature)."""
     body, path = ex.body, ex.path
     if not isinstance(body, dict):
-        return 0, 0
+        return []
     if path.startswith("/v1/messages"):
-        turns = [m["content"] for m in body.get("messages", ()) if m.get("role") == "assistant"]
-        kept = sum(1 for c in turns if isinstance(c, list) and c and (
-            c[0].get("type") == "redacted_thinking" or (c[0].get("type") == "thinking" and c[0].get("signature"))))
-        return len(turns), kept
+        return [_anthropic_turn_kept(m.get("content")) for m in body.get("messages", ())
+                if m.get("role") == "assistant"]
     if path.startswith("/v1beta/models/"):
-        models = [c for c in body.get("contents", ()) if c.get("role") == "model"]
-        kept = 0
-        for c in models:
-            calls = [p for p in c.get("parts", ()) if "functionCall" in p]
-            if c["parts"] and c["parts"][0].get("thought") is True and calls \
-                    and calls[0].get("thoughtSignature") not in (None, NATIVE_BYPASS):
-                kept += 1
-        return len(models), kept
-    turns = [m for m in body.get("messages", ()) if m.get("role") == "assistant"]
-    return len(turns), sum(1 for m in turns if _openai_turn_kept(path, m))
+        return [_gemini_turn_kept(c) for c in body.get("contents", ()) if c.get("role") == "model"]
+    return [_openai_turn_kept(path, m) for m in body.get("messages", ()) if m.get("role") == "assistant"]
+
+
+def thinking_lost(ex: Exchange) -> list[int]:
+    """Indexes of the replayed assistant/model turns in an upstream request that go without their thinking."""
+    return [k for k, kept in enumerate(replayed_turns(ex)) if not kept]
 
 
 # ------------------------------------------------------------------ the run
@@ -461,9 +464,9 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
         for ex in proxy.of(conv.name):
             r.upstream_4xx += 400 <= ex.status < 500
             if ex.status == 200:
-                replayed, kept = replayed_thinking(ex)
-                r.replayed += replayed
-                r.kept += kept
+                turns = replayed_turns(ex)
+                r.replayed += len(turns)
+                r.kept += sum(turns)
     return Report(mode, cells, elapsed, in_flight[1], workers, len({c.key for c in convs}),
                   {k: v for k, v in rejections.items() if v}, stats["foreign"] - stats0["foreign"],
                   _stateless_total(replicas) - stateless0, sum(c.requests for c in convs))

@@ -150,6 +150,26 @@ def native_answer(resp: httpx.Response, stream: bool) -> dict[str, Any]:
     return {"role": "model", "parts": parts}
 
 
+
+def native_round(http: httpx.Client, url: str, model: str, *, stream: bool, contents: list[dict[str, Any]],
+                 config: dict[str, Any], headers: dict[str, str]) -> tuple[dict[str, Any], str | None]:
+    """One request of a native Gemini client (raw JSON, so a mangling can touch every field): the model content
+    it got (an error status or error chunk raises) and the conversation id of the answer."""
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    resp = http.post(f"{url}/v1beta/models/{model}:{action}", headers=headers, json={"contents": contents, **config})
+    if resp.status_code != 200:
+        raise AssertionError(f"HTTP {resp.status_code}: {resp.text[:300]}")
+    return native_answer(resp, stream), resp.headers.get(SCID)
+
+
+def function_responses(content: dict[str, Any]) -> dict[str, Any] | None:
+    """The user content answering every function call of a model content (None: it calls none)."""
+    calls = [p["functionCall"] for p in content["parts"] if "functionCall" in p]
+    return {"role": "user", "parts": [
+        {"functionResponse": {"name": c["name"], "response": {"weather": "sunny", "args": c["args"]}}}
+        for c in calls]} if calls else None
+
+
 @dataclass
 class Rejections:
     sim: Sim
