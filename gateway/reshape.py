@@ -25,7 +25,9 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     - a turn the client dropped but whose tool results it kept (a history trimmer that cuts whole messages): a
       user message right after a user message whose tool_results all name one turn goes after that turn
       (``turn_reinstated``), unless the request carries that turn's calls elsewhere (a turn merged or moved,
-      not dropped);
+      not dropped); when those results open the request (the trimmer cut the question too), the turn goes back
+      after the user message it answered, from its record, so the history still opens with the user's words
+      (``_opening``);
     - turns the client merged into one assistant message (consecutive turns whose calls, all of them and in
       order, are the message's, the client's call names and inputs agreeing): each turn in a message of its own
       (``turns_separated``), an empty user message between them, where sanitize's tool chain moves each one's
@@ -43,6 +45,13 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
     taken: set[int] = set()
     i = max(start, 1)
+    opening = _opening(msgs, conv) if start == 0 else None
+    if opening is not None:  # the request opens with a dropped turn's results: its prompt and the turn go first
+        prompt, turn = opening
+        msgs[0:0] = [*prompt, Message("assistant", [])]
+        out[len(prompt)] = (turn, ActionKind.TURN_REINSTATED)
+        taken.add(turn.position)
+        i = len(prompt) + 2
     # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none of
     # them is reshaped (by object: indexes move as messages go in)
     replayed = [m for m in msgs[i:] if m.role == "assistant" and m.replay_digest]
@@ -91,6 +100,27 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
                 continue
         i += 1
     return out
+
+
+def _opening(msgs: list[Message], conv: ConversationView) -> tuple[list[Message], RecordedTurn] | None:
+    """A request that opens with the results of a turn the client dropped, together with the question before it:
+    ``msgs[0]`` is a user message whose tool_result ids all name one turn of ``conv``, the request carries none of
+    that turn's calls, and its record keeps the user message(s) it answered (its prompt), none of them a tool
+    result (the turn opened its tool loop). (Those messages, the turn); None otherwise: a turn further into a loop
+    would open the history itself, which not every upstream accepts, so its results stay the tool chain's."""
+    if not msgs or msgs[0].role != "user":
+        return None
+    ids = msgs[0].result_shape().result_ids
+    turn = _named_by(ids, conv) if ids else None
+    if turn is None:
+        return None
+    own = set(_tool_ids(turn.content))
+    if any(t in own for m in msgs if m.role == "assistant" for t in m.tool_use_ids()):
+        return None
+    prompt = list(turn.prompt)
+    if not prompt or any(p.role != "user" or p.result_shape().result_ids for p in prompt):
+        return None
+    return prompt, turn
 
 
 def _split_around(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, int, RecordedTurn] | None:
@@ -162,14 +192,14 @@ def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:
 
 def dropped_result_ids(msgs: list[Message]) -> list[str]:
     """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
-    (a user message right after a user message: ``_reshape``), for the load query: with no assistant message
-    to name the conversation, they may be the only ids that do."""
+    (a user message right after a user message, or the first message: ``reshape``), for the load query: with no
+    assistant message to name the conversation, they may be the only ids that do."""
     out: list[str] = []
-    for i in range(len(msgs) - 1, 0, -1):
+    for i in range(len(msgs) - 1, -1, -1):
         m = msgs[i]
         if m.role == "assistant":
             break
-        if m.role == "user" and msgs[i - 1].role == "user":
+        if m.role == "user" and (i == 0 or msgs[i - 1].role == "user"):
             out += m.result_shape().result_ids
     return out
 

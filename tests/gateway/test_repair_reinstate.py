@@ -40,8 +40,10 @@ def turn(n: int, *calls: str) -> list[dict[str, Any]]:
 TURNS = [turn(0, "toolu_a1"), turn(1, "toolu_b1", "toolu_b2"), turn(2)]
 
 
-def records(*contents: list[dict[str, Any]]) -> Records:
-    recs = tuple(TurnRecord(content=c, replay_digest=replay_digest(c) or b"", position=i)
+def records(*contents: list[dict[str, Any]], prompts: dict[int, list[dict[str, Any]]] | None = None) -> Records:
+    """The conversation of these turns (``prompts``: the request-side messages a turn answered, by position)."""
+    recs = tuple(TurnRecord(content=c, replay_digest=replay_digest(c) or b"", position=i,
+                            prompt=(prompts or {}).get(i, []))
                  for i, c in enumerate(contents))
     conv = ConversationState(scid=SCID, created_at=0, updated_at=0, version=1, turns=recs, last_verified=None,
                              first_position=0, next_position=len(recs))
@@ -146,6 +148,36 @@ def test_nothing_goes_back_without_a_conversation_or_after_an_assistant_message(
     assert ActionKind.TURN_REINSTATED not in run(req, records(*TURNS))[0]
 
 
+def test_results_that_open_the_request_bring_back_their_turn_after_the_question_it_answered() -> None:
+    """The trimmer cut the question and the turn, and kept the turn's results as the first message: the turn goes
+    back before them, after the question it answered (its record's prompt), so the history opens with the user."""
+    prompts = {0: [ASK], 1: [results("toolu_a1")]}
+    req = request(results("toolu_a1"))
+    repaired, cleaned = run(req, records(*TURNS, prompts=prompts))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")]
+    assert repaired == [ActionKind.RESTORED, ActionKind.TURN_REINSTATED]
+    assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+    # more follows (the next round replayed as it is): the same, and the next round stays as it was
+    later = [{"role": "assistant", "content": TURNS[1]}, results("toolu_b1", "toolu_b2")]
+    req = request(results("toolu_a1"), *later)
+    repaired, _ = run(req, records(*TURNS, prompts=prompts))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"), *later]
+    assert repaired.count(ActionKind.TURN_REINSTATED) == 1
+
+
+def test_results_that_open_the_request_stay_the_tool_chains_without_a_plain_question_before_their_turn() -> None:
+    """A turn further into its loop answered tool results (it would open the history itself), a record with no
+    prompt kept, a turn whose calls the request carries, ids naming no turn: nothing goes back at index 0."""
+    for prompts, msgs in (({1: [results("toolu_a1")]}, [results("toolu_b1", "toolu_b2")]),
+                          ({}, [results("toolu_a1")]),
+                          ({0: [ASK]}, [results("toolu_a1"), {"role": "assistant", "content": TURNS[0]},
+                                        results("toolu_a1")]),
+                          ({0: [ASK]}, [results("toolu_zz")])):
+        req = request(*msgs)
+        repaired, _ = run(req, records(*TURNS, prompts=prompts))
+        assert ActionKind.TURN_REINSTATED not in repaired and len(req.messages) == len(msgs), (prompts, msgs)
+
+
 def test_a_rebuilt_history_is_left_as_it_was_pinned() -> None:
     req = request(ASK, results("toolu_a1"))
     res = repair(req.messages, records(*TURNS), pinned={})
@@ -166,6 +198,9 @@ def test_the_load_query_looks_up_a_dropped_turns_result_ids() -> None:
     assert build_query(msgs, None).tool_ids == ["toolu_a1", "toolu_b1"]
     msgs = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")).messages
     assert dropped_result_ids(msgs) == []
+    # results that open the request (the trimmer cut everything before them)
+    msgs = request(results("toolu_a1")).messages
+    assert dropped_result_ids(msgs) == ["toolu_a1"] and build_query(msgs, None).tool_ids == ["toolu_a1"]
 
 
 def test_consecutive_turns_merged_into_one_message_are_separated_again() -> None:
