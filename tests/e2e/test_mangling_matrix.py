@@ -66,7 +66,15 @@ from tests.gemini.helpers import (
 from tests.gemini.matrix import NativeLoop, OpenAILoop, Pair
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
-from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
+from tests.manglings.anthropic import (
+    CASE_THINKING,
+    FLOWS,
+    HISTORY_MANGLINGS,
+    MESSAGE_MANGLINGS,
+    NO_KEEP_CHECK,
+    REDACTED,
+    mangle_assistants,
+)
 from tests.openai import helpers as openai_helpers
 from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import GatewayFactory, Sim, free_port
@@ -119,17 +127,7 @@ class Route:
 # ------------------------------------------------------------------ anthropic surface -> anthropic upstream
 
 THINKING = {"type": "enabled", "budget_tokens": 2048}
-# Flows that are not a per-turn mangling of history.
-FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind", "edit_earlier_user"]
 ANTHROPIC_CASES = (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)
-# Flows where thinking legitimately cannot be on for every turn.
-NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
-# Cases whose conversations carry redacted_thinking after the thinking block.
-REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
-# Cases played with a thinking configuration of their own.
-CASE_THINKING: dict[str, dict[str, Any]] = {
-    "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
-}
 # The only cases whose upstream bodies may hold a synthesised result or a result turned into text.
 SYNTHESIZED_OK = {"tool_result_missing"}
 TEXTUALIZED_OK = {"orphan_tool_result_at_start"}

@@ -4,7 +4,8 @@ Every client surface x upstream pair the gateway serves (``CELLS``: the Anthropi
 Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, and OpenRouter-, Copilot-, DeepSeek-
 and Gemini-compat-style upstreams; the Gemini surface in front of Gemini) plays the manglings of its wire shape
 (``tests/manglings/``, the same tables the acceptance matrix ``tests/e2e/test_mangling_matrix.py`` plays one at a
-time) as tool-loop conversations, many at once: a thread pool of ``workers`` conversations in flight, two tenants
+time, with its Anthropic flows: thinking switched mid-loop, a retry, a rewind, an edited first message) as tool-loop
+conversations, many at once: a thread pool of ``workers`` conversations in flight, two tenants
 (two API keys, alternating), every request of a conversation on the other replica than the one before, streams
 and non-streams, with and without the conversation-id header. The replicas are two gateway processes on one
 real redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between them and the strict
@@ -12,7 +13,7 @@ simulator keeps what the upstream received for each conversation (``[[sim:conv=N
 
 Measured per cell (``CellResult``): conversations (runs) and how many completed, requests, client-visible errors,
 upstream 4xx (the proxy's record of the simulator's answers), replayed turns the upstream received and how many
-of them carried their thinking (``thinking_kept``: Anthropic thinking blocks, Gemini thought parts with a genuine
+of them carried their thinking (not counted for the flows that switch thinking mid-loop) (``thinking_kept``: Anthropic thinking blocks, Gemini thought parts with a genuine
 ``thoughtSignature``, OpenRouter encrypted reasoning, Copilot ``reasoning_opaque``, DeepSeek ``reasoning_content``,
 Gemini-compat ``extra_content`` signatures), and stateless fallbacks (requests the gateway served without records,
 from its access log's ``stateful`` field). Run-wide: the simulator's rejections and cross-conversation oracle
@@ -24,6 +25,7 @@ The short form runs in the process tier (``tests/e2e/test_mangling_traffic.py``)
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import uuid
@@ -56,7 +58,15 @@ from tests.gemini.helpers import (
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
-from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
+from tests.manglings.anthropic import (
+    CASE_THINKING,
+    FLOWS,
+    HISTORY_MANGLINGS,
+    MESSAGE_MANGLINGS,
+    NO_KEEP_CHECK,
+    REDACTED,
+    mangle_assistants,
+)
 from tests.process_fixtures import ServerProcess, Sim, scrape
 from tests.reliability.loops import access_lines
 from tests.reliability.recording_proxy import Exchange, RecordingProxy
@@ -71,10 +81,6 @@ REQUEST_TIMEOUT_S = 60
 # The access log's endpoint label of each surface (``gateway.surfaces``).
 ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_completions",
                                  "gemini": "generate_content", "augment": "chat_stream"}
-# Cases whose Anthropic conversations carry redacted_thinking, and those played with adaptive thinking at
-# ``display: omitted`` (empty signed thinking): as the acceptance matrix plays them.
-REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
-CASE_THINKING: dict[str, dict[str, Any]] = {"drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"}}
 GEMINI_CONFIG = {"tools": [{"functionDeclarations": [
     {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
     {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}]}],
@@ -99,7 +105,7 @@ _MODELS = {"anthropic": CLAUDE, "gemini": GEMINI, "openrouter": OPENROUTER, "cop
            "deepseek": DEEPSEEK, "generic": GEMINI_COMPAT}
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
 CELLS: tuple[Cell, ...] = (
-    Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS))),
+    Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)),
     *(Cell("openai", up, model, openai_manglings.BY_UPSTREAM[up]) for up, model in _MODELS.items()),
     Cell("gemini", "gemini", GEMINI, tuple(sorted(gemini_manglings.MANGLINGS))),
     *(Cell("augment", up, model, _AUGMENT_CASES) for up, model in _MODELS.items()),
@@ -169,21 +175,41 @@ def play_anthropic(conv: Conv, urls: Sequence[str]) -> None:
     clients = {u: anthropic.Anthropic(base_url=u, api_key=conv.key, max_retries=0, timeout=REQUEST_TIMEOUT_S,
                                       default_headers=BETA) for u in urls}
     case = conv.case
-    thinking = CASE_THINKING.get(case, THINKING)
+    base = CASE_THINKING.get(case, THINKING)
     history: list[dict[str, Any]] = [{"role": "user", "content": conv.prompt}]
 
     def mangled(h: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return mangle_assistants(h, case) if case in MESSAGE_MANGLINGS else HISTORY_MANGLINGS[case](h)
+        if case in MESSAGE_MANGLINGS:
+            return mangle_assistants(h, case)
+        if case in HISTORY_MANGLINGS:
+            return HISTORY_MANGLINGS[case](h)
+        if case == "edit_earlier_user" and len(h) > 3:
+            h = copy.deepcopy(h)
+            h[0]["content"] += " (edited: and in Madrid)"
+        return h
+
+    def ask_(thinking: dict[str, Any] | None) -> anthropic.types.Message:
+        params: dict[str, Any] = {"model": conv.cell.model, "max_tokens": 4096, "tools": [WEATHER_TOOL],
+                                  "messages": mangled(history), "extra_headers": conv.header_scid()}
+        if thinking is not None:
+            params["thinking"] = thinking
+        client = clients[conv.url(urls)]
+        conv.requests += 1
+        answer, headers = send(client, params, stream=conv.stream)
+        conv.scids.append(headers.get(SCID))
+        return answer
 
     try:
-        for _ in range(MAX_REQUESTS):
-            client = clients[conv.url(urls)]
-            params: dict[str, Any] = {"model": conv.cell.model, "max_tokens": 4096, "tools": [WEATHER_TOOL],
-                                      "thinking": thinking, "messages": mangled(history),
-                                      "extra_headers": conv.header_scid()}
-            conv.requests += 1
-            answer, headers = send(client, params, stream=conv.stream)
-            conv.scids.append(headers.get(SCID))
+        for step in range(MAX_REQUESTS):  # the flows as the acceptance matrix plays them (``FLOWS``)
+            thinking: dict[str, Any] | None = base
+            if (case == "thinking_off_mid_loop" and step >= 1) or (case == "thinking_on_mid_loop" and step == 0):
+                thinking = None
+            answer = ask_(thinking)
+            if case == "retry_twice":
+                answer = ask_(thinking)
+            if case == "rewind" and step == ROUNDS - 1:
+                history = history[:-2]  # drop the last assistant turn and its results, ask again
+                answer = ask_(thinking)
             if answer.stop_reason != "tool_use":
                 conv.completed = True
                 return
@@ -463,7 +489,7 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
                 r.samples += conv.errors
         for ex in proxy.of(conv.name):
             r.upstream_4xx += 400 <= ex.status < 500
-            if ex.status == 200:
+            if ex.status == 200 and conv.case not in NO_KEEP_CHECK:  # (thinking switched mid-loop: not kept)
                 turns = replayed_turns(ex)
                 r.replayed += len(turns)
                 r.kept += sum(turns)

@@ -150,3 +150,16 @@ HISTORY_MANGLINGS: dict[str, Callable[[History], History]] = {
     "orphan_tool_result_at_start": orphan_result_at_start,
     "rewrite_tool_ids": rewrite_tool_ids,
 }
+
+
+# How the matrices play them (``tests/e2e/test_mangling_matrix.py``, ``tests/e2e/traffic.py``):
+# flows that are not a per-turn mangling of history (played beside the manglings on the Anthropic surface)
+FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind", "edit_earlier_user"]
+# flows where thinking legitimately cannot be on for every turn
+NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
+# cases whose conversations carry redacted_thinking after the thinking block (``[[sim:redacted]]``)
+REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
+# cases played with a thinking configuration of their own
+CASE_THINKING: dict[str, dict[str, Any]] = {
+    "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
+}
