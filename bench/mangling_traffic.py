@@ -1,7 +1,7 @@
 """Issue 23 item 4, the long form: every mangling of every client surface x upstream pair under realistic traffic.
 
-    python bench/mangling_traffic.py [--repeat 1] [--workers 16] [--modes on,off] [--gateway-workers 1]
-                                     [--json out.json]
+    python bench/mangling_traffic.py [--repeat 1] [--workers 16] [--modes on,off[,store-down]]
+                                     [--gateway-workers 1] [--json out.json]
 
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
 proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-machine mode, two gateway
@@ -9,13 +9,14 @@ replicas (``thinkgate serve``) on that one redis-server, every upstream kind rou
 ``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 14 surface x upstream pairs) in each of
 the four stream x header combinations, ``--repeat`` times, all cells mixed, ``--workers`` conversations in
 flight at once, two tenants, every request on the other replica than the one before. With
-``GATEWAY_STATE_MACHINE_ENABLED`` on, then off.
+``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but ``GATEWAY_REDIS_URL`` names a port nothing
+listens on (every request a stateless fallback, behind the store's circuit breaker).
 
 Prints per mode and cell: runs (conversations), completed, requests, upstream 4xx, client errors, thinking kept /
 replayed turns (what the upstream received), stateless fallbacks (the gateways' access log; the run-wide
 ``gateway_stateless_requests_total`` in the header line), and what breaks the promise. Exit status 1 if anything
 does (state machine on: any 4xx, error, unfinished conversation, turn without its thinking or stateless
-fallback; off: any 4xx, error or unfinished conversation).
+fallback; off and store-down: any 4xx, error or unfinished conversation).
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.traffic import plan, run
 from tests.gemini.helpers import gateway_env
-from tests.process_fixtures import GatewayFactory, Sim, start_process
+from tests.process_fixtures import GatewayFactory, Sim, free_port, start_process
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import RecordingProxy
 
 SECRET = "bench-mangling-traffic-0123456789abcdef"
+# what each mode sets over the replicas' environment
+MODES: dict[str, dict[str, str]] = {
+    "on": {"GATEWAY_STATE_MACHINE_ENABLED": "true"},
+    "off": {"GATEWAY_STATE_MACHINE_ENABLED": "false"},
+    "store-down": {"GATEWAY_STATE_MACHINE_ENABLED": "true", "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+}
 
 
 def main() -> int:
@@ -47,8 +54,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the reports here")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(modes) <= {"on", "off"} or args.workers < 8:
-        ap.error("--modes takes on and/or off; --workers must be at least 8")
+    if not set(modes) <= set(MODES) or args.workers < 8:
+        ap.error(f"--modes takes {', '.join(MODES)}; --workers must be at least 8")
 
     redis_server = RedisServer()
     redis_server.start()
@@ -63,7 +70,7 @@ def main() -> int:
     reports = []
     try:
         for mode in modes:
-            mode_env = {**env, "GATEWAY_STATE_MACHINE_ENABLED": "true" if mode == "on" else "false"}
+            mode_env = {**env, **MODES[mode]}
             replicas = [gateways.start(proxy.url, mode_env, args.gateway_workers) for _ in range(2)]
             convs = plan(repeat=args.repeat, tag=f"{mode}{uuid.uuid4().hex[:6]}")
             report = run(replicas, proxy, sim, convs, workers=args.workers, mode=mode)
