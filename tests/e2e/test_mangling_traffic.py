@@ -78,6 +78,7 @@ def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
     report = traffic.report(mode)
     assert sorted(report.cells) == sorted(CELL_IDS)
     assert report.max_in_flight >= MIN_IN_FLIGHT and report.tenants == 2
+    assert all(len(r.tenants) == 2 for r in report.cells.values()), "every cell plays both tenants"
     assert report.foreign == 0, "an upstream request carried another conversation's content"
     totals = report.totals()
     assert totals.stateless == report.stateless_metric

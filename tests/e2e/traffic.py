@@ -13,11 +13,12 @@ simulator keeps what the upstream received for each conversation (``[[sim:conv=N
 
 Measured per cell (``CellResult``): conversations (runs) and how many completed, requests, client-visible errors,
 upstream 4xx (the proxy's record of the simulator's answers), replayed turns the upstream received and how many
-of them carried their thinking (not counted for the flows that switch thinking mid-loop) (``thinking_kept``: Anthropic thinking blocks, Gemini thought parts with a genuine
+of them carried their thinking (``replayed_turns``: Anthropic thinking blocks, Gemini thought parts with a genuine
 ``thoughtSignature``, OpenRouter encrypted reasoning, Copilot ``reasoning_opaque``, DeepSeek ``reasoning_content``,
-Gemini-compat ``extra_content`` signatures), and stateless fallbacks (requests the gateway served without records,
-from its access log's ``stateful`` field). Run-wide: the simulator's rejections and cross-conversation oracle
-(``foreign``), and the replicas' ``gateway_stateless_requests_total``.
+Gemini-compat ``extra_content`` signatures; not counted for the flows that switch thinking mid-loop), and stateless
+fallbacks (requests the gateway served without records, from its access log's ``stateful`` field). Run-wide: the
+simulator's rejections and cross-conversation oracle (``foreign``), and the replicas'
+``gateway_stateless_requests_total``.
 
 The short form runs in the process tier (``tests/e2e/test_mangling_traffic.py``), the long form is
 ``bench/mangling_traffic.py``.
@@ -148,24 +149,22 @@ def plan(cells: Sequence[Cell] = CELLS, *, per_cell: int | None = None, repeat: 
          tag: str = "") -> list[Conv]:
     """The conversations to play. ``per_cell`` None: every case of every cell in each of the four (stream,
     header) combinations, ``repeat`` times. Else ``per_cell`` conversations per cell, cases taken in turn from
-    ``offset`` on, stream and header alternating. Tenants alternate over all conversations."""
+    ``offset`` on, stream and header alternating. Within every cell the two tenants alternate; the cells are
+    interleaved, so every stretch of the run mixes surfaces, upstreams and tenants."""
     tag = tag or uuid.uuid4().hex[:8]
-    rows: list[tuple[Cell, str, bool, bool]] = []
-    for cell in cells:
+    lanes: list[list[tuple[Cell, str, bool, bool, str]]] = []
+    for c, cell in enumerate(cells):
         if per_cell is None:
-            rows += [(cell, case, stream, header) for _ in range(repeat) for case in cell.cases
-                     for stream in (False, True) for header in (True, False)]
+            rows = [(case, stream, header) for _ in range(repeat) for case in cell.cases
+                    for stream in (False, True) for header in (True, False)]
         else:
-            rows += [(cell, cell.cases[(offset + j) % len(cell.cases)], (offset + j) % 2 == 1,
-                      (offset + j) // 2 % 2 == 0) for j in range(per_cell)]
-    # interleave the cells, so every stretch of the run mixes surfaces, upstreams and tenants
-    by_cell: dict[str, list[tuple[Cell, str, bool, bool]]] = {}
-    for r in rows:
-        by_cell.setdefault(r[0].id, []).append(r)
-    mixed = [r for k in range(max(map(len, by_cell.values()), default=0)) for rs in by_cell.values()
-             if k < len(rs) for r in (rs[k],)]
-    return [Conv(n, f"t{n}-{tag}", cell, case, stream, header, TENANTS[n % 2])
-            for n, (cell, case, stream, header) in enumerate(mixed)]
+            rows = [(cell.cases[(offset + j) % len(cell.cases)], (offset + j) % 2 == 1, (offset + j) // 2 % 2 == 0)
+                    for j in range(per_cell)]
+        lanes.append([(cell, case, stream, header, TENANTS[(c + j) % 2])
+                      for j, (case, stream, header) in enumerate(rows)])
+    mixed = [lane[k] for k in range(max(map(len, lanes), default=0)) for lane in lanes if k < len(lane)]
+    return [Conv(n, f"t{n}-{tag}", cell, case, stream, header, key)
+            for n, (cell, case, stream, header, key) in enumerate(mixed)]
 
 
 # ------------------------------------------------------------------ the four client surfaces
@@ -359,6 +358,7 @@ class CellResult:
     replayed: int = 0        # replayed assistant turns the upstream received
     kept: int = 0            # ... with their thinking
     stateless: int = 0       # requests served without records (access log ``stateful: false``)
+    tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
     samples: list[str] = field(default_factory=list)  # a few error texts
 
     @property
@@ -480,6 +480,7 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
             cells[cell].stateless += 1
     for conv in convs:
         r = cells[conv.cell.id]
+        r.tenants.add(conv.key)
         r.runs += 1
         r.completed += conv.completed
         r.requests += conv.requests
