@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Kind = Literal["anthropic", "gemini", "openai"]
@@ -36,6 +36,7 @@ class ModelCaps:
     adaptive_only: bool = False
     kind: Kind = "anthropic"       # the upstream's API dialect
     flavor: str = ""               # OpenAI-compatible upstreams: generic | openrouter | copilot | deepseek
+    family: str = ""               # OpenAI-compatible upstreams: the model family behind it (``compat_family``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +70,29 @@ class Router:
             if model.startswith(r.prefix):
                 if r.kind == "anthropic":
                     return _builtin(model, ModelCaps("anthropic"))
-                return ModelCaps(r.upstream, kind=r.kind, flavor=r.flavor or self.default.flavor)
-        return _builtin(model, self.default)
+                return ModelCaps(r.upstream, kind=r.kind, flavor=r.flavor or self.default.flavor,
+                                 family=compat_family(model) if r.kind == "openai" else "")
+        caps = _builtin(model, self.default)
+        return replace(caps, family=compat_family(model)) if caps.kind == "openai" else caps
 
     def named_upstreams(self) -> dict[str, Route]:
         """The extra OpenAI-compatible upstreams the routes name (name -> route with its base URL)."""
         return {r.upstream: r for r in self.routes if r.base_url}
+
+
+# The model families an OpenAI-compatible upstream may serve whose reasoning rules thinkgate knows: a Gemini model
+# (``google/gemini-3-pro-preview`` on OpenRouter, ``gemini-3-pro-preview`` on Copilot or Gemini's compatibility
+# layer) needs its reasoning back on the current turn's calls and cannot disable thinking; an Anthropic model
+# (``anthropic/claude-sonnet-4.5``) follows Anthropic's thinking rules behind the compat translation.
+_COMPAT_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?:^|/)gemini-"), "gemini"),
+    (re.compile(r"^anthropic/|(?:^|/)claude-"), "anthropic"),
+)
+
+
+def compat_family(model: str) -> str:
+    """The family of a model an OpenAI-compatible upstream serves: ``gemini``, ``anthropic`` or ``""`` (other)."""
+    return next((family for pattern, family in _COMPAT_FAMILIES if pattern.search(model)), "")
 
 
 def _builtin(model: str, default: ModelCaps) -> ModelCaps:

@@ -29,7 +29,10 @@ the reference's Anthropic rules):
    signature; where no record supplied one, the configured bypass value does
    (reference 2.4), never another model's signature. With the bypass off, such a step
    degrades as a tool loop does for a model that cannot disable thinking (Gemini 3
-   cannot): its calls and their responses travel as text, so no signature is due.
+   cannot): its calls and their responses travel as text, so no signature is due. The same rule gives Gemini's
+   OpenAI-compatibility layer (the ``generic`` flavor, a Gemini model) its per-call signatures.
+8. OpenAI-compatible upstreams: each flavor's message-level reasoning fields, whole or degraded the way its
+   upstream accepts, and the reasoning parameter consistent with what remains (``sanitize_compat``).
 """
 
 from __future__ import annotations
@@ -41,8 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
-import orjson
-
+from gateway import sanitize_compat
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.protocols.canonical import (
     CLIENT,
@@ -50,18 +52,16 @@ from gateway.protocols.canonical import (
     Block,
     Message,
     ProviderSig,
-    RedactedThinkingBlock,
     Request,
     TextBlock,
     ThinkingBlock,
     ThoughtBlock,
-    ToolResultBlock,
     ToolUseBlock,
     is_blank_text,
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
 from gateway.routing import ModelCaps, origin_of
-from gateway.toolchain import ChainFold, chain_fold, content_text, fold_intact, repair_tool_chain
+from gateway.toolchain import ChainFold, chain_fold, fold_intact, repair_tool_chain, textualize
 
 INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 MIN_BUDGET = 1024
@@ -170,8 +170,10 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
     if not fold_intact(chain):
         actions += repair_tool_chain(msgs)
         loop_from = (0, NO_LOOP)
-    if caps.kind == "gemini":
+    if caps.kind == "gemini" or (caps.family == "gemini" and caps.flavor == "generic"):
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
+    if caps.kind == "openai":
+        sanitize_compat.run(req, caps, target, policy.unverifiable, trailing_loop_start, actions)
     if caps.kind != "anthropic":
         _no_trailing_thinking(msgs, actions)
         return SanitizeResult(actions, None, start)
@@ -303,11 +305,7 @@ def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, act
     results; in it, every assistant message's first tool call is signed, by a record or the bypass.
     Without a bypass an unsigned step and its results become text, which (a user message with text)
     moves the current turn past them; the steps after it are still checked."""
-    start = 0
-    for i, m in enumerate(msgs):
-        if m.role == "user" and any(not isinstance(b, ToolResultBlock) for b in m.content):
-            start = i + 1
-    for i in range(start, len(msgs)):
+    for i in range(sanitize_compat.current_turn_start(msgs), len(msgs)):
         m = msgs[i]
         if m.role != "assistant":
             continue
@@ -321,7 +319,7 @@ def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, act
         if bypass is None:
             for j in (i, i + 1):
                 if j < len(msgs) and (j == i or msgs[j].role == "user"):
-                    _textualize(msgs[j])
+                    textualize(msgs[j])
             actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, i, "gemini_unsigned_step"))
         else:
             m.content = [*m.content[:k], replace(first, sig=ProviderSig(target, bypass)), *m.content[k + 1:]]
@@ -404,24 +402,10 @@ def _no_trailing_thinking(msgs: list[Message], actions: list[Action]) -> None:
 def _textualize_loop(msgs: list[Message], start: int, actions: list[Action]) -> None:
     """For models that cannot disable thinking: close the open loop as plain text."""
     for i in range(start, len(msgs)):
-        _textualize(msgs[i])
+        textualize(msgs[i])
     actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, start))
 
 
-def _textualize(m: Message) -> None:
-    """One message's tool calls and results as text; Anthropic thinking removed."""
-    out: list[Block] = []
-    for b in m.content:
-        if isinstance(b, ThinkingBlock | RedactedThinkingBlock):
-            continue
-        if isinstance(b, ToolUseBlock):
-            out.append(TextBlock(f"[called tool {b.name} with {orjson.dumps(b.input).decode()}]"))
-        elif isinstance(b, ToolResultBlock):
-            out.append(TextBlock(f"[tool result]\n{content_text(b.content)}"))
-        else:
-            out.append(b)
-    m.content = out or [TextBlock("(no content)")]
-    m.content_was_string = False
 
 
 # ------------------------------------------------------------------ parameters

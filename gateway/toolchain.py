@@ -17,8 +17,19 @@ import dataclasses
 import hashlib
 from typing import Any
 
+import orjson
+
 from gateway.actions import Action, ActionKind
-from gateway.protocols.canonical import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from gateway.protocols.canonical import (
+    Block,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 NO_RESULT = "No result was returned for this tool call."
 
@@ -172,6 +183,23 @@ def _renamed_repeats(msgs: list[Message]) -> list[Action]:
 
 def _fresh_id(old: str, i: int, k: int) -> str:
     return "toolu_tg" + hashlib.sha256(f"{old}\0{i}\0{k}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def textualize(m: Message) -> None:
+    """One message's tool calls and results as text (a loop closed for an upstream that would reject it as
+    calls); Anthropic thinking removed."""
+    out: list[Block] = []
+    for b in m.content:
+        if isinstance(b, ThinkingBlock | RedactedThinkingBlock):
+            continue
+        if isinstance(b, ToolUseBlock):
+            out.append(TextBlock(f"[called tool {b.name} with {orjson.dumps(b.input).decode()}]"))
+        elif isinstance(b, ToolResultBlock):
+            out.append(TextBlock(f"[tool result]\n{content_text(b.content)}"))
+        else:
+            out.append(b)
+    m.content = out or [TextBlock("(no content)")]
+    m.content_was_string = False
 
 
 def result_as_text(b: ToolResultBlock) -> str:

@@ -13,10 +13,13 @@
   and a minted ``reasoning_opaque``; dropping it fails with the Vertex text (rule 22);
   an assistant ``content: []`` is ``invalid request body``.
 * ``/deepseek/v1/chat/completions``: ``reasoning_content`` on every answer; with ``tools`` in the
-  request, any earlier assistant message the simulator minted (its tool calls, or a text answer, which
-  ends in a MAC tag) that comes back without it fails (rule 23).
+  request and thinking mode on (``thinking.type`` not ``disabled``), any earlier assistant message the
+  simulator minted (its tool calls, or a text answer, which ends in a MAC tag) in a span between two user
+  messages where the model called tools, that comes back without it, fails (rule 23; docs/upstream-rules.md).
 
-An OpenRouter request for an Anthropic model (``anthropic/...``) whose assistant ``tool_calls`` repeat an
+An OpenRouter request for an Anthropic model (``anthropic/...``) is translated to Anthropic Messages and checked by the
+strict Anthropic rules, their errors relayed as OpenRouter relays them (``openrouter_anthropic``); one whose assistant
+``tool_calls`` repeat an
 id gets Anthropic's duplicate-id error relayed the way OpenRouter relays provider errors (``RULE_DUPLICATE_TOOL_ID``;
 the message/block index is where OpenRouter's translation would put the call, INFERRED). No other profile checks
 ids: no source shows Gemini, Copilot or DeepSeek rejecting a repeated one.
@@ -43,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.sim import openrouter_anthropic
 from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
@@ -161,6 +165,34 @@ def _duplicate_tool_id(msgs: list[dict[str, Any]]) -> tuple[int, Any, str] | Non
     return None
 
 
+def _deepseek_thinking(body: dict[str, Any]) -> bool:
+    """DeepSeek's thinking mode: on unless ``thinking.type`` is ``disabled`` (its default is on)."""
+    t = body.get("thinking")
+    return not (isinstance(t, dict) and t.get("type") == "disabled")
+
+
+def _spans_with_calls(msgs: list[dict[str, Any]]) -> list[bool]:
+    """Per message: whether it sits between two ``user`` messages (a span) in which an assistant message calls tools
+    (DeepSeek: the reasoning of such a span's assistant messages must come back; that of other spans is ignored)."""
+    out: list[bool] = []
+    span: list[int] = []
+    calls = False
+
+    def close() -> None:
+        for k in span:
+            out[k] = calls
+    for i, m in enumerate(msgs):
+        out.append(False)
+        if m.get("role") == "user":
+            close()
+            span, calls = [], False
+            continue
+        span.append(i)
+        calls = calls or (m.get("role") == "assistant" and bool(_calls(m)))
+    close()
+    return out
+
+
 def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tuple[int, Any, str] | None:
     """(status, error body, rule) for the first violation, or None."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
@@ -171,6 +203,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
     model: str = body["model"]
     tools = isinstance(body.get("tools"), list) and bool(body["tools"])
     start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+    called = _spans_with_calls(msgs) if profile == DEEPSEEK and tools and _deepseek_thinking(body) else None
     if profile == OPENROUTER and model.startswith("anthropic/"):
         dup = _duplicate_tool_id(msgs)
         if dup is not None:
@@ -185,7 +218,7 @@ def check(profile: str, body: Any, minter: Minter, signer: ThoughtSigner) -> tup
         ours = bool(calls) and all(minter.is_ours(t) for t in ids)
         name = str((calls[0].get("function") or {}).get("name")) if calls else ""
         k = _contents_index(msgs, i)
-        if profile == DEEPSEEK and tools and (ours or (not calls and minter.is_ours_text(m.get("content")))) \
+        if called is not None and called[i] and (ours or (not calls and minter.is_ours_text(m.get("content")))) \
                 and not m.get("reasoning_content"):
             return 400, _oai_error(_DEEPSEEK), "23"
         if i < start or not calls:
@@ -224,13 +257,26 @@ def _first_user_text(msgs: Any) -> str:
     return ""
 
 
+_RESULT, _CALLED = "[tool result]", "[called tool "  # how a gateway writes out a step (``toolchain.textualize``)
+
+
+def _text_of(m: dict[str, Any]) -> str:
+    c = m.get("content")
+    if isinstance(c, list):
+        return "".join(p.get("text") or "" for p in c if isinstance(p, dict))
+    return c if isinstance(c, str) else ""
+
+
 def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner) -> tuple[dict[str, Any], str]:
     """(the assistant message, finish_reason)."""
     msgs: list[dict[str, Any]] = body["messages"]
     model: str = body["model"]
     scenario = parse_scenario(_first_user_text(msgs))
-    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
-    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and _calls(m))
+    # the scripted round: steps since the user's last own message (a step a gateway sent as text, its call and
+    # results written out, counts: the model saw it)
+    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user" and not _text_of(m).startswith(_RESULT)),
+                default=0)
+    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and (_calls(m) or _CALLED in _text_of(m)))
     key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
     thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}", scenario.conv)
     msg: dict[str, Any] = {"role": "assistant", "content": None}
@@ -286,6 +332,8 @@ def minted_tokens(msg: dict[str, Any]) -> list[tuple[str, str]]:
     for d in msg.get("reasoning_details") or ():
         if d.get("type") == "reasoning.encrypted":
             out.append(("opaque", d["data"]))
+        elif d.get("signature"):
+            out.append(("signature", d["signature"]))
     if "reasoning_opaque" in msg:
         out.append(("opaque", msg["reasoning_opaque"]))
     for holder in (msg, *(msg.get("tool_calls") or ())):
@@ -300,10 +348,16 @@ def stream_chunks(profile: str, msg: dict[str, Any], finish: str, base: dict[str
     for key in ("reasoning_content", "reasoning_text"):
         if key in msg:
             deltas += [{key: piece} for piece in split_awkward(msg[key], 40)]
-    if profile == OPENROUTER:
-        deltas += [{"reasoning": p, "reasoning_details": [{"type": "reasoning.text", "text": p, "format": FORMAT,
-                                                           "index": 0}]} for p in split_awkward(msg["reasoning"], 40)]
-        deltas.append({"reasoning_details": [msg["reasoning_details"][1]]})
+    if profile == OPENROUTER:  # text entries in pieces, a signature in a later piece of its entry (reference 3.3)
+        for d in msg.get("reasoning_details") or ():
+            if d["type"] != "reasoning.text":
+                deltas.append({"reasoning_details": [d]})
+                continue
+            head = {"type": "reasoning.text", "format": d["format"], "index": d["index"]}
+            deltas += [{"reasoning": p, "reasoning_details": [{**head, "text": p}]}
+                       for p in split_awkward(d["text"], 40)]
+            if d.get("signature"):
+                deltas.append({"reasoning_details": [{**head, "text": "", "signature": d["signature"]}]})
     if msg.get("content"):
         deltas += [{"content": p} for p in split_words(msg["content"])]
         if "extra_content" in msg:
@@ -344,12 +398,15 @@ def compat_routes(state: Any) -> list[Route]:
                 state.stats.unauthorized += 1
                 return Response(orjson.dumps(_oai_error("Missing bearer authentication")), 401,
                                 media_type="application/json")
-            bad = check(profile, body, minter, state.gemini_signer)
+            claude = openrouter_anthropic.applies(profile == OPENROUTER, body)
+            bad = check(profile, body, minter, state.gemini_signer) or \
+                (openrouter_anthropic.check(body, state.minter) if claude else None)
             if bad is not None:
                 state.stats.rejections[f"compat-{bad[2]}"] += 1
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
-            msg, finish = plan(profile, body, minter, state.gemini_signer)
+            msg, finish = openrouter_anthropic.plan(body, state.minter) if claude else \
+                plan(profile, body, minter, state.gemini_signer)
             state.remember(conv, minted_tokens(msg))
             base = {"id": "chatcmpl-" + secrets.token_hex(12), "created": 1700000000, "model": body["model"]}
             if not body.get("stream"):

@@ -72,10 +72,13 @@ def test_gemini_openai_compat_layer(client: openai.OpenAI, sim: Sim, stream: boo
 
 
 def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenAI, sim: Sim) -> None:
-    """A client that drops reasoning_details of a conversation thinkgate has no record of (another key)."""
+    """A client that alters the reasoning_details of a conversation thinkgate has no record of (another key): they
+    look whole, so thinkgate (which cannot verify them) sends them, and the upstream's 400 comes back. (A client that
+    drops them is degraded instead: ``tests/e2e/test_stateless_flavors.py``.)"""
     with openai.OpenAI(base_url=client.base_url, api_key="sk-other", max_retries=0) as other:
         first = ask(other, OPENROUTER, [{"role": "user", "content": "[[sim:tools=1]] x"}], stream=False)
-    msg = {k: v for k, v in first.message.items() if k != "reasoning_details"}
+    msg = {**first.message, "reasoning_details": [{**d, "data": "dGdvMWFsdGVyZWQ="} if "data" in d else d
+                                                  for d in first.message["reasoning_details"]]}
     history = [{"role": "user", "content": "[[sim:tools=1]] x"}, msg,
                {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
     with pytest.raises(openai.BadRequestError) as e:

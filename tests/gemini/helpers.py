@@ -17,6 +17,7 @@ from tests.process_fixtures import Sim
 
 GEMINI = "gemini-3-pro-preview"
 OPENROUTER = "google/gemini-3-pro-preview"
+OPENROUTER_CLAUDE = "anthropic/claude-sonnet-4.5"  # an Anthropic model behind OpenRouter (Anthropic's rules)
 COPILOT = "copilot/gemini-3-pro-preview"
 DEEPSEEK = "deepseek-reasoner"
 GEMINI_COMPAT = "gemini-3-flash-preview"  # routed to Gemini's OpenAI-compatibility layer
@@ -31,7 +32,8 @@ History = list[dict[str, Any]]
 
 def gateway_env(sim: Sim, **extra: str) -> dict[str, str]:
     """Every upstream kind at the one simulator process."""
-    routes = ",".join((f"google/=openrouter@{sim.url}/openrouter/api/v1", f"copilot/=copilot@{sim.url}/copilot",
+    routes = ",".join((f"google/=openrouter@{sim.url}/openrouter/api/v1",
+                       f"anthropic/=openrouter@{sim.url}/openrouter/api/v1", f"copilot/=copilot@{sim.url}/copilot",
                        f"deepseek-=deepseek@{sim.url}/deepseek/v1",
                        f"{GEMINI_COMPAT}=generic@{sim.url}/v1beta/openai"))
     return {"GATEWAY_GEMINI_BASE_URL": sim.url, "GATEWAY_ROUTES": routes, **extra}

@@ -165,31 +165,42 @@ DEEPSEEK_23 = {"error": {"message": "The `reasoning_content` in the thinking mod
                          "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
 
 
-def test_deepseek_text_answers_need_their_reasoning_back_when_tools_are_present(client: Any) -> None:
-    """Rule 23 covers every historical assistant message minted with reasoning, text-only answers
-    included, and only while the request carries ``tools``."""
+def test_deepseek_answers_need_their_reasoning_back_in_spans_with_tool_calls(client: Any) -> None:
+    """Rule 23 (docs/upstream-rules.md): every assistant message the simulator minted, text-only answers included,
+    between two user messages where the model called tools, while the request carries ``tools`` and thinking mode is
+    on (``thinking.type`` not ``disabled``). A text answer in a span without tool calls need not come back."""
     path, headers = "/deepseek/v1/chat/completions", {"authorization": "Bearer k"}
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    first = [{"role": "user", "content": "[[sim:tools=0]] hello"}]
-    answer = client.post(path, json={"model": "m", "messages": first, "tools": tools},
+    first = [{"role": "user", "content": "[[sim:tools=1]] hello"}]
+    step = client.post(path, json={"model": "m", "messages": first, "tools": tools},
+                       headers=headers).json()["choices"][0]["message"]
+    assert step["reasoning_content"] and step["tool_calls"]
+    loop = [*first, step, {"role": "tool", "tool_call_id": step["tool_calls"][0]["id"], "content": "ok"}]
+    answer = client.post(path, json={"model": "m", "messages": loop, "tools": tools},
                          headers=headers).json()["choices"][0]["message"]
     assert answer["reasoning_content"] and "tool_calls" not in answer
 
-    def replay(msg: dict[str, Any], *, with_tools: bool = True) -> Any:
-        body: dict[str, Any] = {"model": "m", "messages": [*first, msg, {"role": "user", "content": "and then?"}]}
+    def replay(msgs: list[dict[str, Any]], *, with_tools: bool = True, **extra: Any) -> Any:
+        body: dict[str, Any] = {"model": "m", "messages": [*msgs, {"role": "user", "content": "and then?"}], **extra}
         if with_tools:
             body["tools"] = tools
         return client.post(path, json=body, headers=headers)
 
     bare = {k: v for k, v in answer.items() if k != "reasoning_content"}
-    r = replay(bare)
-    assert (r.status_code, r.json()) == (400, DEEPSEEK_23)
+    r = replay([*loop, bare])
+    assert (r.status_code, r.json()) == (400, DEEPSEEK_23), "a text answer in a span with tool calls"
     parts = {**bare, "content": [{"type": "text", "text": answer["content"]}]}  # content as text parts
-    assert replay(parts).status_code == 400
-    assert replay(answer).status_code == 200
-    assert replay(bare, with_tools=False).status_code == 200, "without tools, reasoning need not come back"
+    assert replay([*loop, parts]).status_code == 400
+    bare_step = {k: v for k, v in step.items() if k != "reasoning_content"}
+    assert replay([*first, bare_step, *loop[2:], answer]).status_code == 400, "a step's own reasoning"
+    assert replay([*loop, answer]).status_code == 200
+    assert replay([*loop, bare], with_tools=False).status_code == 200, "without tools, reasoning need not come back"
+    assert replay([*loop, bare], thinking={"type": "disabled"}).status_code == 200, "thinking mode off"
+    written_out = [*first, {"role": "assistant", "content": "[called tool f with {}]"},
+                   {"role": "user", "content": "[tool result]\nok"}, bare]
+    assert replay(written_out).status_code == 200, "a span without tool calls: its reasoning is ignored"
     foreign = {**bare, "content": "An answer this simulator never gave."}
-    assert replay(foreign).status_code == 200, "only its own (minted) answers are checked"
+    assert replay([*loop, foreign]).status_code == 200, "only its own (minted) answers are checked"
 
 
 def test_rate_limit_answers_as_google_does_without_a_retry_after_header(client: Any) -> None:
@@ -212,3 +223,43 @@ def test_rate_limit_answers_as_google_does_without_a_retry_after_header(client: 
     assert r.json() == {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": (
         "Resource exhausted. Please try again later. Please refer to "
         "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.")}}
+
+
+def _claude_loop(client: Any, mangle: Callable[[dict[str, Any]], None], **params: Any) -> Any:
+    """One tool round of ``anthropic/...`` on the OpenRouter profile, then its replay with ``mangle`` applied."""
+    headers = {"authorization": "Bearer k"}
+    body: dict[str, Any] = {"model": "anthropic/claude-sonnet-4.5", "reasoning": {"max_tokens": 2048},
+                            "messages": [{"role": "user", "content": "[[sim:tools=1]] q"}],
+                            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    msg = client.post("/openrouter/api/v1/chat/completions", json=body,
+                      headers=headers).json()["choices"][0]["message"]
+    assert msg["reasoning_details"][0]["format"] == "anthropic-claude-v1" and msg["reasoning_details"][0]["signature"]
+    mangle(msg)
+    body["messages"] += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "r"}]
+    return client.post("/openrouter/api/v1/chat/completions", json={**body, **params}, headers=headers)
+
+
+def _anthropic_raw(r: Any) -> str:
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"] == "Provider returned error"
+    assert err["metadata"]["provider_name"] == "Anthropic"
+    return str(orjson.loads(err["metadata"]["raw"])["error"]["message"])
+
+
+def test_openrouter_anthropic_models_follow_anthropics_thinking_rules(client: Any) -> None:
+    """docs/upstream-rules.md ``compat-anthropic-N``: the body as OpenRouter translates it, Anthropic's rules, the
+    error relayed in OpenRouter's envelope."""
+    assert _claude_loop(client, lambda m: None).status_code == 200
+
+    def unsigned(m: dict[str, Any]) -> None:
+        m["reasoning_details"] = [{"type": "reasoning.text", "text": m["reasoning_details"][0]["text"]}]
+
+    def forged(m: dict[str, Any]) -> None:
+        m["reasoning_details"][0]["signature"] = "c2lnbmF0dXJl"
+
+    assert _anthropic_raw(_claude_loop(client, unsigned)) == "messages.1.content.0.thinking.signature: Field required"
+    invalid = "messages.1.content.0: Invalid `signature` in `thinking` block"
+    assert _anthropic_raw(_claude_loop(client, forged)) == invalid
+    dropped = _anthropic_raw(_claude_loop(client, lambda m: m.pop("reasoning_details")))
+    assert dropped.startswith("messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`")
+    assert _claude_loop(client, lambda m: m.pop("reasoning_details"), reasoning={"enabled": False}).status_code == 200

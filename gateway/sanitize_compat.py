@@ -1,0 +1,210 @@
+"""Sanitize for OpenAI-compatible upstreams: each flavor's message-level reasoning fields, judged with or without a
+record (``sanitize`` calls ``run`` for a model routed to such an upstream, after its per-message rules and the
+tool-chain repair).
+
+A message whose fields are the target's own (restored from its record, ``ProviderFields.origin`` the target) is
+verified and kept. A client's own fields (origin ``CLIENT``: no record, because the state machine is off, the records
+expired or the store is down) cannot be verified by thinkgate: they are opaque values only the upstream reads. They are
+kept when they are *whole* for the flavor (the value the upstream checks is there; the upstream judges it), and
+degraded otherwise: the flavor's fields are removed from the message and their reasoning text follows
+``GATEWAY_UNVERIFIABLE_THINKING`` (``dropped``, or ``downgraded_text`` before the message's content). Whole, per flavor
+(reference 3.4, 4, 5.2):
+
+- ``openrouter``: for a Gemini or an Anthropic model, ``reasoning_details`` with at least one entry that carries an
+  opaque value (a ``reasoning.encrypted`` ``data`` or a ``reasoning.text`` ``signature``); for an Anthropic model (or
+  an entry in Anthropic's format) no ``reasoning.text`` entry without its signature (Anthropic rule 5 behind
+  OpenRouter's translation); another family's entries (plain reasoning text) as sent;
+- ``copilot``: ``reasoning_opaque``;
+- ``deepseek``: ``reasoning_content``;
+- ``generic``: nothing is known to be required; the client's fields pass as sent.
+
+Where the upstream requires the field back, a message without it is degraded the way that upstream accepts:
+
+- a Gemini model on OpenRouter or Copilot (reference rules 21, 22: the first call of each step of the current turn,
+  rule 16): such a step's calls and their results go as text (``tool_loop_textualized``), as ``sanitize`` does for an
+  unsigned Gemini step with the bypass off; Gemini 3 cannot disable thinking, so the reasoning parameter stays as the
+  client sent it (also when the client stops sending one mid-loop: the model thinks all the same).
+- DeepSeek in thinking mode (rule 23; ``docs/upstream-rules.md``: every assistant message between two user messages
+  where the model called tools needs its ``reasoning_content``): in such a span, the steps up to the last message
+  without it go as text, which leaves no tool call in a span that lacks reasoning. Thinking mode is on unless the
+  request sets ``thinking.type`` ``disabled`` (DeepSeek's default is on); when it is off no ``reasoning_content`` is
+  sent.
+- an Anthropic model on OpenRouter (Anthropic's rules 9 and 10 behind OpenRouter's translation): thinking stays on
+  only if the first assistant message of the trailing tool loop has whole, verified or client, reasoning; otherwise
+  thinking is disabled for the request (``thinking_disabled``: the flavor's reasoning parameter is then left out,
+  ``openai_compat.same_dialect``) and, with thinking off (repair's choice or the client's, mid-loop too), no
+  ``reasoning_details`` are sent.
+
+Every degrade is an ``Action`` (the ``gateway_sanitize_actions_total`` vocabulary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from gateway.actions import Action, ActionKind
+from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolResultBlock, ToolUseBlock
+from gateway.routing import ModelCaps
+from gateway.toolchain import textualize
+
+ANTHROPIC_FORMAT = "anthropic-claude-v1"
+# the message-level fields each flavor's upstream returns and reads back
+OWN_FIELDS: dict[str, tuple[str, ...]] = {"openrouter": ("reasoning_details",),
+                                          "copilot": ("reasoning_opaque", "reasoning_text"),
+                                          "deepseek": ("reasoning_content",)}
+UNVERIFIABLE = "unverifiable_reasoning"
+MISSING = "reasoning_missing"
+
+LoopStart = Callable[[list[Message]], "int | None"]
+
+
+def run(req: Request, caps: ModelCaps, target: str, unverifiable: Literal["drop", "text"], loop_start: LoopStart,
+        actions: list[Action]) -> None:
+    """The flavor's rules over ``req`` in place (see the module docstring); ``loop_start``: the trailing tool loop's
+    first assistant message (``sanitize.trailing_loop_start``)."""
+    own = OWN_FIELDS.get(caps.flavor)
+    if own is None:
+        return
+    msgs = req.messages
+    kept = [False] * len(msgs)
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        p = m.provider
+        if (p is not None and p.origin == target) or whole(caps.flavor, caps.family, p.fields if p else {}):
+            kept[i] = True
+        else:
+            _degrade_fields(m, i, own, unverifiable, actions)
+    if caps.flavor == "deepseek":
+        if _deepseek_thinking(req):
+            _deepseek_spans(msgs, kept, actions)
+        else:
+            _strip(msgs, own, actions)
+    elif caps.family == "gemini":
+        _gemini_steps(msgs, kept, actions)
+    elif caps.family == "anthropic" and caps.flavor == "openrouter":
+        if req.thinking_enabled():
+            first = loop_start(msgs)
+            if first is not None and not kept[first]:
+                req.thinking = None
+                actions.append(Action(ActionKind.THINKING_DISABLED, first, "loop_start_unverified"))
+        if not req.thinking_enabled():
+            _strip(msgs, own, actions)
+
+
+def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
+    """Whether a message's fields hold what the flavor's upstream checks (see the module docstring)."""
+    if flavor == "openrouter":
+        details = fields.get("reasoning_details")
+        entries = [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+        opaque = any((d.get("type") == "reasoning.encrypted" and _text(d.get("data")))
+                     or (d.get("type") == "reasoning.text" and _text(d.get("signature"))) for d in entries)
+        unsigned = any(d.get("type") == "reasoning.text" and not _text(d.get("signature"))
+                       and (family == "anthropic" or d.get("format") == ANTHROPIC_FORMAT) for d in entries)
+        # another family's reasoning (DeepSeek's, plain text entries) is its own content: no opaque value is due
+        return (opaque or family not in ("gemini", "anthropic")) and not unsigned
+    if flavor == "copilot":
+        return _text(fields.get("reasoning_opaque"))
+    if flavor == "deepseek":
+        return _text(fields.get("reasoning_content"))
+    return True
+
+
+def current_turn_start(msgs: list[Message]) -> int:
+    """Where Gemini's current turn starts: after the last user message with content other than tool results
+    (reference 2.2)."""
+    start = 0
+    for i, m in enumerate(msgs):
+        if m.role == "user" and _opens_turn(m):
+            start = i + 1
+    return start
+
+
+def _text(v: JSON) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+def _opens_turn(m: Message) -> bool:
+    return any(not isinstance(b, ToolResultBlock) for b in m.content)
+
+
+def _calls(m: Message) -> bool:
+    return any(isinstance(b, ToolUseBlock) for b in m.content)
+
+
+def _reasoning_text(fields: dict[str, JSON]) -> str:
+    for key in ("reasoning_text", "reasoning_content"):
+        if _text(v := fields.get(key)):
+            assert isinstance(v, str)
+            return v
+    details = fields.get("reasoning_details")
+    texts = [d["text"] for d in details if isinstance(d, dict) and isinstance(d.get("text"), str)] \
+        if isinstance(details, list) else []
+    return "".join(texts)
+
+
+def _degrade_fields(m: Message, i: int, own: tuple[str, ...], unverifiable: str, actions: list[Action]) -> None:
+    """A message whose flavor fields are not whole: they go; their reasoning text as the policy says."""
+    p = m.provider
+    if p is None or not any(k in p.fields for k in own):
+        return
+    gone = {k: v for k, v in p.fields.items() if k in own}
+    rest = {k: v for k, v in p.fields.items() if k not in own}
+    m.provider = ProviderFields(p.origin, rest) if rest else None
+    text = _reasoning_text(gone)
+    if unverifiable == "text" and text.strip():
+        m.content = [TextBlock(text), *m.content]
+        m.content_was_string = False
+        actions.append(Action(ActionKind.DOWNGRADED_TEXT, i))
+    else:
+        actions.append(Action(ActionKind.DROPPED, i, UNVERIFIABLE))
+
+
+def _strip(msgs: list[Message], own: tuple[str, ...], actions: list[Action]) -> None:
+    """Thinking off: no reasoning field of the flavor's goes upstream."""
+    for i, m in enumerate(msgs):
+        p = m.provider
+        if m.role == "assistant" and p is not None and any(k in p.fields for k in own):
+            rest = {k: v for k, v in p.fields.items() if k not in own}
+            m.provider = ProviderFields(p.origin, rest) if rest else None
+            actions.append(Action(ActionKind.DROPPED, i, "thinking_disabled"))
+
+
+def _textualize_step(msgs: list[Message], i: int) -> None:
+    """Assistant message ``i``'s calls, and the results answering them in the next message, as text."""
+    textualize(msgs[i])
+    if i + 1 < len(msgs) and msgs[i + 1].role == "user":
+        textualize(msgs[i + 1])
+
+
+def _gemini_steps(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None:
+    """Rules 21/22: every step of the current turn whose reasoning is not whole goes as text."""
+    for i in range(current_turn_start(msgs), len(msgs)):
+        if msgs[i].role == "assistant" and not kept[i] and _calls(msgs[i]):
+            _textualize_step(msgs, i)
+            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, i, MISSING))
+
+
+def _deepseek_thinking(req: Request) -> bool:
+    t = req.thinking
+    return not (isinstance(t, dict) and t.get("type") == "disabled")
+
+
+def _deepseek_spans(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None:
+    """Rule 23: in a span between two user messages where the model called tools, every assistant message needs its
+    reasoning; the steps up to the last one without it go as text (each textualized result is a user message, so what
+    is left of the span after it holds only messages with reasoning)."""
+    start = 0
+    for end in [*(i for i, m in enumerate(msgs) if m.role == "user" and _opens_turn(m)), len(msgs)]:
+        span = [i for i in range(start, end) if msgs[i].role == "assistant"]
+        lacking = [i for i in span if not kept[i]]
+        if lacking and any(_calls(msgs[i]) for i in span):
+            last = lacking[-1]
+            for i in span:
+                if i > last:
+                    break
+                if _calls(msgs[i]):
+                    _textualize_step(msgs, i)
+            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, span[0], MISSING))
+        start = end + 1
