@@ -6,7 +6,7 @@
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
 proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-machine mode, two gateway
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
-``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 14 surface x upstream pairs) in each of
+``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 16 surface x upstream pairs) in each of
 the four stream x header combinations, ``--repeat`` times, all cells mixed, ``--workers`` conversations in
 flight at once, two tenants, every request on the other replica than the one before. With
 ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but ``GATEWAY_REDIS_URL`` names a port nothing

@@ -1,15 +1,16 @@
 """Issue 23 item 4: the mangling matrices under realistic traffic.
 
 Every client surface x upstream pair the gateway serves (``CELLS``: the Anthropic Messages surface in front of
-Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, and OpenRouter-, Copilot-, DeepSeek-
-and Gemini-compat-style upstreams; the Gemini surface in front of Gemini) plays the manglings of its wire shape
-(``tests/manglings/``, the same tables the acceptance matrix ``tests/e2e/test_mangling_matrix.py`` plays one at a
-time, with its Anthropic flows: thinking switched mid-loop, a retry, a rewind, an edited first message) as tool-loop
-conversations, many at once: a thread pool of ``workers`` conversations in flight, two tenants
-(two API keys, alternating), every request of a conversation on the other replica than the one before, streams
-and non-streams, with and without the conversation-id header. The replicas are two gateway processes on one
-real redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between them and the strict
-simulator keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and what it answered.
+Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, and OpenRouter- (a Gemini and a Claude
+model), Copilot-, DeepSeek- and Gemini-compat-style upstreams; the Gemini surface in front of Gemini) plays the
+manglings of its wire shape (``tests/manglings/``, the same tables the acceptance matrix
+``tests/e2e/test_mangling_matrix.py`` plays one at a time, with its Anthropic flows: thinking switched mid-loop, a
+retry, a rewind, an edited first message) as tool-loop conversations, many at once: a thread pool of ``workers``
+conversations in flight, two tenants (two API keys, alternating), every request of a conversation on the other
+replica than the one before, streams and non-streams, with and without the conversation-id header. The replicas are
+two gateway processes on one real redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between
+them and the strict simulator keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and
+what it answered.
 
 Measured per cell (``CellResult``): conversations (runs) and how many completed, requests, client-visible errors,
 upstream 4xx (the proxy's record of the simulator's answers), replayed turns the upstream received and how many
@@ -51,6 +52,7 @@ from tests.gemini.helpers import (
     GEMINI,
     GEMINI_COMPAT,
     OPENROUTER,
+    OPENROUTER_CLAUDE,
     ask,
     function_responses,
     native_round,
@@ -93,7 +95,7 @@ class Cell:
     """One client surface in front of one upstream, and the manglings its client plays."""
 
     surface: Surface
-    upstream: str  # anthropic | gemini | openrouter | copilot | deepseek | generic (Gemini's OpenAI layer)
+    upstream: str  # anthropic | gemini | openrouter (Gemini) | openrouter-claude | copilot | deepseek | generic
     model: str
     cases: tuple[str, ...]
 
@@ -102,14 +104,17 @@ class Cell:
         return f"{self.surface}->{self.upstream}"
 
 
-_MODELS = {"anthropic": CLAUDE, "gemini": GEMINI, "openrouter": OPENROUTER, "copilot": COPILOT,
-           "deepseek": DEEPSEEK, "generic": GEMINI_COMPAT}
+# the upstreams behind the routing surfaces: (model, the ``BY_UPSTREAM`` row of the manglings its answers meet)
+_UPSTREAMS = {"anthropic": (CLAUDE, "anthropic"), "gemini": (GEMINI, "gemini"),
+              "openrouter": (OPENROUTER, "openrouter"), "openrouter-claude": (OPENROUTER_CLAUDE, "openrouter"),
+              "copilot": (COPILOT, "copilot"), "deepseek": (DEEPSEEK, "deepseek"),
+              "generic": (GEMINI_COMPAT, "generic")}
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
 CELLS: tuple[Cell, ...] = (
     Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)),
-    *(Cell("openai", up, model, openai_manglings.BY_UPSTREAM[up]) for up, model in _MODELS.items()),
+    *(Cell("openai", up, model, openai_manglings.BY_UPSTREAM[row]) for up, (model, row) in _UPSTREAMS.items()),
     Cell("gemini", "gemini", GEMINI, tuple(sorted(gemini_manglings.MANGLINGS))),
-    *(Cell("augment", up, model, _AUGMENT_CASES) for up, model in _MODELS.items()),
+    *(Cell("augment", up, model, _AUGMENT_CASES) for up, (model, _) in _UPSTREAMS.items()),
 )
 
 
@@ -297,8 +302,9 @@ PLAY: dict[Surface, Callable[[Conv, Sequence[str]], None]] = {
 
 
 def _openai_turn_kept(path: str, m: dict[str, Any]) -> bool:
-    if "/openrouter/" in path:
-        return any(isinstance(d, dict) and d.get("type") == "reasoning.encrypted" and d.get("data")
+    if "/openrouter/" in path:  # Gemini's encrypted reasoning; a Claude model's signed (or redacted) thinking
+        return any(isinstance(d, dict) and ((d.get("type") == "reasoning.encrypted" and d.get("data"))
+                                            or (d.get("type") == "reasoning.text" and d.get("signature")))
                    for d in m.get("reasoning_details") or ())
     if "/copilot/" in path:
         return bool(m.get("reasoning_opaque"))
