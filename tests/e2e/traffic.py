@@ -456,12 +456,16 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
     stateless0 = _stateless_total(replicas)
     lock = threading.Lock()
     in_flight = [0, 0]  # now, most
+    first = {id(c) for c in convs[:workers]}  # these start at once (the pool's first tasks), then one per one done
+    together = threading.Barrier(len(first))
 
     def play(conv: Conv) -> None:
         with lock:
             in_flight[0] += 1
             in_flight[1] = max(in_flight)
         try:
+            if id(conv) in first:
+                together.wait(REQUEST_TIMEOUT_S)
             PLAY[conv.cell.surface](conv, urls)
         except Exception as e:  # every failure is a finding: keep it, the other conversations go on
             conv.errors.append(f"{conv.cell.id} {conv.case} request {conv.requests}: {type(e).__name__}: "
