@@ -75,7 +75,7 @@ from tests.manglings.anthropic import (
     MESSAGE_MANGLINGS,
     NO_KEEP_CHECK,
     REDACTED,
-    mangle_assistants,
+    as_sent,
 )
 from tests.openai import helpers as openai_helpers
 from tests.pairwise import run_label, stream_header_params
@@ -179,16 +179,6 @@ def play_anthropic(cell: Cell, rounds: int = 3) -> Played:
                                                                  f"case {case} ({label})"}]
     base = CASE_THINKING.get(case, THINKING)
 
-    def mangled(h: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if case in MESSAGE_MANGLINGS:
-            return mangle_assistants(h, case)
-        if case in HISTORY_MANGLINGS:
-            return HISTORY_MANGLINGS[case](h)
-        if case == "edit_earlier_user" and len(h) > 3:
-            h = copy.deepcopy(h)
-            h[0]["content"] = h[0]["content"] + " (edited: and in Madrid)"
-        return h
-
     try:
         step = 0
         while True:
@@ -197,12 +187,12 @@ def play_anthropic(cell: Cell, rounds: int = 3) -> Played:
                 thinking = None
             if case == "thinking_on_mid_loop":
                 thinking = None if step == 0 else base
-            answer = loop.send(mangled(history), thinking)
+            answer = loop.send(as_sent(case, history), thinking)
             if case == "retry_twice":
-                answer = loop.send(mangled(history), thinking)
+                answer = loop.send(as_sent(case, history), thinking)
             if case == "rewind" and step == 2:
                 history = history[:-2]  # drop the last assistant turn and its results, ask again
-                answer = loop.send(mangled(history), thinking)
+                answer = loop.send(as_sent(case, history), thinking)
             step += 1
             if answer.stop_reason != "tool_use":
                 break

@@ -163,3 +163,17 @@ REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_th
 CASE_THINKING: dict[str, dict[str, Any]] = {
     "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
 }
+
+
+def as_sent(case: str, history: History) -> History:
+    """The history a matrix's Anthropic client sends for ``case``: a message mangling applied to every assistant
+    message, a history mangling to the whole, ``edit_earlier_user`` edits the first message once the loop is under
+    way; the other flows send it as it is (they change what is sent, not how)."""
+    if case in MESSAGE_MANGLINGS:
+        return mangle_assistants(history, case)
+    if case in HISTORY_MANGLINGS:
+        return HISTORY_MANGLINGS[case](history)
+    if case == "edit_earlier_user" and len(history) > 3:
+        history = copy.deepcopy(history)
+        history[0]["content"] = history[0]["content"] + " (edited: and in Madrid)"
+    return history
