@@ -107,7 +107,9 @@ def _opening(msgs: list[Message], conv: ConversationView) -> tuple[list[Message]
     ``msgs[0]`` is a user message whose tool_result ids all name one turn of ``conv``, the request carries none of
     that turn's calls, and its record keeps the user message(s) it answered (its prompt), none of them a tool
     result (the turn opened its tool loop). (Those messages, the turn); None otherwise: a turn further into a loop
-    would open the history itself, which not every upstream accepts, so its results stay the tool chain's."""
+    would open the history itself, which not every upstream accepts, and on a model that binds thinking to its
+    prefix (rule 15) its thinking holds only after everything the trimmer cut; so its results stay the tool
+    chain's."""
     if not msgs or msgs[0].role != "user":
         return None
     ids = msgs[0].result_shape().result_ids
