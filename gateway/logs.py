@@ -3,8 +3,9 @@ structured line per client request.
 
 The request line carries identifiers and decisions only: request id, tenant prefix (an HMAC of the
 credential, never the credential), SCID, endpoint, upstream, model, status, durations, the kinds
-of repair/sanitize actions with counts, and the classified upstream error kind. Never an API key,
-a signature, thinking text or any other message content. As a second line of defence every
+of repair/sanitize actions with counts, whether records were consulted (``stateful``) and the
+classified upstream error kind. Never an API key, a signature, thinking text or any other message
+content. As a second line of defence every
 formatted line passes through ``redact`` (bearer tokens, ``x-api-key`` values, ``sk-`` keys).
 """
 
@@ -142,6 +143,7 @@ def request_fields(obs: Observation) -> dict[str, Any]:
             "stream": req.is_stream if req is not None else None,
             "actions": dict(Counter(a.kind.value for a in exchange.actions)),
             "recorded": exchange.recorded,
+            "stateful": exchange.stateful,  # False: served without state (state machine off, store down, no key)
         })
     return fields
 

@@ -25,15 +25,17 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     - a turn the client dropped but whose tool results it kept (a history trimmer that cuts whole messages): a
       user message right after a user message whose tool_results all name one turn goes after that turn
       (``turn_reinstated``), unless the request carries that turn's calls elsewhere (a turn merged or moved,
-      not dropped);
+      not dropped); when those results open the request (the trimmer cut the question too), the turn goes back
+      after the user message it answered, from its record, so the history still opens with the user's words
+      (``_opening``);
     - turns the client merged into one assistant message (consecutive turns whose calls, all of them and in
       order, are the message's, the client's call names and inputs agreeing): each turn in a message of its own
       (``turns_separated``), an empty user message between them, where sanitize's tool chain moves each one's
       results (indexes stay as repair leaves them: the pipeline records by them).
 
     - a turn the client split into several assistant messages (its thinking and text apart from its calls: the
-      messages right before the one with its calls hold nothing else of it, ``_split_from``): one message again
-      (``turn_joined``).
+      messages right before and right after the one with its calls hold nothing else of it, ``_split_around``):
+      one message again (``turn_joined``).
 
     Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
     the pinned indexes (after the insertions), in order, with the action each gets."""
@@ -43,6 +45,13 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
     taken: set[int] = set()
     i = max(start, 1)
+    opening = _opening(msgs, conv) if start == 0 else None
+    if opening is not None:  # the request opens with a dropped turn's results: its prompt and the turn go first
+        prompt, turn = opening
+        msgs[0:0] = [*prompt, Message("assistant", [])]
+        out[len(prompt)] = (turn, ActionKind.TURN_REINSTATED)
+        taken.add(turn.position)
+        i = len(prompt) + 2
     # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none of
     # them is reshaped (by object: indexes move as messages go in)
     replayed = [m for m in msgs[i:] if m.role == "assistant" and m.replay_digest]
@@ -56,10 +65,11 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
             if id(m) in as_is or not m.tool_use_ids():
                 i += 1
                 continue
-            split = _split_from(msgs, i, conv) if msgs[i - 1].role == "assistant" else None
-            if split is not None and split[1].position not in taken:  # (its calls are this message's)
-                j, whole = split
-                msgs[j:i + 1] = [Message("assistant", [])]
+            split = _split_around(msgs, i, conv) if msgs[i - 1].role == "assistant" or (
+                i + 1 < len(msgs) and msgs[i + 1].role == "assistant") else None
+            if split is not None and split[2].position not in taken:  # (its calls are this message's)
+                j, k, whole = split
+                msgs[j:k + 1] = [Message("assistant", [])]
                 out[j] = (whole, ActionKind.TURN_JOINED)
                 taken.add(whole.position)
                 i = j + 1
@@ -92,11 +102,36 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
     return out
 
 
-def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, RecordedTurn] | None:
+def _opening(msgs: list[Message], conv: ConversationView) -> tuple[list[Message], RecordedTurn] | None:
+    """A request that opens with the results of a turn the client dropped, together with the question before it:
+    ``msgs[0]`` is a user message whose tool_result ids all name one turn of ``conv``, the request carries none of
+    that turn's calls, and its record keeps the user message(s) it answered (its prompt), none of them a tool
+    result (the turn opened its tool loop). (Those messages, the turn); None otherwise: a turn further into a loop
+    would open the history itself, which not every upstream accepts, and on a model that binds thinking to its
+    prefix (rule 15) its thinking holds only after everything the trimmer cut; so its results stay the tool
+    chain's."""
+    if not msgs or msgs[0].role != "user":
+        return None
+    ids = msgs[0].result_shape().result_ids
+    turn = _named_by(ids, conv) if ids else None
+    if turn is None:
+        return None
+    own = set(_tool_ids(turn.content))
+    if any(t in own for m in msgs if m.role == "assistant" for t in m.tool_use_ids()):
+        return None
+    prompt = list(turn.prompt)
+    if not prompt or any(p.role != "user" or p.result_shape().result_ids for p in prompt):
+        return None
+    return prompt, turn
+
+
+def _split_around(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, int, RecordedTurn] | None:
     """A turn the client split into messages: ``msgs[i]``'s tool ids name one turn, whose calls are exactly its (in
-    order, names agreeing), and the assistant messages right before it carry no call and nothing but blocks of that
+    order, names agreeing), and the assistant messages right before it and right after it (its trailing fragments:
+    a client that put the turn's text or thinking after its calls) carry no call and nothing but blocks of that
     turn (thinking and redacted thinking by their exact text or data, text by its exact text), none of them a
-    recorded turn by its replay digest. (The first of those messages' index, the turn); None otherwise."""
+    recorded turn by its replay digest. (The first and the last of those messages' indexes, the turn); None
+    otherwise (no such message on either side)."""
     m = msgs[i]
     ids = m.tool_use_ids()
     turn = _named_by(ids, conv)
@@ -107,18 +142,22 @@ def _split_from(msgs: list[Message], i: int, conv: ConversationView) -> tuple[in
                                             recorded, strict=False)):
         return None
     parts = {_part_key(b) for b in turn.content}
-    j = i
-    while j > 0 and msgs[j - 1].role == "assistant" and not msgs[j - 1].tool_use_ids():
-        prev = msgs[j - 1]
-        if (prev.replay_digest and conv.find_digest(prev.replay_digest)) or not prev.peek_content() or \
-                any(_part_key(b) not in parts for b in prev.peek_content()):
-            break
+
+    def fragment(x: Message) -> bool:
+        return x.role == "assistant" and not x.tool_use_ids() and bool(x.peek_content()) and \
+            not (x.replay_digest and conv.find_digest(x.replay_digest)) and \
+            all(_part_key(b) in parts for b in x.peek_content())
+
+    j, k = i, i
+    while j > 0 and fragment(msgs[j - 1]):
         j -= 1
-    return (j, turn) if j < i else None
+    while k + 1 < len(msgs) and fragment(msgs[k + 1]):
+        k += 1
+    return (j, k, turn) if (j, k) != (i, i) else None
 
 
 def _part_key(b: Block) -> tuple[str, str] | None:
-    """What identifies a block as part of a recorded turn when a client split the turn (``_split_from``)."""
+    """What identifies a block as part of a recorded turn when a client split the turn (``_split_around``)."""
     if isinstance(b, ThinkingBlock):
         return ("thinking", b.thinking or "")
     if isinstance(b, RedactedThinkingBlock):
@@ -155,14 +194,14 @@ def _merged(m: Message, conv: ConversationView) -> list[RecordedTurn] | None:
 
 def dropped_result_ids(msgs: list[Message]) -> list[str]:
     """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
-    (a user message right after a user message: ``_reshape``), for the load query: with no assistant message
-    to name the conversation, they may be the only ids that do."""
+    (a user message right after a user message, or the first message: ``reshape``), for the load query: with no
+    assistant message to name the conversation, they may be the only ids that do."""
     out: list[str] = []
-    for i in range(len(msgs) - 1, 0, -1):
+    for i in range(len(msgs) - 1, -1, -1):
         m = msgs[i]
         if m.role == "assistant":
             break
-        if m.role == "user" and msgs[i - 1].role == "user":
+        if m.role == "user" and (i == 0 or msgs[i - 1].role == "user"):
             out += m.result_shape().result_ids
     return out
 

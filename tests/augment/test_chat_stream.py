@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
-from typing import Any
 
 import httpx
 import pytest
@@ -20,13 +18,13 @@ from tests.augment.client import (
     TOKEN_USAGE,
     TOOL_USE,
     TOOL_USE_START,
-    Exchange,
     Loop,
     Reply,
     assert_tools_stream_per_tool,
     chat,
     run_loop,
 )
+from tests.manglings.augment import MANGLINGS
 from tests.process_fixtures import ServerProcess, Sim
 
 
@@ -152,37 +150,6 @@ def test_conversation_id_header_is_accepted(sim: Sim, gateway: ServerProcess) ->
     check_loop(loop, 2)
     assert rejections(sim) == before
     assert {r.headers[SCID] for r in loop.replies} == {conv}
-
-
-def _drop_thinking_reencode_text(history: list[Exchange]) -> list[Exchange]:
-    """No THINKING nodes, no streamed text nodes; response text re-encoded (CRLF, padding)."""
-    out = []
-    for h in copy.deepcopy(history):
-        h["response_nodes"] = [n for n in h["response_nodes"] if n["type"] == TOOL_USE]
-        h["response_text"] = "  " + h["response_text"].replace("`", "'").replace(" ", "\r\n", 1) + "  "
-        out.append(h)
-    return out
-
-
-def _unsigned_trimmed_thinking(history: list[Exchange]) -> list[Exchange]:
-    """THINKING nodes replayed without signature and with trimmed text; only TOOL_USE_START nodes."""
-    out = []
-    for h in copy.deepcopy(history):
-        nodes: list[dict[str, Any]] = []
-        for n in h["response_nodes"]:
-            if n["type"] == THINKING_NODE:
-                nodes.append({**n, "thinking": {"summary": n["thinking"]["summary"].strip()}})
-            elif n["type"] in (TOOL_USE_START, MAIN_TEXT_FINISHED):
-                nodes.append(n)
-        h["response_nodes"] = nodes
-        h["response_text"] = ""
-        out.append(h)
-    return out
-
-
-MANGLINGS = {"drop_thinking_reencode_text": _drop_thinking_reencode_text,
-             "unsigned_trimmed_thinking": _unsigned_trimmed_thinking,
-             "faithful": lambda history: copy.deepcopy(history)}
 
 
 @pytest.mark.parametrize("with_id", [True, False], ids=["conversation_id", "body_only"])

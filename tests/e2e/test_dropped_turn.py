@@ -121,6 +121,36 @@ def test_a_dropped_turn_in_the_middle_of_a_loop_is_restored(
     assert again == scid
 
 
+@pytest.mark.parametrize("evidence", ["header", "tool_ids"])
+def test_results_that_open_the_request_bring_back_their_turn_and_its_question(
+        sim: Sim, dropped_gw: ServerProcess, no_rejections: None, evidence: str) -> None:
+    """A trimmer cut the question and the tool-call message and kept the results as the first message: the upstream
+    receives the question (from the turn's record), the recorded turn and its results, thinking on, instead of
+    the results turned into text; the loop goes on in the same conversation with the client's trimmed history."""
+    uid = uuid.uuid4().hex[:10]
+    key = f"sk-issue23-{uid}"
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
+                             default_headers=BETA) as client:
+        history, scid = play(client, f"[[sim:tools=2]] [[sim:conv=z-{uid}]] Weather in two cities?", 1)
+        trimmed = history[2:]  # the question and the assistant tool-call message cut, the results kept
+        answer, again = create(client, trimmed, scid if evidence == "header" else None)
+        sent = sim.last()["body"]
+        line = tenant_access(dropped_gw, SECRET, key, 2)
+        assert sent["messages"] == history, "the question and the recorded turn go back before the results"
+        assert sent.get("thinking") == THINKING and not textualized(sent)
+        assert answer.content[0].type == "thinking" and answer.stop_reason == "tool_use" and again == scid
+        # (with the SCID header and no assistant message the thread is rebuilt from the records, as for a client
+        # that replays no history; with the results' tool ids alone the turn is reinstated)
+        assert line["actions"].get("history_rebuilt" if evidence == "header" else "turn_reinstated") == 1, line
+        # the client goes on from its trimmed history
+        trimmed += [{"role": "assistant", "content": block_dicts(answer)},
+                    {"role": "user", "content": tool_results(answer)}]
+        final, last = create(client, trimmed)
+        sent = sim.last()["body"]
+    assert sent["messages"] == history + trimmed[1:] and not textualized(sent)
+    assert final.content[0].type == "thinking" and final.stop_reason == "end_turn" and last == scid
+
+
 def test_two_turns_merged_into_one_message_go_upstream_as_recorded(
         sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
     """Two rounds; the client merges both tool-call messages into one, and both results messages into one (no SCID
@@ -158,6 +188,27 @@ def test_a_turn_split_into_two_messages_goes_upstream_as_one(
         line = tenant_access(dropped_gw, SECRET, key, 2)
     assert sent["messages"] == history and sent.get("thinking") == THINKING
     assert answer.stop_reason == "end_turn" and again == scid
+    assert line["actions"].get("turn_joined") == 1, line
+
+
+def test_a_turn_split_with_its_thinking_and_text_after_its_call_goes_upstream_as_one(
+        sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
+    """Trailing fragments: the client replays the turn's tool call first and its thinking and text after it, in an
+    assistant message of their own (a client that shows calls first): the upstream receives the turn as recorded,
+    in one message, thinking on; the fragments do not go upstream as a turn of their own."""
+    uid = uuid.uuid4().hex[:10]
+    key = f"sk-issue23-{uid}"
+    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
+                             default_headers=BETA) as client:
+        history, scid = play(client, f"[[sim:tools=1]] [[sim:conv=t-{uid}]] What's the weather?", 1)
+        blocks = history[1]["content"]
+        split = [history[0], {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]},
+                 {"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]}, history[2]]
+        answer, again = create(client, split)
+        sent = sim.last()["body"]
+        line = tenant_access(dropped_gw, SECRET, key, 2)
+    assert sent["messages"] == history and sent.get("thinking") == THINKING
+    assert answer.content[0].type == "thinking" and answer.stop_reason == "end_turn" and again == scid
     assert line["actions"].get("turn_joined") == 1, line
 
 

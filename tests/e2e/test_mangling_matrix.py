@@ -77,7 +77,15 @@ from tests.gemini.helpers import (
 from tests.gemini.matrix import NativeLoop, OpenAILoop, Pair
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
-from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS, mangle_assistants
+from tests.manglings.anthropic import (
+    CASE_THINKING,
+    FLOWS,
+    HISTORY_MANGLINGS,
+    MESSAGE_MANGLINGS,
+    NO_KEEP_CHECK,
+    REDACTED,
+    as_sent,
+)
 from tests.openai import helpers as openai_helpers
 from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import GatewayFactory, Sim, free_port
@@ -131,17 +139,7 @@ class Route:
 # ------------------------------------------------------------------ anthropic surface -> anthropic upstream
 
 THINKING = {"type": "enabled", "budget_tokens": 2048}
-# Flows that are not a per-turn mangling of history.
-FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind", "edit_earlier_user"]
 ANTHROPIC_CASES = (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)
-# Flows where thinking legitimately cannot be on for every turn.
-NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
-# Cases whose conversations carry redacted_thinking after the thinking block.
-REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
-# Cases played with a thinking configuration of their own.
-CASE_THINKING: dict[str, dict[str, Any]] = {
-    "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
-}
 # The only cases whose upstream bodies may hold a synthesised result or a result turned into text.
 SYNTHESIZED_OK = {"tool_result_missing"}
 TEXTUALIZED_OK = {"orphan_tool_result_at_start"}
@@ -191,16 +189,6 @@ def play_anthropic(cell: Cell, rounds: int = 3) -> Played:
                                                                  f"case {case} ({label})"}]
     base = CASE_THINKING.get(case, THINKING)
 
-    def mangled(h: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if case in MESSAGE_MANGLINGS:
-            return mangle_assistants(h, case)
-        if case in HISTORY_MANGLINGS:
-            return HISTORY_MANGLINGS[case](h)
-        if case == "edit_earlier_user" and len(h) > 3:
-            h = copy.deepcopy(h)
-            h[0]["content"] = h[0]["content"] + " (edited: and in Madrid)"
-        return h
-
     try:
         step = 0
         while True:
@@ -209,12 +197,12 @@ def play_anthropic(cell: Cell, rounds: int = 3) -> Played:
                 thinking = None
             if case == "thinking_on_mid_loop":
                 thinking = None if step == 0 else base
-            answer = loop.send(mangled(history), thinking)
+            answer = loop.send(as_sent(case, history), thinking)
             if case == "retry_twice":
-                answer = loop.send(mangled(history), thinking)
+                answer = loop.send(as_sent(case, history), thinking)
             if case == "rewind" and step == 2:
                 history = history[:-2]  # drop the last assistant turn and its results, ask again
-                answer = loop.send(mangled(history), thinking)
+                answer = loop.send(as_sent(case, history), thinking)
             step += 1
             if answer.stop_reason != "tool_use":
                 break

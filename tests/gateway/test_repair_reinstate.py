@@ -40,8 +40,10 @@ def turn(n: int, *calls: str) -> list[dict[str, Any]]:
 TURNS = [turn(0, "toolu_a1"), turn(1, "toolu_b1", "toolu_b2"), turn(2)]
 
 
-def records(*contents: list[dict[str, Any]]) -> Records:
-    recs = tuple(TurnRecord(content=c, replay_digest=replay_digest(c) or b"", position=i)
+def records(*contents: list[dict[str, Any]], prompts: dict[int, list[dict[str, Any]]] | None = None) -> Records:
+    """The conversation of these turns (``prompts``: the request-side messages a turn answered, by position)."""
+    recs = tuple(TurnRecord(content=c, replay_digest=replay_digest(c) or b"", position=i,
+                            prompt=(prompts or {}).get(i, []))
                  for i, c in enumerate(contents))
     conv = ConversationState(scid=SCID, created_at=0, updated_at=0, version=1, turns=recs, last_verified=None,
                              first_position=0, next_position=len(recs))
@@ -146,6 +148,36 @@ def test_nothing_goes_back_without_a_conversation_or_after_an_assistant_message(
     assert ActionKind.TURN_REINSTATED not in run(req, records(*TURNS))[0]
 
 
+def test_results_that_open_the_request_bring_back_their_turn_after_the_question_it_answered() -> None:
+    """The trimmer cut the question and the turn, and kept the turn's results as the first message: the turn goes
+    back before them, after the question it answered (its record's prompt), so the history opens with the user."""
+    prompts = {0: [ASK], 1: [results("toolu_a1")]}
+    req = request(results("toolu_a1"))
+    repaired, cleaned = run(req, records(*TURNS, prompts=prompts))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")]
+    assert repaired == [ActionKind.RESTORED, ActionKind.TURN_REINSTATED]
+    assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+    # more follows (the next round replayed as it is): the same, and the next round stays as it was
+    later = [{"role": "assistant", "content": TURNS[1]}, results("toolu_b1", "toolu_b2")]
+    req = request(results("toolu_a1"), *later)
+    repaired, _ = run(req, records(*TURNS, prompts=prompts))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"), *later]
+    assert repaired.count(ActionKind.TURN_REINSTATED) == 1
+
+
+def test_results_that_open_the_request_stay_the_tool_chains_without_a_plain_question_before_their_turn() -> None:
+    """A turn further into its loop answered tool results (it would open the history itself), a record with no
+    prompt kept, a turn whose calls the request carries, ids naming no turn: nothing goes back at index 0."""
+    for prompts, msgs in (({1: [results("toolu_a1")]}, [results("toolu_b1", "toolu_b2")]),
+                          ({}, [results("toolu_a1")]),
+                          ({0: [ASK]}, [results("toolu_a1"), {"role": "assistant", "content": TURNS[0]},
+                                        results("toolu_a1")]),
+                          ({0: [ASK]}, [results("toolu_zz")])):
+        req = request(*msgs)
+        repaired, _ = run(req, records(*TURNS, prompts=prompts))
+        assert ActionKind.TURN_REINSTATED not in repaired and len(req.messages) == len(msgs), (prompts, msgs)
+
+
 def test_a_rebuilt_history_is_left_as_it_was_pinned() -> None:
     req = request(ASK, results("toolu_a1"))
     res = repair(req.messages, records(*TURNS), pinned={})
@@ -166,6 +198,9 @@ def test_the_load_query_looks_up_a_dropped_turns_result_ids() -> None:
     assert build_query(msgs, None).tool_ids == ["toolu_a1", "toolu_b1"]
     msgs = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1")).messages
     assert dropped_result_ids(msgs) == []
+    # results that open the request (the trimmer cut everything before them)
+    msgs = request(results("toolu_a1")).messages
+    assert dropped_result_ids(msgs) == ["toolu_a1"] and build_query(msgs, None).tool_ids == ["toolu_a1"]
 
 
 def test_consecutive_turns_merged_into_one_message_are_separated_again() -> None:
@@ -205,6 +240,28 @@ def test_a_turn_split_into_messages_is_one_message_again() -> None:
         assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
 
 
+def test_a_turn_split_with_trailing_fragments_is_one_message_again() -> None:
+    """The client sent the turn's text or thinking after its call (a client that shows the calls first), or parts on
+    both sides: the fragments after the call go back into the turn too, as recorded, in one message."""
+    t = TURNS[0]
+    for parts in ([t[2:], t[:2]], [t[:1] + t[2:], t[1:2]], [t[2:], t[:1], t[1:2]], [t[:1], t[2:], t[1:2]],
+                  [t[1:], t[:1]]):
+        req = request(ASK, *({"role": "assistant", "content": p} for p in parts), results("toolu_a1"))
+        repaired, cleaned = run(req, records(*TURNS))
+        assert wire(req.messages) == [ASK, {"role": "assistant", "content": t}, results("toolu_a1")], parts
+        assert repaired == [ActionKind.RESTORED, ActionKind.TURN_JOINED]
+        assert cleaned == [ActionKind.KEPT_VERIFIED] and req.thinking_enabled()
+    # a later round: the fragment after round 1's calls, before its results; round 0 replayed as it is
+    t = TURNS[1]
+    req = request(ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                  {"role": "assistant", "content": t[2:]}, {"role": "assistant", "content": t[:2]},
+                  results("toolu_b1", "toolu_b2"))
+    repaired, _ = run(req, records(*TURNS))
+    assert wire(req.messages) == [ASK, {"role": "assistant", "content": TURNS[0]}, results("toolu_a1"),
+                                  {"role": "assistant", "content": t}, results("toolu_b1", "toolu_b2")]
+    assert repaired.count(ActionKind.TURN_JOINED) == 1
+
+
 def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it() -> None:
     """Text the turn does not hold, thinking of another turn, or a recorded turn replayed as it is (its digest)
     before the message with the calls: nothing is joined."""
@@ -214,6 +271,12 @@ def test_an_assistant_message_that_is_not_part_of_the_turn_is_never_joined_to_it
                       results("toolu_a1"))
         res = repair(req.messages, records(*TURNS))
         assert ActionKind.TURN_JOINED not in [a.kind for a in res.actions] and len(req.messages) == 4, before
+    # nor after it (the next turn replayed as it is, text the turn does not hold, another turn's thinking)
+    for after in ([{"type": "text", "text": "Something else."}], other[:1], TURNS[2]):
+        req = request(ASK, {"role": "assistant", "content": TURNS[0]}, {"role": "assistant", "content": after},
+                      results("toolu_a1"))
+        res = repair(req.messages, records(*TURNS))
+        assert ActionKind.TURN_JOINED not in [a.kind for a in res.actions] and len(req.messages) == 4, after
 
 
 # ------------------------------------------------------------------ as a property over the real load path
@@ -225,7 +288,7 @@ RESHAPED = {ActionKind.TURN_REINSTATED, ActionKind.TURNS_SEPARATED, ActionKind.T
 def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) -> list[dict[str, Any]]:
     """``history`` (the first user message, then an assistant message and its results per round) with round ``k``'s
     boundaries changed: its assistant message dropped, merged with the next round's (their results too), or split
-    (thinking and text apart from the calls)."""
+    (thinking and text apart from the calls, before them or after them)."""
     out = copy.deepcopy(history)
     a = 1 + 2 * k
     if shape == "drop":
@@ -233,10 +296,11 @@ def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) ->
     elif shape == "merge" and k + 1 < rounds:
         out[a:a + 4] = [{"role": "assistant", "content": out[a]["content"] + out[a + 2]["content"]},
                         {"role": "user", "content": out[a + 1]["content"] + out[a + 3]["content"]}]
-    elif shape == "split":
+    elif shape in ("split", "split_after"):
         blocks = out[a]["content"]
-        out[a:a + 1] = [{"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
-                        {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}]
+        parts = [{"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
+                 {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}]
+        out[a:a + 1] = parts if shape == "split" else parts[::-1]
     return out
 
 
@@ -244,7 +308,7 @@ def _reshaped(history: list[dict[str, Any]], rounds: int, k: int, shape: str) ->
 @given(prompts=st.lists(st.sampled_from(["fix the bug", "add a test"]), min_size=2, max_size=4),
        turns=st.integers(1, 3), files=st.lists(st.sampled_from(["a.py", "b.py"]), min_size=12, max_size=12),
        source=st.integers(0, 3), upto=st.integers(1, 3), changed=st.integers(0, 2),
-       shape=st.sampled_from(["drop", "merge", "split"]), ids=st.sampled_from(["kept", "renumbered"]),
+       shape=st.sampled_from(["drop", "merge", "split", "split_after"]), ids=st.sampled_from(["kept", "renumbered"]),
        header=st.sampled_from(["none", "own", "fresh", "other"]))
 def test_a_reshaped_turn_is_always_the_identified_conversations_own(
         prompts: list[str], turns: int, files: list[str], source: int, upto: int, changed: int, shape: str,

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
+import orjson
 
 from tests.process_fixtures import Sim
 
@@ -136,6 +138,40 @@ def run_loop(send: Callable[[History], Answer], prompt: str, *,
             return answers, history
         history += tool_messages(answer)
     raise AssertionError("tool loop did not finish")
+
+
+def native_answer(resp: httpx.Response, stream: bool) -> dict[str, Any]:
+    """The model content of a native Gemini answer, its stream's chunks joined (an error chunk raises)."""
+    if not stream:
+        return dict(resp.json()["candidates"][0]["content"])
+    parts: list[dict[str, Any]] = []
+    for line in resp.text.splitlines():
+        if line.startswith("data: "):
+            chunk = orjson.loads(line[6:])
+            if "error" in chunk:
+                raise AssertionError(f"error chunk: {chunk}")
+            parts += chunk["candidates"][0]["content"].get("parts") or []
+    return {"role": "model", "parts": parts}
+
+
+
+def native_round(http: httpx.Client, url: str, model: str, *, stream: bool, contents: list[dict[str, Any]],
+                 config: dict[str, Any], headers: dict[str, str]) -> tuple[dict[str, Any], str | None]:
+    """One request of a native Gemini client (raw JSON, so a mangling can touch every field): the model content
+    it got (an error status or error chunk raises) and the conversation id of the answer."""
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    resp = http.post(f"{url}/v1beta/models/{model}:{action}", headers=headers, json={"contents": contents, **config})
+    if resp.status_code != 200:
+        raise AssertionError(f"HTTP {resp.status_code}: {resp.text[:300]}")
+    return native_answer(resp, stream), resp.headers.get(SCID)
+
+
+def function_responses(content: dict[str, Any]) -> dict[str, Any] | None:
+    """The user content answering every function call of a model content (None: it calls none)."""
+    calls = [p["functionCall"] for p in content["parts"] if "functionCall" in p]
+    return {"role": "user", "parts": [
+        {"functionResponse": {"name": c["name"], "response": {"weather": "sunny", "args": c["args"]}}}
+        for c in calls]} if calls else None
 
 
 @dataclass

@@ -7,8 +7,10 @@
   ``extra_content`` signatures, tool-call ids and tool messages): ``MANGLINGS``, and ``BY_UPSTREAM``, the ones
   that touch what each upstream's answers carry.
 - ``tests.manglings.gemini``: Gemini native ``contents`` (parts, thoughts, ``thoughtSignature``): ``MANGLINGS``.
+- ``tests.manglings.augment``: Augment chat-stream ``chat_history`` exchanges (nodes, response text): ``MANGLINGS``.
 
 Every mangling returns a mangled copy and leaves its input alone. The acceptance matrix
-(``tests/e2e/test_mangling_matrix.py``) plays them through real gateways; the unit, property and
+(``tests/e2e/test_mangling_matrix.py``) plays them through real gateways, the traffic matrix
+(``tests/e2e/traffic.py``) plays them all at once through two replicas; the unit, property and
 equivalence tests use them too.
 """

@@ -150,3 +150,30 @@ HISTORY_MANGLINGS: dict[str, Callable[[History], History]] = {
     "orphan_tool_result_at_start": orphan_result_at_start,
     "rewrite_tool_ids": rewrite_tool_ids,
 }
+
+
+# How the matrices play them (``tests/e2e/test_mangling_matrix.py``, ``tests/e2e/traffic.py``):
+# flows that are not a per-turn mangling of history (played beside the manglings on the Anthropic surface)
+FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind", "edit_earlier_user"]
+# flows where thinking legitimately cannot be on for every turn
+NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
+# cases whose conversations carry redacted_thinking after the thinking block (``[[sim:redacted]]``)
+REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
+# cases played with a thinking configuration of their own
+CASE_THINKING: dict[str, dict[str, Any]] = {
+    "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},
+}
+
+
+def as_sent(case: str, history: History) -> History:
+    """The history a matrix's Anthropic client sends for ``case``: a message mangling applied to every assistant
+    message, a history mangling to the whole, ``edit_earlier_user`` edits the first message once the loop is under
+    way; the other flows send it as it is (they change what is sent, not how)."""
+    if case in MESSAGE_MANGLINGS:
+        return mangle_assistants(history, case)
+    if case in HISTORY_MANGLINGS:
+        return HISTORY_MANGLINGS[case](history)
+    if case == "edit_earlier_user" and len(history) > 3:
+        history = copy.deepcopy(history)
+        history[0]["content"] = history[0]["content"] + " (edited: and in Madrid)"
+    return history

@@ -51,7 +51,7 @@ def test_request_fields_carry_identifiers_and_decisions_only() -> None:
         "status": 400,
         "duration_ms": 500.0, "ttfb_ms": 12.3, "upstream_error": "invalid_signature", "tenant": "t" * 32,
         "scid": "s" * 22, "via": "tool_id", "model": "claude-opus-4-5", "stream": True,
-        "actions": {"kept_verified": 2, "dropped": 1}, "recorded": False,
+        "actions": {"kept_verified": 2, "dropped": 1}, "recorded": False, "stateful": False,
     }
 
 

@@ -40,12 +40,22 @@ from typing import Any, Literal
 import anthropic
 import httpx
 import openai
-import orjson
 import pytest
 
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
 from tests.e2e.rewrites import ANTHROPIC, EDIT, strings
-from tests.gemini.helpers import CLAUDE, DEEPSEEK, GEMINI, OPENROUTER, ask, gateway_env, tool_messages
+from tests.e2e.traffic import thinking_lost
+from tests.gemini.helpers import (
+    CLAUDE,
+    DEEPSEEK,
+    GEMINI,
+    OPENROUTER,
+    ask,
+    function_responses,
+    gateway_env,
+    native_round,
+    tool_messages,
+)
 from tests.manglings.gemini import MANGLINGS as NATIVE
 from tests.manglings.openai import MANGLINGS as OPENAI
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
@@ -55,7 +65,6 @@ from tests.reliability.recording_proxy import Exchange, RecordingProxy
 
 SCID = "x-ag-conversation-id"
 BETA = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
-BYPASS = "skip_thought_signature_validator"
 ROUNDS = 3
 MAX_REQUESTS = 8  # a client that drops a round needs ROUNDS + 2 answers
 WAVES = 4
@@ -224,38 +233,19 @@ def play_openai(conv: Conv, urls: list[str], key: str) -> None:
 def play_gemini(conv: Conv, urls: list[str], key: str) -> None:
     b = conv.behaviour
     contents: Contents = [{"role": "user", "parts": [{"text": conv.prompt}]}]
-    action = "streamGenerateContent?alt=sse" if b.stream else "generateContent"
     with httpx.Client(timeout=30) as http:
         for _ in range(MAX_REQUESTS):
             url = urls[(conv.index + conv.requests) % 2]
             headers = {"x-goog-api-key": key, **({SCID: conv.scids[-1]} if b.header and conv.scids else {})}
             conv.requests += 1
-            resp = http.post(f"{url}/v1beta/models/{b.model}:{action}", headers=headers,
-                             json={"contents": GEMINI_NATIVE[b.mangle](contents), **GEMINI_CONFIG})
-            if resp.status_code != 200:
-                raise AssertionError(f"HTTP {resp.status_code}: {resp.text[:300]}")
-            conv.scids.append(resp.headers[SCID])
-            content = native_answer(resp, b.stream)
-            calls = [p["functionCall"] for p in content["parts"] if "functionCall" in p]
-            if not calls:
+            content, scid = native_round(http, url, b.model, stream=b.stream, config=GEMINI_CONFIG,
+                                         contents=GEMINI_NATIVE[b.mangle](contents), headers=headers)
+            assert scid, "every response carries the conversation id"
+            conv.scids.append(scid)
+            if not (responses := function_responses(content)):
                 conv.completed = True
                 return
-            contents += [content, {"role": "user", "parts": [
-                {"functionResponse": {"name": c["name"], "response": {"weather": "sunny", "args": c["args"]}}}
-                for c in calls]}]
-
-
-def native_answer(resp: httpx.Response, stream: bool) -> dict[str, Any]:
-    if not stream:
-        return dict(resp.json()["candidates"][0]["content"])
-    parts: list[dict[str, Any]] = []
-    for line in resp.text.splitlines():
-        if line.startswith("data: "):
-            chunk = orjson.loads(line[6:])
-            if "error" in chunk:
-                raise AssertionError(f"error chunk: {chunk}")
-            parts += chunk["candidates"][0]["content"].get("parts") or []
-    return {"role": "model", "parts": parts}
+            contents += [content, responses]
 
 
 PLAY: dict[Surface, Callable[[Conv, list[str], str], None]] = {
@@ -263,30 +253,6 @@ PLAY: dict[Surface, Callable[[Conv, list[str], str], None]] = {
 
 
 # ------------------------------------------------------------------ what the upstream received
-
-
-def thinking_lost(exchange: Exchange) -> list[int]:
-    """Indexes of the replayed assistant/model turns in an upstream request that go without their thinking."""
-    body, path = exchange.body, exchange.path
-    if "/v1/messages" in path:
-        turns = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
-        return [k for k, c in enumerate(turns)
-                if not (isinstance(c, list) and c and c[0].get("type") == "thinking" and c[0].get("signature"))]
-    if "/v1beta/models/" in path:
-        out = []
-        for k, c in enumerate(m for m in body["contents"] if m["role"] == "model"):
-            calls = [p for p in c["parts"] if "functionCall" in p]
-            if not (c["parts"][0].get("thought") is True and calls
-                    and calls[0].get("thoughtSignature") not in (None, BYPASS)):
-                out.append(k)
-        return out
-    turns = [m for m in body["messages"] if m["role"] == "assistant"]
-    if "/deepseek/" in path:
-        return [k for k, m in enumerate(turns) if not m.get("reasoning_content")]
-    if "/openrouter/" in path:
-        return [k for k, m in enumerate(turns)
-                if not any(d.get("type") == "reasoning.encrypted" for d in m.get("reasoning_details") or ())]
-    return []
 
 
 _NAMED = re.compile(r"(?m)^conversation ([A-Za-z0-9_-]{1,64})\r?$")

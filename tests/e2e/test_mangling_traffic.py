@@ -1,0 +1,106 @@
+"""Issue 23 item 4, the short form: the mangling matrices under realistic traffic (``tests/e2e/traffic.py``).
+
+Every client surface x upstream pair plays ``PER_CELL`` mangled tool-loop conversations (cases in turn, stream
+and header alternating), all cells mixed, ``WORKERS`` conversations in flight at once, two tenants, every
+request on the other replica than the one before: two gateway processes on one real redis-server in front of
+the strict simulator (through the recording proxy). Played once per module and mode, on two pairs of replicas:
+
+- ``GATEWAY_STATE_MACHINE_ENABLED`` on: per cell zero upstream 4xx, every conversation completes, every replayed
+  turn reaches the upstream with its thinking (every turn has a record: the gateway relayed it), no stateless
+  fallback;
+- off: per cell zero upstream 4xx and every conversation completes (the sanitizer alone holds the invariants).
+
+Each mode's run is checked as a whole (conversations in flight, tenants, no other conversation's content
+upstream, the access log and ``gateway_stateless_requests_total`` agreeing), then cell by cell. The two runs take
+the cases from different offsets, so between them twice as many cases are played (every case of the smaller
+cells). The long form (every case in
+every stream x header combination) is ``bench/mangling_traffic.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.e2e.traffic import CELLS, Report, plan, run
+from tests.gemini.helpers import gateway_env
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from tests.redis_fixtures import RedisServer
+from tests.reliability.recording_proxy import RecordingProxy
+
+PER_CELL = 4
+WORKERS = 12
+MIN_IN_FLIGHT = 8
+CELL_IDS = [c.id for c in CELLS]
+
+
+@dataclass
+class Traffic:
+    proxy: RecordingProxy
+    sim: Sim
+    replicas: dict[str, tuple[ServerProcess, ServerProcess]]
+    reports: dict[str, Report] = field(default_factory=dict)
+
+    def report(self, mode: str) -> Report:
+        """The mode's run (played on first use, then shared by the module's tests)."""
+        if mode not in self.reports:
+            # off takes each cell's first cases (the OpenAI-compatible tables open with the fields each upstream
+            # needs back dropped), on the ones after them
+            convs = plan(per_cell=PER_CELL, offset=PER_CELL if mode == "on" else 0)
+            self.reports[mode] = run(self.replicas[mode], self.proxy, self.sim, convs, workers=WORKERS, mode=mode)
+            print(self.reports[mode].table())
+        return self.reports[mode]
+
+
+@pytest.fixture(scope="module")
+def traffic(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Traffic]:
+    proxy = RecordingProxy(sim.url).start()
+    env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
+    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-23-traffic-0123456789abcdef01",
+            "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
+    off = {**env, "GATEWAY_STATE_MACHINE_ENABLED": "false"}
+    started = [gateways.start(proxy.url, e) for e in (env, env, off, off)]
+    try:
+        yield Traffic(proxy, sim, {"on": (started[0], started[1]), "off": (started[2], started[3])})
+    finally:
+        for sp in started:
+            sp.stop()
+        proxy.close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
+    """Every cell played, at least ``MIN_IN_FLIGHT`` conversations at once, two tenants; no upstream request
+    carries another conversation's content; the access log counts the stateless requests the metric counts."""
+    report = traffic.report(mode)
+    assert sorted(report.cells) == sorted(CELL_IDS)
+    assert report.max_in_flight >= MIN_IN_FLIGHT and report.tenants == 2
+    assert all(len(r.tenants) == 2 for r in report.cells.values()), "every cell plays both tenants"
+    assert report.foreign == 0, "an upstream request carried another conversation's content"
+    totals = report.totals()
+    assert totals.stateless == report.stateless_metric
+    if mode == "on":
+        assert totals.replayed > 0 and report.stateless_metric == 0
+    else:
+        assert totals.stateless == report.requests, "the state machine is off: every request is stateless"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cell", CELL_IDS)
+def test_state_machine_on(traffic: Traffic, cell: str) -> None:
+    """Zero upstream 4xx, every conversation completed, thinking on every replayed turn, no stateless fallback."""
+    r = traffic.report("on").cells[cell]
+    assert r.clean, f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.samples}"
+    assert r.kept == r.replayed, f"thinking kept on {r.kept} of {r.replayed} replayed turns"
+    assert r.stateless == 0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cell", CELL_IDS)
+def test_state_machine_off(traffic: Traffic, cell: str) -> None:
+    """Zero upstream 4xx and every conversation completed, with the sanitizer alone."""
+    r = traffic.report("off").cells[cell]
+    assert r.clean, f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.samples}"
