@@ -67,4 +67,5 @@ def test_unknown_paths_and_methods_answer_in_the_clients_dialect(gw: ServerProce
     elif shape == "anthropic":
         assert body["type"] == "error" and body["error"]["type"] in ("not_found_error", "invalid_request_error")
     else:
-        assert body["error"]["code"] == status and "status" in body["error"]
+        google = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}[status]  # google.rpc.Code (docs/upstream-rules.md)
+        assert body["error"]["code"] == status and body["error"]["status"] == google
