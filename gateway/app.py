@@ -66,7 +66,7 @@ class RequestIdMiddleware:
 def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
     rid = getattr(request.state, "request_id", None)
     dialect = dialect_for_request(request.url.path, {k.lower(): v for k, v in request.headers.items()},
-                                  request.url.query)
+                                  request.url.query, request.method)
     status, body = render_error(dialect, err, rid)
     headers = {"request-id": rid} if rid else None
     return Response(body, status_code=status, media_type="application/json", headers=headers)

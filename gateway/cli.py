@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkgate: {e}", file=sys.stderr)
         return 2
     from gateway import logs, metrics
-    from gateway.upstream import display_url
+    from gateway.urls import display_url
     from state.factory import describe_store
 
     logs.configure(settings.log_level, settings.log_format)

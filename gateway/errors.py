@@ -90,11 +90,18 @@ def render_error(dialect: Dialect, err: GatewayError, request_id: str | None = N
     return err.status, orjson.dumps(body)
 
 
+# google.rpc.Code by HTTP status (googleapis/google/rpc/code.proto's "HTTP Mapping" lines). A method the path does not
+# take (405) is UNIMPLEMENTED ("not implemented or is not supported/enabled in this service"), as grpc-gateway's
+# routing error handler maps it (docs/upstream-rules.md, "Google error status").
+GOOGLE_STATUS: dict[int, str] = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+}
+
+
 def _google_status(status: int) -> str:
-    return {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-            408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT",
-            429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 502: "UNAVAILABLE",
-            504: "DEADLINE_EXCEEDED"}.get(status, "INTERNAL")
+    return GOOGLE_STATUS.get(status, "INTERNAL")
 
 
 def upstream_error(status: int, body: bytes) -> GatewayError:

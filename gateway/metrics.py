@@ -140,11 +140,11 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
-def endpoint_of(path: str) -> str | None:
-    """The endpoint label for a request path; ``None`` for the gateway's own internal endpoints."""
+def endpoint_of(path: str, method: str | None = None) -> str | None:
+    """The endpoint label for a request path (and method); ``None`` for the gateway's own internal endpoints."""
     if path in INTERNAL_PATHS:
         return None
-    surface = surface_for_path(path)
+    surface = surface_for_path(path, method)
     return surface.label if surface is not None else "other"
 
 
@@ -246,7 +246,7 @@ class ObserveMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = endpoint_of(scope.get("path", "")) if scope["type"] == "http" else None
+        endpoint = endpoint_of(scope.get("path", ""), scope.get("method")) if scope["type"] == "http" else None
         if endpoint is None:
             await self.app(scope, receive, send)
             return

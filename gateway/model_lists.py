@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import bad_request
+from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import JSON
 from gateway.routing import Router
 
@@ -94,12 +94,39 @@ def _dicts(value: Any) -> Iterable[dict[str, Any]]:
 
 
 def openai_list(models: list[Listed]) -> dict[str, JSON]:
-    return {"object": "list", "data": [{"id": m.id, "object": "model", "created": m.created, "owned_by": m.owner}
-                                       for m in models]}
+    return {"object": "list", "data": [_openai_entry(m) for m in models]}
 
 
 def gemini_list(models: list[Listed]) -> dict[str, JSON]:
-    return {"models": [m.raw or {"name": f"models/{m.id}", "displayName": m.display_name} for m in models]}
+    return {"models": [_gemini_entry(m) for m in models]}
+
+
+def _gemini_entry(m: Listed) -> dict[str, JSON]:
+    return m.raw or {"name": f"models/{m.id}", "displayName": m.display_name}
+
+
+def _openai_entry(m: Listed) -> dict[str, JSON]:
+    return {"id": m.id, "object": "model", "created": m.created, "owned_by": m.owner}
+
+
+def _anthropic_entry(m: Listed) -> dict[str, JSON]:
+    return {"type": "model", "id": m.id, "display_name": m.display_name or m.id, "created_at": m.created_at}
+
+
+def model_entry(dialect: str, m: Listed) -> dict[str, JSON]:
+    """One model as the protocol's retrieve answers it: the entry its list shows."""
+    return {"gemini": _gemini_entry, "anthropic": _anthropic_entry}.get(dialect, _openai_entry)(m)
+
+
+def model_not_found(dialect: str, model_id: str) -> ClientError:
+    """404 for a model the listing does not hold, in each API's words (docs/upstream-rules.md, "Model lookups")."""
+    if dialect == "anthropic":
+        return ClientError(404, f"model: {model_id}", "not_found_error")
+    if dialect == "gemini":
+        name = model_id if model_id.startswith("models/") else f"models/{model_id}"
+        return ClientError(404, f"{name} is not found for API version v1beta, or is not supported", "not_found_error")
+    return ClientError(404, f"The model `{model_id}` does not exist or you do not have access to it.",
+                       "invalid_request_error", "model_not_found")
 
 
 def anthropic_list(models: list[Listed], query: dict[str, str]) -> dict[str, JSON]:
@@ -116,8 +143,7 @@ def anthropic_list(models: list[Listed], query: dict[str, str]) -> dict[str, JSO
         end = ids.index(before) if before in ids else 0
         start = max(0, end - limit)
     page = models[start:end][:limit]
-    data = [{"type": "model", "id": m.id, "display_name": m.display_name or m.id, "created_at": m.created_at}
-            for m in page]
+    data = [_anthropic_entry(m) for m in page]
     more = start + len(page) < end if "before_id" not in query else start > 0
     return {"data": data, "has_more": more, "first_id": page[0].id if page else None,
             "last_id": page[-1].id if page else None}

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from gateway.urls import credentials_problem, display_url, redact_urls
+
 Kind = Literal["anthropic", "gemini", "openai", "responses"]
 KINDS: tuple[Kind, ...] = ("anthropic", "gemini", "openai")  # the targets a route names without a base URL
 RESPONSES = "responses"  # ``PREFIX=responses@BASE_URL``: an OpenAI Responses API upstream (``/responses``)
@@ -197,14 +199,16 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
             continue
         prefix, sep, target = (s.strip() for s in entry.partition("="))
         if not sep or not prefix or not target:
-            raise RouteError(f"GATEWAY_ROUTES: {entry!r} is not PREFIX=TARGET")
+            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(entry)!r} is not PREFIX=TARGET")
         if target in KINDS:
             routes.append(Route(prefix, target, target))
             continue
         flavor, at, url = target.partition("@")
         if not at or flavor not in (*FLAVORS, RESPONSES) or not url.startswith(("http://", "https://")):
-            raise RouteError(f"GATEWAY_ROUTES: {target!r} should be anthropic, gemini, openai or FLAVOR@URL "
-                             f"with FLAVOR one of {', '.join((*FLAVORS, RESPONSES))}")
+            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(target)!r} should be anthropic, gemini, openai or "
+                             f"FLAVOR@URL with FLAVOR one of {', '.join((*FLAVORS, RESPONSES))}")
+        if problem := credentials_problem(url):
+            raise RouteError(f"GATEWAY_ROUTES: the base URL of {prefix!r} ({display_url(url)}) {problem}")
         if urls.setdefault(flavor, url) != url:
             raise RouteError(f"GATEWAY_ROUTES: flavor {flavor!r} names two base URLs")
         kind: Kind = "responses" if flavor == RESPONSES else "openai"

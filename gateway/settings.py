@@ -9,6 +9,7 @@ from typing import Literal
 
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
 from gateway.routing import FLAVORS, RouteError, Router, parse_routes
+from gateway.urls import credentials_problem, display_url, redact_urls
 from state.factory import check_store_url
 
 DEFAULT_SECRET = "thinkgate-dev-secret"
@@ -20,6 +21,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+BASE_URL_FIELDS = ("anthropic_base_url", "gemini_base_url", "openai_base_url")
 CONTINUATIONS = frozenset({"splice", "carried_repair", "carried_sanitize"})
 
 
@@ -144,8 +146,17 @@ class Settings:
             urls[name] = route.base_url or ""
         return urls
 
-    def __repr__(self) -> str:  # secrets never appear, whatever dataclass does
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+    def __post_init__(self) -> None:
+        """An upstream base URL with user info (or a query) is refused however the settings are built: it would
+        send a second credential for every tenant, or make the upstream call fail on the client's own
+        ``Authorization`` header (``gateway.urls``). ``GATEWAY_ROUTES``'s URLs are checked by ``parse_routes``."""
+        for name in BASE_URL_FIELDS:
+            url = getattr(self, name)
+            if url and (problem := credentials_problem(url)):
+                raise SettingsError(f"{self.env_name(name)} ({display_url(url)}) {problem}")
+
+    def __repr__(self) -> str:  # secrets never appear, whatever dataclass does; URLs without user info or query
+        shown = ", ".join(f"{f.name}={_shown(getattr(self, f.name))!r}" for f in fields(self) if f.repr)
         redis = "set" if self.redis_url else "unset"
         prev = ", previous_secret=<redacted>" if self.previous_secret else ""
         return f"Settings({shown}, redis_url=<{redis}>, secret=<redacted>{prev})"
@@ -244,6 +255,11 @@ class Settings:
         _float(kw, "drain_timeout_s", get("DRAIN_TIMEOUT_S"))
         _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
         return cls(**kw)  # type: ignore[arg-type]
+
+
+def _shown(value: object) -> object:
+    """A setting's value as the repr shows it: every URL in a string through ``display_url``."""
+    return redact_urls(value) if isinstance(value, str) else value
 
 
 def _str(kw: dict[str, object], name: str, v: str | None) -> None:

@@ -42,6 +42,12 @@ CHAT_COMPLETIONS = Surface("chat_completions", "openai", ("/v1/chat/completions"
                            errors="openai")
 GENERATE_CONTENT = Surface("generate_content", "gemini", ("/v1beta/models/{rest:path}", "/v1/models/{rest:path}"),
                            ("/v1beta", "/v1/models/"), errors="gemini", key_query=("key", "x-goog-api-key"))
+# One model by id (the SDKs' ``models.retrieve`` / ``models.get``), on the paths above with GET: ``/v1/models/{id}`` is
+# OpenAI's, Anthropic's and Gemini's v1 (the headers say whose), ``/v1beta/models/{id}`` Gemini's
+MODEL_GET = Surface("models", "openai", ("/v1/models/{model_id:path}",), ("/v1/models/",), method="GET",
+                    errors="gemini", by_headers=True)
+GEMINI_MODEL_GET = Surface("models", "gemini", ("/v1beta/models/{model_id:path}",), ("/v1beta/models/",),
+                           method="GET", errors="gemini")
 # Augment's JSON errors (before its stream starts) are Anthropic-shaped; errors within the stream are its own lines
 CHAT_STREAM = Surface("chat_stream", "augment", ("/gateway/chat-stream",), ("/gateway/chat-stream",))
 # OpenAI Responses: ``POST /v1/responses`` and ``GET /v1/responses/{id}`` (a recorded one)
@@ -52,17 +58,19 @@ CONVERSATION_EXPORT = Surface("conversation_export", "anthropic", ("/gateway/con
                               ("/gateway/conversations/",), method="GET")
 
 SURFACES: tuple[Surface, ...] = (MODELS, GEMINI_MODELS, COUNT_TOKENS, MESSAGES, CHAT_COMPLETIONS, GENERATE_CONTENT,
-                                 CHAT_STREAM, RESPONSE_GET, RESPONSES, CONVERSATION_EXPORT)
+                                 MODEL_GET, GEMINI_MODEL_GET, CHAT_STREAM, RESPONSE_GET, RESPONSES, CONVERSATION_EXPORT)
 
 
-def surface_for_path(path: str) -> Surface | None:
-    """The surface a request path belongs to (None: none, e.g. ``/healthz``)."""
-    return next((s for s in SURFACES if path in s.exact or path.startswith(s.prefixes)), None)
+def surface_for_path(path: str, method: str | None = None) -> Surface | None:
+    """The surface a request belongs to (None: none, e.g. ``/healthz``): of those whose paths hold ``path``, the first
+    served with ``method``, else the first (a method no surface there takes: its 405 in that one's shape)."""
+    found = [s for s in SURFACES if path in s.exact or path.startswith(s.prefixes)]
+    return next((s for s in found if s.method == method), found[0] if found else None)
 
 
-def dialect_for_path(path: str) -> Dialect:
+def dialect_for_path(path: str, method: str | None = None) -> Dialect:
     """The dialect an error on ``path`` is rendered in: its surface's, Anthropic's for any other path."""
-    surface = surface_for_path(path)
+    surface = surface_for_path(path, method)
     return surface.errors if surface is not None else "anthropic"
 
 
@@ -79,11 +87,11 @@ def dialect_by_headers(headers: Mapping[str, str], query: str = "") -> Dialect |
     return None
 
 
-def dialect_for_request(path: str, headers: Mapping[str, str], query: str = "") -> Dialect:
-    """The dialect an error on a request is rendered in: its path's surface's (a surface shared by two protocols,
+def dialect_for_request(path: str, headers: Mapping[str, str], query: str = "", method: str | None = None) -> Dialect:
+    """The dialect an error on a request is rendered in: its surface's (a surface shared by two protocols,
     ``by_headers``: the one the headers name, else its own); on a path no surface owns, the one the headers name,
     else Anthropic's."""
-    surface = surface_for_path(path)
+    surface = surface_for_path(path, method)
     if surface is not None and not surface.by_headers:
         return surface.errors
     named = dialect_by_headers(headers, query)

@@ -12,12 +12,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from gateway.errors import GatewayError
 from gateway.retry import RETRYABLE_STATUSES, RetryPolicy, retry_after_header, retry_delay_in_body
+from gateway.urls import display_url
 
 log = logging.getLogger("thinkgate.upstream")
 
@@ -35,14 +35,6 @@ class UpstreamConnectError(GatewayError):
 
 class UpstreamTimeout(GatewayError):
     pass
-
-
-def display_url(url: str) -> str:
-    """A base URL as logs and error messages show it: scheme, host, port and path; user info and query (where a
-    key could hide) left out."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else url.split("?", 1)[0]
 
 
 def forward_request_headers(headers: Mapping[str, str]) -> dict[str, str]:

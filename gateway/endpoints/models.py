@@ -20,7 +20,16 @@ from gateway.deps import Gateway
 from gateway.dialects import UPSTREAM_DIALECTS
 from gateway.endpoints.common import gateway_of
 from gateway.errors import ClientError, GatewayError
-from gateway.model_lists import Listed, anthropic_list, gemini_list, openai_list, parse_list, route_models
+from gateway.model_lists import (
+    Listed,
+    anthropic_list,
+    gemini_list,
+    model_entry,
+    model_not_found,
+    openai_list,
+    parse_list,
+    route_models,
+)
 from gateway.surfaces import dialect_by_headers
 
 log = logging.getLogger("thinkgate.endpoints")
@@ -57,16 +66,26 @@ async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[
     return models
 
 
-async def list_models(request: HTTPRequest) -> Response:
-    gw = gateway_of(request)
-    headers = {k.lower(): v for k, v in request.headers.items()}
-    if request.url.path.startswith("/v1beta/"):
-        dialect = "gemini"
+def _dialect(request: HTTPRequest, headers: dict[str, str]) -> str:
+    """The protocol a listing or lookup answers in: ``/v1beta/...`` is Gemini's (its ``?key=`` taken as the header);
+    on ``/v1/models`` Anthropic's or OpenAI's as the headers say; on ``/v1/models/{id}`` (also Gemini's v1 path)
+    Anthropic's, OpenAI's, else Gemini's."""
+    named = dialect_by_headers(headers, request.url.query)
+    if request.url.path.startswith("/v1beta/") or ("model_id" in request.path_params and named in ("gemini", None)):
         key = request.query_params.get("key")
         if key and "x-goog-api-key" not in headers:
             headers["x-goog-api-key"] = key
-    else:
-        dialect = "anthropic" if dialect_by_headers(headers) == "anthropic" else "openai"
+        return "gemini"
+    return "anthropic" if named == "anthropic" else "openai"
+
+
+async def list_models(request: HTTPRequest) -> Response:
+    """The list (``GET /v1/models``, ``/v1beta/models``) or, with a model id in the path, that one model: the entry the
+    list shows (``GET /v1/models/{id}``, ``/v1beta/models/{id}``: the SDKs' ``models.retrieve`` / ``models.get``),
+    404 in the client's protocol when the list has none."""
+    gw = gateway_of(request)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    dialect = _dialect(request, headers)
     tenant = identity.tenant_of(gw.settings.secret, headers)
     if tenant is None:
         raise ClientError(401, "an API key (x-api-key, x-goog-api-key or Authorization: Bearer) is required",
@@ -75,6 +94,8 @@ async def list_models(request: HTTPRequest) -> Response:
     lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, headers) for name, kind in asked))
     models = [m for listed in lists for m in listed]
     models += route_models(gw.router, [name for name, _ in asked], models)
+    if "model_id" in request.path_params:
+        return _one(dialect, request.path_params["model_id"], models)
     if dialect == "gemini":
         body = gemini_list(models)
     elif dialect == "anthropic":
@@ -82,3 +103,10 @@ async def list_models(request: HTTPRequest) -> Response:
     else:
         body = openai_list(models)
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _one(dialect: str, model_id: str, models: list[Listed]) -> Response:
+    found = next((m for m in models if m.id == model_id.removeprefix("models/")), None)
+    if found is None:
+        raise model_not_found(dialect, model_id)
+    return Response(orjson.dumps(model_entry(dialect, found)), media_type="application/json")

@@ -46,6 +46,50 @@ def test_gemini_list_and_its_key_query(gw: ServerProcess) -> None:
     assert [m["name"] for m in r.json()["models"]] == ["models/gemini-3-pro-preview", "models/gemini-2.5-pro"]
 
 
+def test_openai_sdk_retrieves_one_model_as_the_list_shows_it(gw: ServerProcess) -> None:
+    """``models.retrieve`` is ``GET /v1/models/{id}``, under Gemini's ``/v1/models/`` prefix: the method and the bearer
+    token make it OpenAI's (it answered 405 in Google's envelope)."""
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client:
+        listed = {m.id: m for m in client.models.list()}
+        for model_id in ("gpt-5.1", "gemini-3-flash-preview"):
+            got = client.models.retrieve(model_id)
+            assert got == listed[model_id] and got.object == "model"
+        with pytest.raises(openai.NotFoundError) as e:
+            client.models.retrieve("gpt-nope")
+    assert e.value.status_code == 404 and e.value.code == "model_not_found"
+    assert e.value.message.startswith("Error code: 404") and "The model `gpt-nope` does not exist" in e.value.message
+
+
+def test_anthropic_sdk_retrieves_one_model_as_the_list_shows_it(gw: ServerProcess) -> None:
+    with anthropic.Anthropic(base_url=gw.url, api_key=KEY, max_retries=0) as client:
+        listed = {m.id: m for m in client.models.list()}
+        got = client.models.retrieve("claude-sonnet-4-5")
+        assert got == listed["claude-sonnet-4-5"] and got.type == "model"
+        with pytest.raises(anthropic.NotFoundError) as e:
+            client.models.retrieve("claude-haiku-4-5")  # routed elsewhere: not the Anthropic upstream's
+    assert e.value.body["error"] == {"type": "not_found_error", "message": "model: claude-haiku-4-5"}  # type: ignore[index]
+
+
+def test_gemini_sdk_gets_one_model_and_generate_content_stays_geminis(gw: ServerProcess) -> None:
+    """``models.get`` is ``GET /v1beta/models/{id}``; ``POST /v1/models/{id}:generateContent`` (the same prefix) still
+    generates, and ``GET`` there with Google's key is a lookup in Google's envelope."""
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types as genai_types
+
+    client = genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(base_url=gw.url))
+    got = client.models.get(model="gemini-3-pro-preview")
+    assert got.name == "models/gemini-3-pro-preview"
+    with pytest.raises(genai_errors.ClientError) as e:
+        client.models.get(model="gemini-nope")
+    assert (e.value.code, e.value.status) == (404, "NOT_FOUND")
+    r = httpx.post(gw.url + "/v1/models/gemini-3-pro-preview:generateContent", headers={"x-goog-api-key": KEY},
+                   json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status_code == 200 and r.json()["candidates"][0]["content"]["parts"], r.text
+    r = httpx.get(gw.url + "/v1/models/gemini-3-pro-preview", headers={"x-goog-api-key": KEY})
+    assert r.status_code == 200 and r.json()["name"] == "models/gemini-3-pro-preview"
+
+
 @pytest.mark.parametrize(("path", "method", "headers", "status", "shape"), [
     ("/v1/responsez", "POST", {"authorization": f"Bearer {KEY}"}, 404, "openai"),
     ("/v1/nothing", "GET", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, 404, "anthropic"),
@@ -53,7 +97,9 @@ def test_gemini_list_and_its_key_query(gw: ServerProcess) -> None:
     ("/v1/models", "POST", {"authorization": f"Bearer {KEY}"}, 405, "openai"),
     ("/v1/models", "DELETE", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, 405, "anthropic"),
     ("/v1/chat/completions", "GET", {"authorization": f"Bearer {KEY}"}, 405, "openai"),
-    ("/v1/models/", "GET", {"authorization": f"Bearer {KEY}"}, 405, "gemini"),  # Gemini's path: never a redirect
+    ("/v1/models/", "GET", {"authorization": f"Bearer {KEY}"}, 404, "openai"),  # a lookup of no id: never a redirect
+    ("/v1/models/gpt-5", "DELETE", {"authorization": f"Bearer {KEY}"}, 405, "gemini"),
+    ("/v1/models/gemini-3-pro-preview:generateContent", "PUT", {"x-goog-api-key": KEY}, 405, "gemini"),
     ("/v1/chat/completions/", "POST", {"authorization": f"Bearer {KEY}"}, 404, "openai"),
 ])
 def test_unknown_paths_and_methods_answer_in_the_clients_dialect(gw: ServerProcess, path: str, method: str,
@@ -67,4 +113,5 @@ def test_unknown_paths_and_methods_answer_in_the_clients_dialect(gw: ServerProce
     elif shape == "anthropic":
         assert body["type"] == "error" and body["error"]["type"] in ("not_found_error", "invalid_request_error")
     else:
-        assert body["error"]["code"] == status and "status" in body["error"]
+        google = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}[status]  # google.rpc.Code (docs/upstream-rules.md)
+        assert body["error"]["code"] == status and body["error"]["status"] == google

@@ -11,63 +11,22 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway.routing import FLAVORS, KINDS
+from tests.e2e.readme import blocks, commands, section, start_command, wait_ready
 from tests.process_fixtures import ServerProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 # the README's label of each family's block -> (the upstream its access line names, how its answer shows a call)
 FAMILIES = {"Anthropic": "anthropic", "Gemini": "gemini", "OpenRouter-style": "openai",
             "Copilot-style": "copilot", "DeepSeek-style": "deepseek"}
 
 pytestmark = [pytest.mark.process,
               pytest.mark.skipif(shutil.which("curl") is None, reason="the recipe calls curl")]
-
-
-def section(name: str) -> str:
-    text = README.read_text()
-    m = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, re.S)
-    assert m, f"README has no {name} section"
-    return m[1]
-
-
-def blocks(text: str) -> list[tuple[str, str]]:
-    """(the first word of the paragraph before it, the code) for every ```sh block."""
-    out, end = [], 0
-    for m in re.finditer(r"```sh\n(.*?)```", text, re.S):
-        paragraphs = [p for p in text[end:m.start()].split("\n\n") if p.strip()]
-        out.append((paragraphs[-1].split()[0] if paragraphs else "", m[1]))
-        end = m.end()
-    return out
-
-
-def commands(code: str) -> list[str]:
-    """Shell commands, backslash continuations joined."""
-    return [c.strip() for c in code.replace("\\\n", " ").splitlines() if c.strip()]
-
-
-def wait_ready(sp: ServerProcess, path: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if sp.proc.poll() is not None:
-            raise RuntimeError(f"{sp.name} exited ({sp.proc.returncode}):\n{sp.log()}")
-        try:
-            if httpx.get(sp.url + path, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{sp.name} not ready in {timeout}s:\n{sp.log()}")
-        time.sleep(0.05)  # polling a starting process's port: there is no event to await
 
 
 @pytest.fixture
@@ -86,14 +45,7 @@ def recipe() -> Iterator[tuple[dict[str, str], list[tuple[str, str]], ServerProc
         assert [c.split()[0:2] for c in start if not c.startswith("GATEWAY_")] == [["thinkgate", "sim"]]
         for cmd in start:
             assert cmd.endswith("&"), f"the start block runs its servers in the background: {cmd!r}"
-            name = "sim" if " sim " in cmd else "gateway"
-            port = int(re.search(r"--port (\d+)", cmd)[1])  # type: ignore[index]
-            fd, log_path = tempfile.mkstemp(prefix=f"thinkgate-readme-{name}-", suffix=".log")
-            with os.fdopen(fd, "wb") as logf:
-                assigns, program = re.fullmatch(r"((?:\w+=\S+\s+)*)(.*)", cmd.removesuffix("&").strip()).groups()  # type: ignore[union-attr]
-                proc = subprocess.Popen(["bash", "-c", f"{assigns}exec {program}"], env=env,  # its pid is the server's
-                                        stdout=logf, stderr=subprocess.STDOUT)
-            started.append(ServerProcess(name, port, proc, log_path))
+            started.append(start_command("sim" if " sim " in cmd else "gateway", cmd, env))
         sim, gateway = started
         wait_ready(sim, "/_sim/stats")
         wait_ready(gateway, "/readyz")

@@ -21,7 +21,7 @@ from gateway.sim.app import SimConfig, create_sim_app
 from gateway.sim.compat import Minter as CompatMinter
 from gateway.sim.compat import plan as compat_plan
 from gateway.sim.gemini import plan_parts
-from gateway.upstream import display_url
+from gateway.urls import display_url
 from state.factory import describe_store
 
 ROOT = Path(__file__).resolve().parents[2]

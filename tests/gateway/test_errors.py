@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.errors import render_error, upstream_error
+from gateway.errors import GatewayError, render_error, upstream_error
 
 
 @pytest.mark.parametrize(("body", "message", "etype"), [
@@ -30,3 +30,11 @@ def test_rendered_in_each_dialect() -> None:
         status, body = render_error(dialect, err)  # type: ignore[arg-type]
         data = orjson.loads(body)
         assert status == 529 and data[path[0]][path[1]] == "Overloaded"
+
+
+@pytest.mark.parametrize(("status", "google"), [(405, "UNIMPLEMENTED"), (501, "UNIMPLEMENTED"), (503, "UNAVAILABLE"),
+                                                (404, "NOT_FOUND"), (500, "INTERNAL")])
+def test_google_envelope_names_the_rpc_code_of_the_http_status(status: int, google: str) -> None:
+    """code.proto's HTTP mappings; a wrong method is UNIMPLEMENTED, not INTERNAL (which reads as "retry")."""
+    rendered, body = render_error("gemini", GatewayError(status, "x"))
+    assert rendered == status and orjson.loads(body)["error"] == {"code": status, "message": "x", "status": google}

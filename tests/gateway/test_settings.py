@@ -150,3 +150,67 @@ def test_a_client_timeout_that_would_refuse_every_client_is_refused_at_startup(n
         Settings.from_env({name: value})
     assert str(e.value) == f"{name} must be a number of seconds above 0"
     assert Settings.from_env({name: "2.5"}) is not None
+
+
+# A password in an upstream base URL: long enough to be a real one, and findable in any output it leaks into.
+URL_PASSWORD = "url-password-0123456789abcdef0123456789"
+URL_WITH_USERINFO = f"http://proxy-user:{URL_PASSWORD}@127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("GATEWAY_ANTHROPIC_BASE_URL", URL_WITH_USERINFO),
+    ("GATEWAY_GEMINI_BASE_URL", URL_WITH_USERINFO),
+    ("GATEWAY_OPENAI_BASE_URL", URL_WITH_USERINFO),
+    ("GATEWAY_ROUTES", f"gpt-=copilot@{URL_WITH_USERINFO}"),
+    ("GATEWAY_ROUTES", f"deepseek-=responses@{URL_WITH_USERINFO},gpt-=openai"),
+])
+def test_an_upstream_url_with_credentials_is_refused_in_one_line_without_them(var: str, value: str) -> None:
+    """User info in a base URL would go to the upstream for every tenant, and with a client's own ``Authorization``
+    header it made aiohttp raise (a 500 on every request): refused, naming the setting and the URL without it."""
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({var: value})
+    text = str(e.value)
+    assert text.startswith(var) and "credentials" in text and "http://127.0.0.1:9/v1" in text
+    assert URL_PASSWORD not in text and "proxy-user" not in text and "\n" not in text
+
+
+def test_an_upstream_url_with_a_query_is_refused() -> None:
+    with pytest.raises(SettingsError, match=r"^GATEWAY_GEMINI_BASE_URL \(https://g/v1\) has a query") as e:
+        Settings.from_env({"GATEWAY_GEMINI_BASE_URL": f"https://g/v1?key={URL_PASSWORD}"})
+    assert URL_PASSWORD not in str(e.value)
+
+
+def test_settings_built_directly_refuse_credentials_too() -> None:
+    """``create_app(Settings(...))`` (the demo, the tests, an embedding) has no ``from_env`` in front of it."""
+    with pytest.raises(SettingsError, match=r"^GATEWAY_OPENAI_BASE_URL"):
+        Settings(openai_base_url=URL_WITH_USERINFO)
+
+
+def test_repr_shows_route_urls_without_user_info_or_query() -> None:
+    """The startup banner prints the repr: a route URL in it is shown as ``display_url`` shows it."""
+    s = Settings(routes=f"gpt-=copilot@{URL_WITH_USERINFO},x-=deepseek@https://d/v1?token={URL_PASSWORD}")
+    for text in (repr(s), str(s)):
+        assert URL_PASSWORD not in text and "proxy-user" not in text
+        assert "routes='gpt-=copilot@http://127.0.0.1:9/v1,x-=deepseek@https://d/v1'" in text
+
+
+def test_malformed_routes_do_not_echo_credentials() -> None:
+    for routes in (f"gpt-=bogus@{URL_WITH_USERINFO}", f"gpt-:copilot@{URL_WITH_USERINFO}"):
+        with pytest.raises(SettingsError) as e:
+            Settings.from_env({"GATEWAY_ROUTES": routes})
+        assert URL_PASSWORD not in str(e.value) and "GATEWAY_ROUTES" in str(e.value)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("var", "value"), [("GATEWAY_OPENAI_BASE_URL", URL_WITH_USERINFO),
+                                            ("GATEWAY_ROUTES", f"gpt-=copilot@{URL_WITH_USERINFO}")])
+def test_serve_refuses_an_upstream_url_with_credentials_in_one_line(var: str, value: str) -> None:
+    """The served gateway does not start (rather than answer 500 to every client that sends ``Authorization``):
+    exit 2, one line naming the setting, the password nowhere."""
+    env = {**os.environ, var: value}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", str(free_port())], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-500:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"thinkgate: {var}") and "credentials" in lines[0], lines
+    assert URL_PASSWORD not in out.stderr + out.stdout

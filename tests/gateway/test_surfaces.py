@@ -22,9 +22,25 @@ def test_every_route_of_a_surface_is_labelled_and_rendered_as_that_surface() -> 
     for s in SURFACES:
         for route in s.routes:
             path = _concrete(route)
-            assert surface_for_path(path) is s, path
-            assert metrics.endpoint_of(path) == s.label and s.label in metrics.ENDPOINTS
-            assert dialect_for_path(path) == s.errors
+            assert surface_for_path(path, s.method) is s, path
+            assert metrics.endpoint_of(path, s.method) == s.label and s.label in metrics.ENDPOINTS
+            assert dialect_for_path(path, s.method) == s.errors
+
+
+def test_a_path_two_surfaces_share_is_told_apart_by_method() -> None:
+    """``/v1/models/{id}``: GET is a model lookup (the SDKs' ``models.retrieve``), POST Gemini's generateContent; a
+    method neither takes is the first one's (its 405 in Google's envelope)."""
+    from gateway.surfaces import GENERATE_CONTENT, MODEL_GET, dialect_for_request
+
+    path = "/v1/models/gpt-5"
+    assert surface_for_path(path, "GET") is MODEL_GET and surface_for_path(path, "POST") is GENERATE_CONTENT
+    assert surface_for_path(path, "DELETE") is GENERATE_CONTENT and surface_for_path(path) is GENERATE_CONTENT
+    assert metrics.endpoint_of(path, "GET") == "models" and metrics.endpoint_of(path, "POST") == "generate_content"
+    bearer, anthropic, goog = {"authorization": "Bearer k"}, {"x-api-key": "k"}, {"x-goog-api-key": "k"}
+    assert [dialect_for_request(path, h, "", "GET") for h in (bearer, anthropic, goog, {})] == [
+        "openai", "anthropic", "gemini", "gemini"]
+    assert dialect_for_request(path, bearer, "", "POST") == "gemini"
+    assert dialect_for_request("/v1beta/models/gpt-5", bearer, "", "GET") == "gemini"
 
 
 def test_the_gemini_path_without_beta_is_generate_content_not_other() -> None:
