@@ -43,6 +43,7 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.openai_chat import _max_tokens, _reasoning, tool_and_sampling_params
+from gateway.protocols.params import RESPONSES_PARAMS
 
 Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
 Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
@@ -170,6 +171,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
+    surface[RESPONSES_PARAMS] = {k: v for k, v in body.items() if k != "input"}  # (a Responses upstream's: as sent)
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None)
 

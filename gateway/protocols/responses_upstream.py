@@ -47,6 +47,8 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_chat import EFFORT_BUDGETS
 from gateway.protocols.openai_compat import choice_fields, image_url, system_text, tool_function
+from gateway.protocols.params import RESPONSES_PARAMS
+from gateway.protocols.responses_passthrough import same_dialect
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
@@ -235,7 +237,8 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     body["include"] = list(INCLUDE)
     if req.stream:
         body["stream"] = True
-    return body
+    client = req.surface.get(RESPONSES_PARAMS)  # a Responses client's: what thinkgate need not change passes
+    return same_dialect(body, client, req) if isinstance(client, dict) else body
 
 
 def _reasoning(req: Request) -> dict[str, JSON] | None:

@@ -75,10 +75,11 @@ def create(client: openai.OpenAI, *, stream: bool, **kw: Any) -> Turn:
 
 def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, stream: bool, mangle: str,
              rounds: int = 8, header: bool = False, sim: Sim | None = None,
-             before: Callable[[], None] | None = None) -> list[Turn]:
+             before: Callable[[], None] | None = None, store: bool | None = None) -> list[Turn]:
     """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays.
     ``header``: each request names the previous answer's conversation (``X-AG-Conversation-Id``); ``sim``: each
-    turn keeps the body the simulator received; ``before``: called before every request."""
+    turn keeps the body the simulator received; ``before``: called before every request; ``store``: sent on every
+    request (default: true with ``previous_response_id``, else false)."""
     history: Items = [{"role": "user", "content": prompt}]
     new: Items = list(history)
     turns: list[Turn] = []
@@ -86,9 +87,9 @@ def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, strea
         kw: dict[str, Any] = {"model": model, "tools": [WEATHER], "reasoning": REASONING, "include": INCLUDE,
                               "max_output_tokens": 8192}
         if mangle == "previous":
-            kw.update(input=new, store=True, **({"previous_response_id": turns[-1].response["id"]} if turns else {}))
+            kw.update(input=new, store=True if store is None else store, **({"previous_response_id": turns[-1].response["id"]} if turns else {}))
         else:
-            kw.update(input=history, store=False)
+            kw.update(input=history, store=False if store is None else store)
         if header and turns and turns[-1].scid:
             kw["extra_headers"] = {"x-ag-conversation-id": turns[-1].scid}
         if before is not None:

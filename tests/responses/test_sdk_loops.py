@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, RESPONSES
 from tests.gemini.matrix import Pair
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
@@ -49,9 +49,24 @@ def _gemini_kept(body: dict[str, Any]) -> None:
             assert calls[0].get("thoughtSignature") not in (None, BYPASS), calls[0]
 
 
+def _responses_kept(body: dict[str, Any]) -> None:
+    """Every function call goes back right after the reasoning item the upstream minted before it (its own id and
+    encrypted_content)."""
+    items = body["input"]
+    calls = [n for n, i in enumerate(items) if i.get("type") == "function_call"]
+    assert calls, items
+    for n in calls:
+        before = items[n - 1]
+        assert before.get("type") == "reasoning" and before.get("encrypted_content") and before["id"].startswith(
+            "rs_"), items
+
+
+KEPT = {CLAUDE: _claude_kept, GEMINI: _gemini_kept, RESPONSES: _responses_kept}
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted", "references", "previous"])
-@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI, RESPONSES])
 def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
         sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
     rejected = sum(sim.stats()["rejections"].values())
@@ -63,7 +78,7 @@ def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
     assert turns[0].output[0]["type"] == "reasoning" and turns[0].output[0]["summary"], turns[0].output
     body = sim.last()["body"]  # the last request: the whole loop replayed
-    (_claude_kept if model == CLAUDE else _gemini_kept)(body)
+    KEPT[model](body)
     if stream:
         events = turns[0].events
         assert events[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
@@ -123,3 +138,38 @@ def test_openai_compatible_upstreams_get_their_provider_fields_back(
     assistants = [m for m in body["messages"] if m["role"] == "assistant"]
     assert len(assistants) == 2 and all(m.get(COMPAT_FIELD[model]) for m in assistants), assistants
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+# how the real API fails each replay style thinkgate repairs: (status, simulator rule, the error text's start)
+STRAIGHT_FAILS = {
+    "drop_reasoning": (400, "responses-3", "Item 'fc_"),
+    "drop_encrypted": (404, "responses-2", "Item with id 'rs_"),
+    "references": (404, "responses-2", "Item with id 'rs_"),
+    "previous": (400, "responses-5", "Previous response with id 'resp_"),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mangle", list(STRAIGHT_FAILS))
+def test_the_same_loops_straight_to_the_simulator_fail_with_its_errors(
+        sim: Sim, clients: list[openai.OpenAI], mangle: str, stream: bool) -> None:
+    """Each replay style thinkgate repairs, ``store: false`` throughout (``previous_response_id`` too, as Codex
+    sends it): sent straight to the simulator's Responses profile the second request gets the real API's error;
+    the very same loop through thinkgate (two replicas, alternating) completes with no 4xx and the upstream's
+    reasoning item before every call."""
+    status, rule, text = STRAIGHT_FAILS[mangle]
+    prompt = f"[[sim:tools=2]] straight or through ({mangle}, {stream})"
+    with openai.OpenAI(base_url=sim.url + "/openai/v1", api_key=KEY, max_retries=0) as direct:
+        before = sim.stats()["rejections"].get(rule, 0)
+        with pytest.raises(openai.APIStatusError) as failed:
+            run_loop([direct], RESPONSES, prompt + " direct", stream=stream, mangle=mangle, store=False)
+    assert failed.value.status_code == status and failed.value.message.startswith(f"Error code: {status}")
+    assert text in str(failed.value.body), failed.value.body
+    assert sim.stats()["rejections"][rule] == before + 1
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, RESPONSES, prompt, stream=stream, mangle=mangle, store=False, sim=sim)
+    assert [len(t.calls) for t in turns] == [1, 1, 0] and len({t.scid for t in turns}) == 1
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+    last = turns[-1].upstream
+    assert last is not None and last["store"] is False and "previous_response_id" not in last
+    _responses_kept(last)
