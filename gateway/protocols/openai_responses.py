@@ -171,7 +171,8 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
-    surface[RESPONSES_PARAMS] = {k: v for k, v in body.items() if k != "input"}  # (a Responses upstream's: as sent)
+    # a Responses upstream gets these as sent (``responses_passthrough``); ``input`` only keeps its place
+    surface[RESPONSES_PARAMS] = {k: (None if k == "input" else v) for k, v in body.items()}
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None)
 
