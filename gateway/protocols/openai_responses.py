@@ -20,6 +20,7 @@ and bare item references resolve against the store on any replica, per tenant.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -438,3 +439,9 @@ def encode_response(turn: Turn, ids: ItemIds, seal: Seal, *, echo: dict[str, JSO
     output = output_items(turn.content, ids, seal, include_encrypted=include_encrypted, summary=summary)
     return response_object(ids.response, model=turn.model, created_at=created_at, echo=echo, output=output,
                            stop_reason=turn.stop_reason, usage_=turn.usage, scid=scid)
+
+
+def answer(p: ResponsesRequest, turn: Turn, ids: ItemIds, seal: Seal, scid: str | None) -> dict[str, JSON]:
+    """The Response object answering a decoded request with ``turn``."""
+    return encode_response(turn, ids, seal, echo=p.echo, created_at=int(time.time()),
+                           include_encrypted=p.include_encrypted, summary=p.summary, scid=scid)

@@ -22,6 +22,7 @@ Every event is ``event: <type>`` + ``data: {..., "type", "sequence_number"}`` (n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from gateway.protocols.openai_responses import (
     MESSAGE,
     REASONING,
     ItemIds,
+    ResponsesRequest,
     call_item,
     message_item,
     reasoning_item,
@@ -76,6 +78,13 @@ class StreamEncoder:
         self.output: list[dict[str, JSON]] = []  # the items done so far, in output order
         self._open: dict[int, _Open] = {}  # block index -> its open item
         self._next = 0  # the next output index
+
+    @classmethod
+    def answering(cls, p: ResponsesRequest, snapshot: Snapshot, ids: ItemIds, seal: SealStored,
+                  final: Callable[[], tuple[ItemIds, str | None]], scid: str | None) -> StreamEncoder:
+        """The encoder answering a decoded request (its model, echoed fields, ``include`` and summary choice)."""
+        return cls(snapshot, ids=ids, final=final, seal=seal, model=p.request.model, created_at=int(time.time()),
+                   echo=p.echo, include_encrypted=p.include_encrypted, summary=p.summary, scid=scid)
 
     # ------------------------------------------------------------ StreamEncoder protocol
 

@@ -87,7 +87,8 @@ def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, strea
         kw: dict[str, Any] = {"model": model, "tools": [WEATHER], "reasoning": REASONING, "include": INCLUDE,
                               "max_output_tokens": 8192}
         if mangle == "previous":
-            kw.update(input=new, store=True if store is None else store, **({"previous_response_id": turns[-1].response["id"]} if turns else {}))
+            previous = {"previous_response_id": turns[-1].response["id"]} if turns else {}
+            kw.update(input=new, store=True if store is None else store, **previous)
         else:
             kw.update(input=history, store=False if store is None else store)
         if header and turns and turns[-1].scid:
