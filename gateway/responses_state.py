@@ -87,20 +87,29 @@ async def opened(gw: Gateway, ex: Exchange) -> tuple[Sealer, dict[str, dict[str,
 
 
 async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: list[str]) -> dict[str, dict[str, JSON]]:
-    """The items bare references name, by id (those the tenant's records do not hold are left out)."""
+    """The items bare references name, by id (those the tenant's records do not hold are left out). An id this
+    gateway did not mint (a Responses upstream's own reasoning item's) is looked for in the conversations the
+    request's other references name."""
     named = [p for ref in refs if (p := responses.parse_id(ref)) is not None and p.index is not None]
     if not named or store is None or tenant is None:
         return {}
+    foreign = {ref for ref in refs if responses.parse_id(ref) is None}  # an upstream's own ids (its reasoning items)
     out: dict[str, dict[str, JSON]] = {}
     for scid in {p.scid for p in named}:
         conv = await _conversation(store, tenant, scid)
+        if conv is None:
+            continue
         for p in named:
-            rec = conv.turn_at(p.position) if conv is not None and p.scid == scid else None
+            rec = conv.turn_at(p.position) if p.scid == scid else None
             if rec is None or p.index is None:
                 continue
             items = recorded_items(rec, responses.ItemIds(scid, p.position), seal)
             if p.index < len(items) and items[p.index]["id"] == f"{p.kind}_{scid}.{p.position}.{p.index}":
                 out[items[p.index]["id"]] = items[p.index]
+        for rec in conv.turns if foreign - set(out) else ():  # looked for in the conversations the others name
+            for item in recorded_items(rec, responses.ItemIds(scid, rec.position or 0), seal):
+                if item["id"] in foreign:
+                    out[str(item["id"])] = item
     return out
 
 

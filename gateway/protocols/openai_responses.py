@@ -45,6 +45,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_chat import _max_tokens, _reasoning, tool_and_sampling_params
 from gateway.protocols.params import RESPONSES_PARAMS
+from gateway.protocols.responses_upstream import minted_item
 
 Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
 Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
@@ -389,7 +390,11 @@ def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_e
             out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([b]), summary=summary))
 
     for b in blocks:
-        if isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
+        minted = minted_item(b.sig.value, include_encrypted=include_encrypted) \
+            if isinstance(b, ThoughtBlock) and b.sig is not None else None
+        if minted is not None:  # a Responses upstream's own reasoning item, as it sent it
+            out.append(minted)
+        elif isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
             text = b.text if isinstance(b, ThoughtBlock) else b.thinking if isinstance(b, ThinkingBlock) else None
             sealed = seal([b]) if include_encrypted else None
             out.append(reasoning_item(ids.item(REASONING, len(out)), text, sealed, summary=summary))

@@ -45,6 +45,7 @@ class Turn:
     events: list[str] = field(default_factory=list)
     scid: str | None = None
     upstream: dict[str, Any] | None = None  # the body the simulator received for it (``run_loop``'s ``sim``)
+    streamed: list[tuple[str, str]] = field(default_factory=list)  # (output_item.added|done, item id), streamed
 
     @property
     def output(self) -> Items:
@@ -62,15 +63,18 @@ def create(client: openai.OpenAI, *, stream: bool, **kw: Any) -> Turn:
         return Turn(raw.parse().model_dump(mode="json", exclude_none=True), [],
                     raw.headers.get("x-ag-conversation-id"))
     events: list[str] = []
+    streamed: list[tuple[str, str]] = []
     final: dict[str, Any] | None = None
     with client.responses.with_streaming_response.create(stream=True, **kw) as raw:
         for ev in raw.parse():
             events.append(ev.type)
+            if ev.type in ("response.output_item.added", "response.output_item.done"):
+                streamed.append((ev.type.rsplit(".", 1)[-1], str(ev.item.id)))
             if ev.type in ("response.completed", "response.incomplete", "response.failed"):
                 final = ev.response.model_dump(mode="json", exclude_none=True)
         scid = raw.headers.get("x-ag-conversation-id")
     assert final is not None, events
-    return Turn(final, events, scid)
+    return Turn(final, events, scid, streamed=streamed)
 
 
 def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, stream: bool, mangle: str,

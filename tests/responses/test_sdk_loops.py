@@ -61,6 +61,15 @@ def _responses_kept(body: dict[str, Any]) -> None:
             "rs_"), items
 
 
+def _shown_as_minted(turns: list[Any], body: dict[str, Any]) -> None:
+    """The client saw the upstream's own reasoning items (its ids, its encrypted_content), the very items the
+    upstream gets back."""
+    minted = [i for i in body["input"] if i.get("type") == "reasoning"]
+    shown = [i for t in turns if t.calls for i in t.output if i["type"] == "reasoning"]
+    assert shown == minted and all(i["encrypted_content"].startswith("gAAAA") and "." not in i["id"]
+                                   for i in shown), (shown, minted)
+
+
 KEPT = {CLAUDE: _claude_kept, GEMINI: _gemini_kept, RESPONSES: _responses_kept}
 
 
@@ -79,6 +88,11 @@ def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
     assert turns[0].output[0]["type"] == "reasoning" and turns[0].output[0]["summary"], turns[0].output
     body = sim.last()["body"]  # the last request: the whole loop replayed
     KEPT[model](body)
+    if model == RESPONSES:
+        _shown_as_minted(turns, body)
+        for t in turns if stream else ():  # each streamed item has one id, from added to done and in the response
+            assert [i for e, i in t.streamed if e == "added"] == [i for e, i in t.streamed if e == "done"] == [
+                i["id"] for i in t.output], t.streamed
     if stream:
         events = turns[0].events
         assert events[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
