@@ -52,6 +52,7 @@ def continue_previous(ex: Exchange, previous: str | None) -> None:
     if named is None or named.kind != "resp":
         raise responses.previous_not_found(previous)
     ex.header_scid = named.scid
+    ex.branch_at = (named.scid, named.position)  # an earlier response of it: the conversation branches there
 
 
 def check_previous(ex: Exchange, previous: str | None) -> None:

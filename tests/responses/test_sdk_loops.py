@@ -7,17 +7,19 @@ continues by ``previous_response_id`` alone."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, RESPONSES
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, RESPONSES, Rejections
 from tests.gemini.matrix import Pair
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
-from tests.responses.helpers import run_loop
+from tests.responses.helpers import INCLUDE, REASONING, create, run_loop
 
 CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
 BYPASS = "skip_thought_signature_validator"
@@ -187,3 +189,35 @@ def test_the_same_loops_straight_to_the_simulator_fail_with_its_errors(
     last = turns[-1].upstream
     assert last is not None and last["store"] is False and "previous_response_id" not in last
     _responses_kept(last)
+
+
+def _asked(body: dict[str, Any]) -> list[str]:
+    """The markers of the user messages an upstream request carries, in order."""
+    users = [m for m in body.get("messages") or body.get("input") or [] if m.get("role") == "user"]
+    return re.findall(r"branch-[a-z]", json.dumps(users))
+
+
+@pytest.mark.parametrize("model", [CLAUDE, RESPONSES])
+def test_previous_response_id_naming_an_earlier_response_branches_there(
+        sim: Sim, clients: list[openai.OpenAI], model: str) -> None:
+    """``previous_response_id`` naming an earlier response (``store: false``, alternating replicas): the upstream
+    gets the conversation up to that response only, and the answer starts a branch that continues on its own; the
+    original branch goes on as it was."""
+    def ask(n: int, marker: str, previous: str | None) -> dict[str, Any]:
+        kw: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        turn = create(clients[n % 2], stream=n % 2 == 1, model=model, input=f"say hi ({marker})", store=False,
+                      reasoning=REASONING, include=INCLUDE, max_output_tokens=4096, **kw)
+        assert turn.response["status"] == "completed"
+        return turn.response
+
+    with Rejections(sim):
+        r0 = ask(0, "branch-a", None)
+        r1 = ask(1, "branch-b", r0["id"])
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-b"]
+        r2 = ask(2, "branch-c", r0["id"])  # back to the first response: turn b is not part of this path
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-c"]
+        ask(3, "branch-d", r2["id"])
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-c", "branch-d"]
+        ask(4, "branch-e", r1["id"])  # the original branch is untouched
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-b", "branch-e"]
+    assert r2["id"] != r1["id"]
