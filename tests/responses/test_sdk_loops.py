@@ -221,3 +221,19 @@ def test_previous_response_id_naming_an_earlier_response_branches_there(
         ask(4, "branch-e", r1["id"])  # the original branch is untouched
         assert _asked(sim.last()["body"]) == ["branch-a", "branch-b", "branch-e"]
     assert r2["id"] != r1["id"]
+
+
+@pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted"])
+def test_to_a_responses_upstream_with_the_records_gone_turns_degrade_never_fail(
+        sim: Sim, clients: list[openai.OpenAI], redis_server: RedisServer, mangle: str) -> None:
+    """Redis flushed before every request: the upstream's own reasoning items cannot be vouched for (they are not
+    the gateway's sealed content), so the calls go without them and without item ids: no 4xx, never a forged or
+    mismatched reasoning item (docs/responses-api.md, "To an OpenAI Responses upstream")."""
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, RESPONSES, f"[[sim:tools=2]] records gone ({mangle})", stream=False, mangle=mangle,
+                     sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in turns] == [1, 1, 0]
+    last = turns[-1].upstream
+    assert last is not None
+    assert all("id" not in i for i in last["input"] if i.get("type") == "function_call"), last["input"]
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
