@@ -105,7 +105,7 @@ def test_a_responses_client_s_fields_reach_a_responses_upstream_as_sent(provider
     clients = [openai.OpenAI(base_url=g.url + "/v1", api_key="sk-responses-passthrough-0123456789abcdef",
                              max_retries=0) for g in (provider_pair.a, provider_pair.b)]
     history: list[Any] = [{"role": "user", "content": "[[sim:tools=1]] passthrough " + str(stream)}]
-    bodies = []
+    bodies, shown, read = [], [], []
     with Rejections(sim):
         for client in clients:
             if stream:
@@ -117,10 +117,19 @@ def test_a_responses_client_s_fields_reach_a_responses_upstream_as_sent(provider
                                                  **sent)
             bodies.append(sim.last()["body"])
             output = [o.model_dump(exclude_none=True) for o in answer.output]
+            shown.append(output[0])
             history += output + [{"type": "function_call_output", "call_id": o["call_id"], "output": "sunny"}
                                  for o in output if o["type"] == "function_call"]
+            # read back (on the other replica, asking for the encrypted content this time): the same upstream item
+            read.append(clients[len(read) % 2 - 1].responses.retrieve(
+                answer.id, include=["reasoning.encrypted_content"]).output[0].model_dump(exclude_none=True))
     for client in clients:
         client.close()
+    # the client did not ask for encrypted_content: the upstream's own item without it; read back with it
+    assert shown[0]["type"] == "reasoning" and "encrypted_content" not in shown[0]
+    assert read[0]["encrypted_content"].startswith("gAAAA") and {**read[0], "encrypted_content": None} == {
+        **shown[0], "encrypted_content": None}
+    assert read[0] == next(i for i in bodies[1]["input"] if i.get("type") == "reasoning")  # as minted
     for body in bodies:
         for key, value in {**sent, **unknown}.items():
             if key != "include":
