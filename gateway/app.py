@@ -18,7 +18,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.deps import Gateway, WorkerCaches
-from gateway.endpoints import augment, chat, conversations, count_tokens, gemini, messages, models, responses
+from gateway.endpoints import (
+    augment,
+    chat,
+    conversations,
+    count_tokens,
+    gemini,
+    messages,
+    models,
+    response_get,
+    responses,
+)
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
@@ -37,7 +47,7 @@ HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_to
             "chat_completions": chat.chat_completions, "generate_content": gemini.generate_content,
             "chat_stream": augment.chat_stream, "conversation_export": conversations.conversation_export,
             "models": models.list_models, "responses": responses.create_response,
-            "response_get": responses.response_get}
+            "response_get": response_get.response_get}
 
 
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:

@@ -27,6 +27,8 @@ class Exchange:
     tenant: str | None = None        # HMAC prefix of the credential, never the credential
     previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)
     header_scid: str | None = None
+    # (conversation, position) of the turn a ``previous_response_id`` names: its history is rebuilt up to that turn
+    branch_at: tuple[str, int] | None = None
     scid: str | None = None          # the conversation this exchange belongs to (sent back)
     via: Via = "none"
     expected_position: int | None = None

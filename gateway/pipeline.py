@@ -174,7 +174,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     client = list(req.messages)  # as the client sent them (``context_edits`` compares)
     with gw.tracing.span("repair"):
         recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
-        rebuilt = rebuild_history(recs, req.messages) if ex.via == "header" else None
+        upto = ex.branch_at[1] if ex.branch_at is not None and ex.branch_at[0] == ex.scid else None
+        rebuilt = rebuild_history(recs, req.messages, upto) if ex.via == "header" else None
         if rebuilt is not None:
             req.messages = rebuilt[0]
         fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,

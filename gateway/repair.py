@@ -297,8 +297,11 @@ def block_hashes(blocks: Iterable[Block]) -> list[str]:
     return out
 
 
-def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], dict[int, RecordedTurn]] | None:
-    """Server-side thread state: the client named a known conversation and replayed no history.
+def rebuild_history(recs: Records, msgs: list[Message],
+                    upto: int | None = None) -> tuple[list[Message], dict[int, RecordedTurn]] | None:
+    """Server-side thread state: the client named a known conversation and replayed no history (``upto``: the
+    position of the turn it continues from, a ``previous_response_id``'s; the turns after it are left out, so the
+    answer branches there).
 
     Returns the recorded conversation (each turn's prompt messages, then the turn) followed by the
     client's messages, plus which message index holds which turn; None when there is nothing to
@@ -306,17 +309,18 @@ def rebuild_history(recs: Records, msgs: list[Message]) -> tuple[list[Message], 
     conversation from its start (a retry of the first request), and the path is the client's; and None when a turn
     was stored without its prompt.
     """
-    if not recs.conversation or any(m.role == "assistant" for m in msgs):
+    turns = {p: t for p, t in recs.conversation.items() if upto is None or p <= upto}
+    if not turns or any(m.role == "assistant" for m in msgs):
         return None
-    if any(not turn.prompt for turn in recs.conversation.values()):
+    if any(not turn.prompt for turn in turns.values()):
         return None  # a turn stored without its prompt (too large: ``StorageLimits``) cannot be replayed whole
-    first = recs.conversation[min(recs.conversation)].prompt
+    first = turns[min(turns)].prompt
     if msgs and first and (first[0].role, first[0].content) == (msgs[0].role, msgs[0].content):
         return None
     out: list[Message] = []
     pinned: dict[int, RecordedTurn] = {}
-    for pos in sorted(recs.conversation):
-        turn = recs.conversation[pos]
+    for pos in sorted(turns):
+        turn = turns[pos]
         out += [Message(m.role, list(m.content), m.content_was_string, dict(m.extra)) for m in turn.prompt]
         pinned[len(out)] = turn
         out.append(Message("assistant", list(turn.content), provider=turn.provider))

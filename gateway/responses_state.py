@@ -1,4 +1,5 @@
-"""What the Responses surface reads of the records: the items bare references name, and a recorded response.
+"""What the Responses surface reads of the records: the items bare references name, the conversation a
+``previous_response_id`` names, and a recorded response (``GET /v1/responses/{id}``).
 
 Response and item ids name the conversation and position of their turn (``openai_responses.ItemIds``), so any
 replica finds them in the store, for the caller's tenant only (keys are tenant-scoped: another tenant's id is a
@@ -6,12 +7,20 @@ miss). A store that cannot answer is a 503: without it a reference cannot be ser
 
 from __future__ import annotations
 
-from gateway.errors import GatewayError
+from collections.abc import Mapping
+
+import orjson
+from starlette.datastructures import QueryParams
+
+from gateway.deps import Gateway
+from gateway.errors import ClientError, GatewayError
 from gateway.exchange import Exchange
+from gateway.identity import tenant_of
 from gateway.protocols import openai_responses as responses
 from gateway.protocols.canonical import JSON
-from gateway.reasoning_seal import Sealer
+from gateway.reasoning_seal import Sealer, sealer
 from gateway.records import load_block
+from gateway.settings import Settings
 from state.records import ConversationState, TurnRecord
 from state.store import Store, StoreError
 
@@ -29,6 +38,30 @@ def answer_ids(ex: Exchange, previous: str | None) -> responses.ItemIds:
     return responses.ItemIds(ex.scid or "", expected)
 
 
+def sealer_of(settings: Settings, tenant: str | None) -> Sealer:
+    """The tenant's sealer (``GATEWAY_PREVIOUS_SECRET`` opens too, during a rotation)."""
+    return sealer(settings.secret, tenant, settings.previous_secret)
+
+
+def continue_previous(ex: Exchange, previous: str | None) -> None:
+    """A ``previous_response_id`` names the conversation to continue (read like the ``X-AG-Conversation-Id``
+    header, which still wins); one this gateway did not mint is the API's 400."""
+    if previous is None:
+        return
+    named = responses.parse_id(previous)
+    if named is None or named.kind != "resp":
+        raise responses.previous_not_found(previous)
+    ex.header_scid = named.scid
+    ex.branch_at = (named.scid, named.position)  # an earlier response of it: the conversation branches there
+
+
+def check_previous(ex: Exchange, previous: str | None) -> None:
+    """After identification: a ``previous_response_id`` whose conversation the tenant does not hold (a new one was
+    started for it) is the API's 400."""
+    if previous is not None and ex.stateful and ex.via != "header":
+        raise responses.previous_not_found(previous)
+
+
 async def _conversation(store: Store, tenant: str, scid: str) -> ConversationState | None:
     try:
         return await store.get_conversation(tenant, scid)
@@ -43,21 +76,41 @@ def recorded_items(rec: TurnRecord, ids: responses.ItemIds, seal: Sealer, *,
                                   include_encrypted=include_encrypted, summary=True)
 
 
+async def opened(gw: Gateway, ex: Exchange) -> tuple[Sealer, dict[str, dict[str, JSON]]]:
+    """The tenant's sealer and the items the request body's bare references name (by id; a body that is not JSON:
+    none, its decoder answers it)."""
+    seal = sealer_of(gw.settings, ex.tenant)
+    try:
+        body = orjson.loads(ex.raw_body)
+    except orjson.JSONDecodeError:
+        return seal, {}
+    return seal, await resolve(gw.store, ex.tenant, seal, responses.references_of(body))
+
+
 async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: list[str]) -> dict[str, dict[str, JSON]]:
-    """The items bare references name, by id (those the tenant's records do not hold are left out)."""
+    """The items bare references name, by id (those the tenant's records do not hold are left out). An id this
+    gateway did not mint (a Responses upstream's own reasoning item's) is looked for in the conversations the
+    request's other references name."""
     named = [p for ref in refs if (p := responses.parse_id(ref)) is not None and p.index is not None]
     if not named or store is None or tenant is None:
         return {}
+    foreign = {ref for ref in refs if responses.parse_id(ref) is None}  # an upstream's own ids (its reasoning items)
     out: dict[str, dict[str, JSON]] = {}
     for scid in {p.scid for p in named}:
         conv = await _conversation(store, tenant, scid)
+        if conv is None:
+            continue
         for p in named:
-            rec = conv.turn_at(p.position) if conv is not None and p.scid == scid else None
+            rec = conv.turn_at(p.position) if p.scid == scid else None
             if rec is None or p.index is None:
                 continue
             items = recorded_items(rec, responses.ItemIds(scid, p.position), seal)
             if p.index < len(items) and items[p.index]["id"] == f"{p.kind}_{scid}.{p.position}.{p.index}":
                 out[items[p.index]["id"]] = items[p.index]
+        for rec in conv.turns if foreign - set(out) else ():  # looked for in the conversations the others name
+            for item in recorded_items(rec, responses.ItemIds(scid, rec.position or 0), seal):
+                if item["id"] in foreign:
+                    out[str(item["id"])] = item
     return out
 
 
@@ -76,3 +129,17 @@ async def recorded_response(store: Store | None, tenant: str, rid: str, seal: Se
     return responses.response_object(ids.response, model=rec.model, created_at=int(rec.created_at),
                                      echo=dict(responses.ECHOED), scid=named.scid,
                                      output=recorded_items(rec, ids, seal, include_encrypted=include_encrypted))
+
+
+async def read_response(gw: Gateway, rid: str, headers: Mapping[str, str], query: QueryParams) -> dict[str, JSON]:
+    """``GET /v1/responses/{id}``: a recorded response, for its tenant only (another tenant's is indistinguishable
+    from an unknown one: 404); ``?include[]=reasoning.encrypted_content`` adds the sealed content."""
+    tenant = tenant_of(gw.settings.secret, {k.lower(): v for k, v in headers.items()})
+    if tenant is None:
+        raise ClientError(401, "an API key (Authorization: Bearer) is required", "authentication_error")
+    include = query.getlist("include[]") + query.getlist("include")
+    body = await recorded_response(gw.store, tenant, rid, sealer_of(gw.settings, tenant),
+                                   include_encrypted=responses.ENCRYPTED in include)
+    if body is None:
+        raise ClientError(404, f"Response with id '{rid}' not found.", "invalid_request_error")
+    return body

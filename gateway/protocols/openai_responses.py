@@ -20,6 +20,7 @@ and bare item references resolve against the store on any replica, per tenant.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.openai_chat import _max_tokens, _reasoning, tool_and_sampling_params
+from gateway.protocols.params import RESPONSES_PARAMS
+from gateway.protocols.responses_upstream import minted_item
 
 Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
 Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
@@ -170,6 +173,8 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
     surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
+    # a Responses upstream gets these as sent (``responses_passthrough``); ``input`` only keeps its place
+    surface[RESPONSES_PARAMS] = {k: (None if k == "input" else v) for k, v in body.items()}
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None)
 
@@ -385,7 +390,11 @@ def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_e
             out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([b]), summary=summary))
 
     for b in blocks:
-        if isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
+        minted = minted_item(b.sig.value, include_encrypted=include_encrypted) \
+            if isinstance(b, ThoughtBlock) and b.sig is not None else None
+        if minted is not None:  # a Responses upstream's own reasoning item, as it sent it
+            out.append(minted)
+        elif isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
             text = b.text if isinstance(b, ThoughtBlock) else b.thinking if isinstance(b, ThinkingBlock) else None
             sealed = seal([b]) if include_encrypted else None
             out.append(reasoning_item(ids.item(REASONING, len(out)), text, sealed, summary=summary))
@@ -435,3 +444,9 @@ def encode_response(turn: Turn, ids: ItemIds, seal: Seal, *, echo: dict[str, JSO
     output = output_items(turn.content, ids, seal, include_encrypted=include_encrypted, summary=summary)
     return response_object(ids.response, model=turn.model, created_at=created_at, echo=echo, output=output,
                            stop_reason=turn.stop_reason, usage_=turn.usage, scid=scid)
+
+
+def answer(p: ResponsesRequest, turn: Turn, ids: ItemIds, seal: Seal, scid: str | None) -> dict[str, JSON]:
+    """The Response object answering a decoded request with ``turn``."""
+    return encode_response(turn, ids, seal, echo=p.echo, created_at=int(time.time()),
+                           include_encrypted=p.include_encrypted, summary=p.summary, scid=scid)

@@ -22,6 +22,7 @@ Every event is ``event: <type>`` + ``data: {..., "type", "sequence_number"}`` (n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +35,14 @@ from gateway.protocols.openai_responses import (
     MESSAGE,
     REASONING,
     ItemIds,
+    ResponsesRequest,
     call_item,
     message_item,
+    parse_id,
     reasoning_item,
     response_object,
 )
+from gateway.protocols.responses_upstream import minted_item
 from gateway.streaming.accumulate import Snapshot
 from gateway.streaming.sse import SSEEvent
 
@@ -52,6 +56,7 @@ class _Open:
     kind: str         # REASONING, MESSAGE or FUNCTION_CALL
     output_index: int
     text: str = ""    # summary text, message text or arguments so far
+    item_id: str = ""  # the item's id
 
 
 class StreamEncoder:
@@ -76,6 +81,13 @@ class StreamEncoder:
         self.output: list[dict[str, JSON]] = []  # the items done so far, in output order
         self._open: dict[int, _Open] = {}  # block index -> its open item
         self._next = 0  # the next output index
+
+    @classmethod
+    def answering(cls, p: ResponsesRequest, snapshot: Snapshot, ids: ItemIds, seal: SealStored,
+                  final: Callable[[], tuple[ItemIds, str | None]], scid: str | None) -> StreamEncoder:
+        """The encoder answering a decoded request (its model, echoed fields, ``include`` and summary choice)."""
+        return cls(snapshot, ids=ids, final=final, seal=seal, model=p.request.model, created_at=int(time.time()),
+                   echo=p.echo, include_encrypted=p.include_encrypted, summary=p.summary, scid=scid)
 
     # ------------------------------------------------------------ StreamEncoder protocol
 
@@ -132,7 +144,7 @@ class StreamEncoder:
         out = self._next
         self._next += 1
         if idx is not None:
-            self._open[idx] = _Open(kind, out)
+            self._open[idx] = _Open(kind, out, item_id=str(item["id"]))
         return self._emit("response.output_item.added", output_index=out, item=item)
 
     def _done(self, item: dict[str, JSON], output_index: int) -> bytes:
@@ -153,11 +165,12 @@ class StreamEncoder:
             return b""
         btype = block.get("type")
         k = self._next
-        if btype in _REASONING_TYPES:
-            head = self._add(idx, REASONING, reasoning_item(self.ids.item(REASONING, k), None, None, summary=False))
+        if btype in _REASONING_TYPES:  # (a Responses upstream's item keeps its own id: ``item_id``)
+            rid = minted if isinstance(minted := data.get("item_id"), str) else self.ids.item(REASONING, k)
+            head = self._add(idx, REASONING, reasoning_item(rid, None, None, summary=False))
             text = block.get("thinking")
             if self.summary:
-                head += self._emit("response.reasoning_summary_part.added", item_id=self.ids.item(REASONING, k),
+                head += self._emit("response.reasoning_summary_part.added", item_id=rid,
                                    output_index=k, summary_index=0, part={"type": "summary_text", "text": ""})
                 if isinstance(text, str) and text:
                     head += self._summary_delta(idx, text)
@@ -180,7 +193,7 @@ class StreamEncoder:
     def _summary_delta(self, idx: int, text: str) -> bytes:
         op = self._open[idx]
         op.text += text
-        return self._emit("response.reasoning_summary_text.delta", item_id=self.ids.item(REASONING, op.output_index),
+        return self._emit("response.reasoning_summary_text.delta", item_id=op.item_id,
                           output_index=op.output_index, summary_index=0, delta=text)
 
     def _text_delta(self, idx: int, text: str) -> bytes:
@@ -219,12 +232,17 @@ class StreamEncoder:
         k = op.output_index
         if op.kind == REASONING:
             out = b""
-            item_id = self.ids.item(REASONING, k)
+            item_id = op.item_id
             if self.summary:
                 out += self._emit("response.reasoning_summary_text.done", item_id=item_id, output_index=k,
                                   summary_index=0, text=op.text)
                 out += self._emit("response.reasoning_summary_part.done", item_id=item_id, output_index=k,
                                   summary_index=0, part={"type": "summary_text", "text": op.text})
+            prov = block.get("_provider")
+            minted = minted_item(prov.get("value"), include_encrypted=self.include_encrypted) \
+                if isinstance(prov, dict) else None
+            if minted is not None and minted["id"] == item_id:  # a Responses upstream's own item, as it sent it
+                return out + self._done(minted, k)
             sealed = self.seal([block]) if self.include_encrypted else None
             return out + self._done(reasoning_item(item_id, op.text, sealed, summary=self.summary), k)
         if op.kind == MESSAGE:
@@ -252,9 +270,9 @@ class StreamEncoder:
 
 
 def _renamed(item: dict[str, JSON], ids: ItemIds) -> dict[str, JSON]:
-    kind, _, rest = str(item.get("id")).partition("_")
-    index = rest.rsplit(".", 1)[-1]
-    return {**item, "id": ids.item(kind, int(index))} if index.isdigit() else item
+    """An item of ours named where its turn was recorded (an upstream's own item keeps its id)."""
+    named = parse_id(item.get("id"))
+    return {**item, "id": ids.item(named.kind, named.index)} if named is not None and named.index is not None else item
 
 
 _HANDLERS: dict[str, Callable[[StreamEncoder, dict[str, Any]], bytes]] = {

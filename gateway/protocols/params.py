@@ -27,6 +27,8 @@ Route = Literal["openai", "anthropic", "gemini", "responses"]
 Treatment = Literal["passed", "mapped", "refused"]
 ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini", "responses")
 CLIENT_PARAMS = "client_params"    # ``Request.surface`` key: the client's own top-level fields, in order
+# ``Request.surface`` key: a Responses client's own top-level fields, in order (``responses_passthrough``)
+RESPONSES_PARAMS = "responses_params"
 DROPPED_PARAMS = "dropped_params"  # ``Request.surface`` key: what GATEWAY_DROP_UNSUPPORTED_PARAMS dropped
 UNKNOWN = "other"                  # the metric label of a parameter the table does not name
 

@@ -47,6 +47,8 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_chat import EFFORT_BUDGETS
 from gateway.protocols.openai_compat import choice_fields, image_url, system_text, tool_function
+from gateway.protocols.params import RESPONSES_PARAMS
+from gateway.protocols.responses_passthrough import same_dialect
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
@@ -78,6 +80,16 @@ def summary_text(item: dict[str, Any]) -> str:
 
 def reasoning_block(item: dict[str, Any], nxt: dict[str, Any] | None, origin: str) -> ThoughtBlock:
     return ThoughtBlock(summary_text(item), origin, ProviderSig(origin, {"item": item, "next": following(nxt)}))
+
+
+def minted_item(value: JSON, *, include_encrypted: bool = True) -> dict[str, JSON] | None:
+    """The reasoning item a Responses upstream minted, as it sent it (its id, summary and ``encrypted_content``), from
+    a thought block's provider value (``reasoning_block``); None: the value is not one. ``include_encrypted`` False:
+    without its ``encrypted_content`` (a client that did not ask for it)."""
+    item = value.get("item") if isinstance(value, dict) else None
+    if not isinstance(item, dict) or item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
+        return None
+    return item if include_encrypted else {k: v for k, v in item.items() if k != "encrypted_content"}
 
 
 def decode_items(items: list[Any], origin: str) -> list[Block]:
@@ -235,7 +247,8 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     body["include"] = list(INCLUDE)
     if req.stream:
         body["stream"] = True
-    return body
+    client = req.surface.get(RESPONSES_PARAMS)  # a Responses client's: what thinkgate need not change passes
+    return same_dialect(body, client, req) if isinstance(client, dict) else body
 
 
 def _reasoning(req: Request) -> dict[str, JSON] | None:

@@ -18,6 +18,9 @@ wire shape makes checkable:
 - ``openai-to-anthropic`` (the openai SDK): reasoning comes back signed on every answer, the loop is one
   conversation, and every request the simulator received replays exactly this conversation's own thinking on
   every turn (restored from the records, never another conversation's).
+- ``responses-to-responses`` (the openai SDK's ``client.responses.create`` to an OpenAI Responses upstream, the same
+  replay styles): request n carries the n reasoning items the upstream minted, each exactly as minted and just
+  before the calls it preceded (the upstream's own call ids), whatever the client kept of them.
 - ``openai-to-{openrouter,openrouter-claude,copilot,deepseek,generic}`` (OpenAI-compatible upstreams;
   ``openrouter-claude`` is a Claude model behind OpenRouter, ``generic`` is Gemini's OpenAI-compatibility layer):
   one conversation, and every request carries each earlier answer's provider fields exactly as they were relayed,
@@ -477,6 +480,27 @@ def check_responses_to_gemini(case: str, played: Played) -> None:
     assert_gemini_signatures_restored(played.bodies)
 
 
+def check_responses_to_responses(case: str, played: Played) -> None:
+    """Request n carries the n reasoning items the upstream minted before it, each exactly as minted (the same item
+    in every later request), each just before the calls it preceded, with the upstream's own call ids; whatever the
+    client kept of them."""
+    turns: list[responses_helpers.Turn] = played.answers
+    assert [len(t.calls) for t in turns] == [2, 2, 0]
+    assert all(t.output[0]["type"] == "reasoning" and t.output[0]["summary"] for t in turns)
+    kept: list[dict[str, Any]] = []
+    for n, body in enumerate(played.bodies):
+        items = body["input"]
+        reasoning = [k for k, i in enumerate(items) if i.get("type") == "reasoning"]
+        assert len(reasoning) == n, f"request {n}: every earlier turn's reasoning item goes back"
+        assert all(items[k]["id"].startswith("rs_") and items[k]["encrypted_content"] for k in reasoning)
+        assert [items[k] for k in reasoning[:len(kept)]] == kept, f"request {n}: reasoning items changed"
+        kept = [items[k] for k in reasoning]
+        for k, t in zip(reasoning, turns, strict=False):
+            calls = items[k + 1:k + 3]
+            assert [c.get("call_id") for c in calls] == [c["call_id"] for c in t.calls], f"request {n}"
+            assert calls[0]["id"].startswith("fc_") and "id" not in calls[1]
+
+
 RESPONSES_CASES = (*sorted(responses_helpers.MANGLES), "previous")
 
 
@@ -502,6 +526,8 @@ ROUTES = {r.id: r for r in (
     # a Claude model behind OpenRouter (Anthropic's rules behind OpenRouter's translation): the OpenRouter habits
     Route("openai", "openrouter-claude", _BY_UPSTREAM["openrouter"], play_openai_to_provider(OPENROUTER_CLAUDE),
           check_openai_compatible(OPENROUTER_CLAUDE), records_gone=True),
+    # (after the others: the pairwise sample of the routes above stays as it was)
+    Route("responses", "responses", RESPONSES_CASES, play_responses(RESPONSES), check_responses_to_responses),
 )}
 
 

@@ -85,3 +85,58 @@ def test_the_same_history_straight_to_the_simulator_fails_as_the_real_api_does(p
         with pytest.raises(openai.BadRequestError, match="was provided without its required 'reasoning' item"):
             direct.responses.create(model=RESPONSES, input=history, tools=tools, store=False)
     assert sim.stats()["rejections"]["responses-3"] == before + 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_a_responses_client_s_fields_reach_a_responses_upstream_as_sent(provider_pair: Pair, sim: Sim,
+                                                                       stream: bool) -> None:
+    """Same dialect: the openai SDK's ``client.responses.create`` with fields thinkgate does not need to change
+    (``metadata``, ``text``, ``truncation``, ``user``, ``prompt_cache_key``, ``service_tier``, a field the SDK and
+    thinkgate have never heard of) -> the upstream gets each as the client sent it (the order: the unit test); thinkgate
+    sets only ``model``, ``input``, ``store: false`` and adds ``reasoning.encrypted_content`` to the client's
+    ``include``. The second turn (on the other replica) too, its reasoning item restored."""
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}, "strict": False}]
+    sent: dict[str, Any] = {
+        "metadata": {"run": "h25c", "note": "café 思考"}, "text": {"verbosity": "low", "format": {"type": "text"}},
+        "truncation": "auto", "user": "user-1", "prompt_cache_key": "cache-key-1", "service_tier": "default",
+        "include": ["message.output_text.logprobs"], "tools": tools, "tool_choice": "auto",
+        "reasoning": {"effort": "low", "summary": "detailed"}, "parallel_tool_calls": False, "top_p": 0.5}
+    unknown = {"x_future_field": {"nested": [1, 2.5, None, "ü"]}}
+    clients = [openai.OpenAI(base_url=g.url + "/v1", api_key="sk-responses-passthrough-0123456789abcdef",
+                             max_retries=0) for g in (provider_pair.a, provider_pair.b)]
+    history: list[Any] = [{"role": "user", "content": "[[sim:tools=1]] passthrough " + str(stream)}]
+    bodies, shown, read = [], [], []
+    with Rejections(sim):
+        for client in clients:
+            if stream:
+                with client.responses.stream(model=RESPONSES, input=history, store=True, extra_body=unknown,
+                                             **sent) as events:
+                    answer = events.get_final_response()
+            else:
+                answer = client.responses.create(model=RESPONSES, input=history, store=True, extra_body=unknown,
+                                                 **sent)
+            bodies.append(sim.last()["body"])
+            output = [o.model_dump(exclude_none=True) for o in answer.output]
+            shown.append(output[0])
+            history += output + [{"type": "function_call_output", "call_id": o["call_id"], "output": "sunny"}
+                                 for o in output if o["type"] == "function_call"]
+            # read back (on the other replica, asking for the encrypted content this time): the same upstream item
+            read.append(clients[len(read) % 2 - 1].responses.retrieve(
+                answer.id, include=["reasoning.encrypted_content"]).output[0].model_dump(exclude_none=True))
+    for client in clients:
+        client.close()
+    # the client did not ask for encrypted_content: the upstream's own item without it; read back with it
+    assert shown[0]["type"] == "reasoning" and "encrypted_content" not in shown[0]
+    assert read[0]["encrypted_content"].startswith("gAAAA") and {**read[0], "encrypted_content": None} == {
+        **shown[0], "encrypted_content": None}
+    assert read[0] == next(i for i in bodies[1]["input"] if i.get("type") == "reasoning")  # as minted
+    for body in bodies:
+        for key, value in {**sent, **unknown}.items():
+            if key != "include":
+                assert body[key] == value, key
+        assert body["include"] == ["message.output_text.logprobs", "reasoning.encrypted_content"]
+        assert body["store"] is False and body["model"] == RESPONSES
+    assert "instructions" not in bodies[0]
+    items = bodies[1]["input"]
+    call = next(n for n, i in enumerate(items) if i.get("type") == "function_call")
+    assert items[call - 1]["type"] == "reasoning" and items[call - 1]["encrypted_content"]

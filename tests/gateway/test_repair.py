@@ -159,6 +159,22 @@ def test_history_is_rebuilt_for_a_new_message_but_not_for_a_replay_from_the_star
     assert rebuild_history(recs, retry) is None
 
 
+def test_history_is_rebuilt_up_to_the_turn_a_previous_response_names() -> None:
+    """``upto`` (a ``previous_response_id`` naming an earlier response): the turns after it are not part of the
+    path; a turn after it stored without its prompt does not stop the rebuild."""
+    first, second = (Message("user", [TextBlock(t)], content_was_string=True) for t in ("weather?", "and Rome?"))
+    answer = (ThinkingBlock(TEXT, SIG), TextBlock("Sunny."))
+    turns = {0: RecordedTurn("scid-A", 0, answer, prompt_loader=lambda: (first,)),
+             1: RecordedTurn("scid-A", 1, answer, prompt_loader=lambda: ())}
+    recs = Records(conversation=TurnsConversation(turns), scid="scid-A")
+    new = [Message("user", [TextBlock("and Oslo?")], content_was_string=True)]
+    rebuilt = rebuild_history(recs, new, upto=0)
+    assert rebuilt is not None
+    msgs, pinned = rebuilt
+    assert [m.role for m in msgs] == ["user", "assistant", "user"] and pinned == {1: turns[0]}
+    assert msgs[-1] is new[0] and second not in msgs
+
+
 def test_history_is_not_rebuilt_when_a_turn_was_stored_without_its_prompt() -> None:
     """A turn whose prompt was too large to store (``StorageLimits.max_prompt_bytes``) cannot be replayed whole:
     no rebuilt history (the request goes on as the client sent it) rather than one with a hole in it."""

@@ -45,6 +45,7 @@ class Turn:
     events: list[str] = field(default_factory=list)
     scid: str | None = None
     upstream: dict[str, Any] | None = None  # the body the simulator received for it (``run_loop``'s ``sim``)
+    streamed: list[tuple[str, str]] = field(default_factory=list)  # (output_item.added|done, item id), streamed
 
     @property
     def output(self) -> Items:
@@ -62,23 +63,27 @@ def create(client: openai.OpenAI, *, stream: bool, **kw: Any) -> Turn:
         return Turn(raw.parse().model_dump(mode="json", exclude_none=True), [],
                     raw.headers.get("x-ag-conversation-id"))
     events: list[str] = []
+    streamed: list[tuple[str, str]] = []
     final: dict[str, Any] | None = None
     with client.responses.with_streaming_response.create(stream=True, **kw) as raw:
         for ev in raw.parse():
             events.append(ev.type)
+            if ev.type in ("response.output_item.added", "response.output_item.done"):
+                streamed.append((ev.type.rsplit(".", 1)[-1], str(ev.item.id)))
             if ev.type in ("response.completed", "response.incomplete", "response.failed"):
                 final = ev.response.model_dump(mode="json", exclude_none=True)
         scid = raw.headers.get("x-ag-conversation-id")
     assert final is not None, events
-    return Turn(final, events, scid)
+    return Turn(final, events, scid, streamed=streamed)
 
 
 def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, stream: bool, mangle: str,
              rounds: int = 8, header: bool = False, sim: Sim | None = None,
-             before: Callable[[], None] | None = None) -> list[Turn]:
+             before: Callable[[], None] | None = None, store: bool | None = None) -> list[Turn]:
     """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays.
     ``header``: each request names the previous answer's conversation (``X-AG-Conversation-Id``); ``sim``: each
-    turn keeps the body the simulator received; ``before``: called before every request."""
+    turn keeps the body the simulator received; ``before``: called before every request; ``store``: sent on every
+    request (default: true with ``previous_response_id``, else false)."""
     history: Items = [{"role": "user", "content": prompt}]
     new: Items = list(history)
     turns: list[Turn] = []
@@ -86,9 +91,10 @@ def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, strea
         kw: dict[str, Any] = {"model": model, "tools": [WEATHER], "reasoning": REASONING, "include": INCLUDE,
                               "max_output_tokens": 8192}
         if mangle == "previous":
-            kw.update(input=new, store=True, **({"previous_response_id": turns[-1].response["id"]} if turns else {}))
+            previous = {"previous_response_id": turns[-1].response["id"]} if turns else {}
+            kw.update(input=new, store=True if store is None else store, **previous)
         else:
-            kw.update(input=history, store=False)
+            kw.update(input=history, store=False if store is None else store)
         if header and turns and turns[-1].scid:
             kw["extra_headers"] = {"x-ag-conversation-id": turns[-1].scid}
         if before is not None:

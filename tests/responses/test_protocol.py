@@ -254,3 +254,29 @@ def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_
     replayed = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *done]}).request.messages[1].content
     assert [getattr(b, "sig", None) for b in replayed] == [None, None, ProviderSig("gemini-3", "c2lnLXRleHQ="),
                                                            ProviderSig("gemini-3", "c2lnLWNhbGw="), None]
+
+
+def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order() -> None:
+    """Same dialect (``responses_passthrough``): the client's fields in its order and as sent, but for what
+    thinkgate decides (model, input, instructions, stream, store: false, no previous_response_id, its include
+    entry added); keys only thinkgate derived follow."""
+    from gateway.protocols import responses_upstream
+    from gateway.routing import Router
+
+    body = {"text": {"verbosity": "high"}, "model": "gpt-5", "x_unknown": [1, {"a": None}],
+            "previous_response_id": "resp_AbCdEfGhIjKlMnOpQrStUv.0", "include": ["file_search_call.results"],
+            "store": True, "instructions": "Be brief.", "metadata": {"k": "v"}, "temperature": 0.25,
+            "reasoning": {"effort": "high", "summary": "concise", "future": 1}, "input": "hi",
+            "tools": [{"type": "web_search"}], "service_tier": "flex"}
+    req = decode(body).request
+    out = responses_upstream.encode_request(req, Router("").caps_for("gpt-5"))
+    assert list(out) == ["text", "model", "x_unknown", "include", "store", "instructions", "metadata",
+                         "temperature", "reasoning", "input", "tools", "service_tier", "max_output_tokens"]
+    for key in ("text", "x_unknown", "metadata", "temperature", "reasoning", "tools", "service_tier"):
+        assert out[key] == body[key], key
+    assert out["include"] == ["file_search_call.results", "reasoning.encrypted_content"]
+    assert out["store"] is False and out["instructions"] == "Be brief."
+    assert out["input"] == [{"type": "message", "role": "user", "content": "hi"}]
+    without = responses_upstream.encode_request(decode({"model": "gpt-5", "input": "hi"}).request,
+                                                Router("").caps_for("gpt-5"))
+    assert without["include"] == ["reasoning.encrypted_content"] and "reasoning" not in without

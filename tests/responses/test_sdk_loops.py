@@ -7,17 +7,19 @@ continues by ``previous_response_id`` alone."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, RESPONSES, Rejections
 from tests.gemini.matrix import Pair
 from tests.process_fixtures import Sim
 from tests.redis_fixtures import RedisServer
-from tests.responses.helpers import run_loop
+from tests.responses.helpers import INCLUDE, REASONING, create, run_loop
 
 CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
 BYPASS = "skip_thought_signature_validator"
@@ -49,9 +51,33 @@ def _gemini_kept(body: dict[str, Any]) -> None:
             assert calls[0].get("thoughtSignature") not in (None, BYPASS), calls[0]
 
 
+def _responses_kept(body: dict[str, Any]) -> None:
+    """Every function call goes back right after the reasoning item the upstream minted before it (its own id and
+    encrypted_content)."""
+    items = body["input"]
+    calls = [n for n, i in enumerate(items) if i.get("type") == "function_call"]
+    assert calls, items
+    for n in calls:
+        before = items[n - 1]
+        assert before.get("type") == "reasoning" and before.get("encrypted_content") and before["id"].startswith(
+            "rs_"), items
+
+
+def _shown_as_minted(turns: list[Any], body: dict[str, Any]) -> None:
+    """The client saw the upstream's own reasoning items (its ids, its encrypted_content), the very items the
+    upstream gets back."""
+    minted = [i for i in body["input"] if i.get("type") == "reasoning"]
+    shown = [i for t in turns if t.calls for i in t.output if i["type"] == "reasoning"]
+    assert shown == minted and all(i["encrypted_content"].startswith("gAAAA") and "." not in i["id"]
+                                   for i in shown), (shown, minted)
+
+
+KEPT = {CLAUDE: _claude_kept, GEMINI: _gemini_kept, RESPONSES: _responses_kept}
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted", "references", "previous"])
-@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI, RESPONSES])
 def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
         sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
     rejected = sum(sim.stats()["rejections"].values())
@@ -63,7 +89,12 @@ def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
     assert turns[0].output[0]["type"] == "reasoning" and turns[0].output[0]["summary"], turns[0].output
     body = sim.last()["body"]  # the last request: the whole loop replayed
-    (_claude_kept if model == CLAUDE else _gemini_kept)(body)
+    KEPT[model](body)
+    if model == RESPONSES:
+        _shown_as_minted(turns, body)
+        for t in turns if stream else ():  # each streamed item has one id, from added to done and in the response
+            assert [i for e, i in t.streamed if e == "added"] == [i for e, i in t.streamed if e == "done"] == [
+                i["id"] for i in t.output], t.streamed
     if stream:
         events = turns[0].events
         assert events[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
@@ -122,4 +153,87 @@ def test_openai_compatible_upstreams_get_their_provider_fields_back(
     assert body is not None
     assistants = [m for m in body["messages"] if m["role"] == "assistant"]
     assert len(assistants) == 2 and all(m.get(COMPAT_FIELD[model]) for m in assistants), assistants
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+# how the real API fails each replay style thinkgate repairs: (status, simulator rule, the error text's start)
+STRAIGHT_FAILS = {
+    "drop_reasoning": (400, "responses-3", "Item 'fc_"),
+    "drop_encrypted": (404, "responses-2", "Item with id 'rs_"),
+    "references": (404, "responses-2", "Item with id 'rs_"),
+    "previous": (400, "responses-5", "Previous response with id 'resp_"),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mangle", list(STRAIGHT_FAILS))
+def test_the_same_loops_straight_to_the_simulator_fail_with_its_errors(
+        sim: Sim, clients: list[openai.OpenAI], mangle: str, stream: bool) -> None:
+    """Each replay style thinkgate repairs, ``store: false`` throughout (``previous_response_id`` too, as Codex
+    sends it): sent straight to the simulator's Responses profile the second request gets the real API's error;
+    the very same loop through thinkgate (two replicas, alternating) completes with no 4xx and the upstream's
+    reasoning item before every call."""
+    status, rule, text = STRAIGHT_FAILS[mangle]
+    prompt = f"[[sim:tools=2]] straight or through ({mangle}, {stream})"
+    with openai.OpenAI(base_url=sim.url + "/openai/v1", api_key=KEY, max_retries=0) as direct:
+        before = sim.stats()["rejections"].get(rule, 0)
+        with pytest.raises(openai.APIStatusError) as failed:
+            run_loop([direct], RESPONSES, prompt + " direct", stream=stream, mangle=mangle, store=False)
+    assert failed.value.status_code == status and failed.value.message.startswith(f"Error code: {status}")
+    assert text in str(failed.value.body), failed.value.body
+    assert sim.stats()["rejections"][rule] == before + 1
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, RESPONSES, prompt, stream=stream, mangle=mangle, store=False, sim=sim)
+    assert [len(t.calls) for t in turns] == [1, 1, 0] and len({t.scid for t in turns}) == 1
+    assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+    last = turns[-1].upstream
+    assert last is not None and last["store"] is False and "previous_response_id" not in last
+    _responses_kept(last)
+
+
+def _asked(body: dict[str, Any]) -> list[str]:
+    """The markers of the user messages an upstream request carries, in order."""
+    users = [m for m in body.get("messages") or body.get("input") or [] if m.get("role") == "user"]
+    return re.findall(r"branch-[a-z]", json.dumps(users))
+
+
+@pytest.mark.parametrize("model", [CLAUDE, RESPONSES])
+def test_previous_response_id_naming_an_earlier_response_branches_there(
+        sim: Sim, clients: list[openai.OpenAI], model: str) -> None:
+    """``previous_response_id`` naming an earlier response (``store: false``, alternating replicas): the upstream
+    gets the conversation up to that response only, and the answer starts a branch that continues on its own; the
+    original branch goes on as it was."""
+    def ask(n: int, marker: str, previous: str | None) -> dict[str, Any]:
+        kw: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        turn = create(clients[n % 2], stream=n % 2 == 1, model=model, input=f"say hi ({marker})", store=False,
+                      reasoning=REASONING, include=INCLUDE, max_output_tokens=4096, **kw)
+        assert turn.response["status"] == "completed"
+        return turn.response
+
+    with Rejections(sim):
+        r0 = ask(0, "branch-a", None)
+        r1 = ask(1, "branch-b", r0["id"])
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-b"]
+        r2 = ask(2, "branch-c", r0["id"])  # back to the first response: turn b is not part of this path
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-c"]
+        ask(3, "branch-d", r2["id"])
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-c", "branch-d"]
+        ask(4, "branch-e", r1["id"])  # the original branch is untouched
+        assert _asked(sim.last()["body"]) == ["branch-a", "branch-b", "branch-e"]
+    assert r2["id"] != r1["id"]
+
+
+@pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted"])
+def test_to_a_responses_upstream_with_the_records_gone_turns_degrade_never_fail(
+        sim: Sim, clients: list[openai.OpenAI], redis_server: RedisServer, mangle: str) -> None:
+    """Redis flushed before every request: the upstream's own reasoning items cannot be vouched for (they are not
+    the gateway's sealed content), so the calls go without them and without item ids: no 4xx, never a forged or
+    mismatched reasoning item (docs/responses-api.md, "To an OpenAI Responses upstream")."""
+    rejected = sum(sim.stats()["rejections"].values())
+    turns = run_loop(clients, RESPONSES, f"[[sim:tools=2]] records gone ({mangle})", stream=False, mangle=mangle,
+                     sim=sim, before=redis_server.flush)
+    assert [len(t.calls) for t in turns] == [1, 1, 0]
+    last = turns[-1].upstream
+    assert last is not None
+    assert all("id" not in i for i in last["input"] if i.get("type") == "function_call"), last["input"]
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
