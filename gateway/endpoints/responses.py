@@ -17,13 +17,13 @@ from starlette.responses import Response
 from gateway import pipeline, surfaces
 from gateway.endpoints.common import gateway_of
 from gateway.endpoints.handler import Codec, Relay, endpoint, unreadable
-from gateway.errors import ClientError
+from gateway.errors import ClientError, GatewayError
 from gateway.identity import tenant_of
 from gateway.protocols import openai_responses as responses
 from gateway.protocols.canonical import JSON, Request, Turn
 from gateway.protocols.openai_responses_stream import MEDIA_TYPE, StreamEncoder
 from gateway.reasoning_seal import Sealer, sealer
-from gateway.responses_state import answer_ids, recorded_response, resolve
+from gateway.responses_state import UNAVAILABLE, answer_ids, recorded_response, resolve
 from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
 
@@ -46,8 +46,21 @@ class Responses(Codec):
         self.resolved = await resolve(self.gw.store, self.ex.tenant, self.sealer(), responses.references_of(body))
         await super().prepare()
         prev = self.parsed.previous_response_id
-        if prev is not None and self.ex.stateful and self.ex.via != "header":
+        if prev is None:
+            return
+        if not self.ex.stateful:  # no records to rebuild the conversation from: never the new items alone
+            raise self.no_records(prev)
+        if self.ex.via != "header":
             raise responses.previous_not_found(prev)
+
+    def no_records(self, prev: str) -> GatewayError:
+        """A ``previous_response_id`` served without records: nothing was recorded (the state machine off, or no
+        store) names nothing, as the API answers an unknown id; a store that did not answer is a 503 (as for a bare
+        reference, ``responses_state``)."""
+        gw = self.gw
+        if gw.store is None or self.ex.tenant is None or not gw.settings.state_machine_enabled:
+            return responses.previous_not_found(prev)
+        return GatewayError(503, UNAVAILABLE, "api_error")
 
     def decode(self, body: Any) -> Request:
         self.parsed = responses.decode_request(body, self.sealer().unseal, self.resolved)
