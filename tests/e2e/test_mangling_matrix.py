@@ -477,7 +477,7 @@ def check_responses_to_gemini(case: str, played: Played) -> None:
     assert_gemini_signatures_restored(played.bodies)
 
 
-RESPONSES_CASES = (*sorted(responses_helpers.MANGLES), "previous")
+RESPONSES_CASES = responses_helpers.CASES
 
 
 # ------------------------------------------------------------------ the routes
