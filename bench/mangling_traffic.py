@@ -6,13 +6,14 @@
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
 proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-machine mode, two gateway
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
-``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 16 surface x upstream pairs) in each of
-the four stream x header combinations, ``--repeat`` times, all cells mixed, ``--workers`` conversations in
-flight at once, two tenants, every request on the other replica than the one before. With
+``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
+those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
+times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other replica than the one before. With
 ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but ``GATEWAY_REDIS_URL`` names a port nothing
 listens on (every request a stateless fallback, behind the store's circuit breaker).
 
-Prints per mode and cell: runs (conversations), completed, requests, upstream 4xx, client errors, thinking kept /
+Prints per mode and cell: runs (conversations), completed, refused by design (Responses replays that need records,
+without them), requests, upstream 4xx, client errors, thinking kept /
 replayed turns (what the upstream received), stateless fallbacks (the gateways' access log; the run-wide
 ``gateway_stateless_requests_total`` in the header line), and what breaks the promise. Exit status 1 if anything
 does (state machine on: any 4xx, error, unfinished conversation, turn without its thinking or stateless

@@ -1,22 +1,26 @@
 """Issue 23 item 4: the mangling matrices under realistic traffic.
 
-Every client surface x upstream pair the gateway serves (``CELLS``: the Anthropic Messages surface in front of
-Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, and OpenRouter- (a Gemini and a Claude
-model), Copilot-, DeepSeek- and Gemini-compat-style upstreams; the Gemini surface in front of Gemini) plays the
-manglings of its wire shape (``tests/manglings/``, the same tables the acceptance matrix
-``tests/e2e/test_mangling_matrix.py`` plays one at a time, with its Anthropic flows: thinking switched mid-loop, a
-retry, a rewind, an edited first message) as tool-loop conversations, many at once: a thread pool of ``workers``
-conversations in flight, two tenants (two API keys, alternating), every request of a conversation on the other
-replica than the one before, streams and non-streams, with and without the conversation-id header. The replicas are
-two gateway processes on one real redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between
-them and the strict simulator keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and
-what it answered.
+Every client surface x upstream pair the gateway serves (``CELLS``, 25: the Anthropic Messages surface in front of
+Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, OpenRouter- (a Gemini and a Claude
+model), Copilot-, DeepSeek- and Gemini-compat-style upstreams and an OpenAI Responses upstream; the OpenAI Responses
+surface in front of the same upstreams but its own dialect (that pair is another branch's); the Gemini surface in
+front of Gemini) plays the manglings of its wire shape (``tests/manglings/``, and the Responses replay styles of
+``tests/responses/helpers.py``: the same tables the acceptance matrix ``tests/e2e/test_mangling_matrix.py`` plays one
+at a time, with its Anthropic flows: thinking switched mid-loop, a retry, a rewind, an edited first message) as
+tool-loop conversations, many at once: a thread pool of ``workers`` conversations in flight, two tenants (two API
+keys, alternating), every request of a conversation on the other replica than the one before, streams and
+non-streams, with and without the conversation-id header. The replicas are two gateway processes on one real
+redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between them and the strict simulator
+keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and what it answered.
 
-Measured per cell (``CellResult``): conversations (runs) and how many completed, requests, client-visible errors,
+Measured per cell (``CellResult``): conversations (runs) and how many completed or were refused by design (a
+Responses replay that names what only the records hold, bare ``store: false`` references or ``previous_response_id``
+alone, without records: ``traffic_clients.REFUSALS``, the exact status and text), requests, client-visible errors,
 upstream 4xx (the proxy's record of the simulator's answers), replayed turns the upstream received and how many
 of them carried their thinking (``replayed_turns``: Anthropic thinking blocks, Gemini thought parts with a genuine
 ``thoughtSignature``, OpenRouter encrypted reasoning, Copilot ``reasoning_opaque``, DeepSeek ``reasoning_content``,
-Gemini-compat ``extra_content`` signatures; not counted for the flows that switch thinking mid-loop), and stateless
+Gemini-compat ``extra_content`` signatures, OpenAI Responses reasoning items with ``encrypted_content`` before the
+item they preceded; not counted for the flows that switch thinking mid-loop; also per case), and stateless
 fallbacks (requests the gateway served without records, from its access log's ``stateful`` field). Run-wide: the
 simulator's rejections and cross-conversation oracle (``foreign``), and the replicas'
 ``gateway_stateless_requests_total``.
@@ -200,6 +204,7 @@ class CellResult:
     stateless: int = 0       # requests served without records (access log ``stateful: false``)
     tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
     by_case: dict[str, list[int]] = field(default_factory=dict)  # case -> [kept, replayed]
+    refused_cases: Counter[str] = field(default_factory=Counter)   # case -> conversations refused
     samples: list[str] = field(default_factory=list)  # a few error texts
 
     @property
@@ -331,7 +336,9 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
         r.tenants.add(conv.key)
         r.runs += 1
         r.completed += conv.completed
-        r.refused += conv.refused is not None
+        if conv.refused is not None:
+            r.refused += 1
+            r.refused_cases[conv.case] += 1
         r.requests += conv.requests
         if conv.errors:
             r.errors += 1
