@@ -8,9 +8,9 @@ proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-m
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
 ``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
 those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
-times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other replica than the one before. With
-``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but ``GATEWAY_REDIS_URL`` names a port nothing
-listens on (every request a stateless fallback, behind the store's circuit breaker).
+times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other
+replica than the one before. With ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but
+``GATEWAY_REDIS_URL`` names a port nothing listens on (every request a stateless fallback, behind the store's circuit breaker).
 
 Prints per mode and cell: runs (conversations), completed, refused by design (Responses replays that need records,
 without them), requests, upstream 4xx, client errors, thinking kept /
