@@ -10,7 +10,8 @@ replicas (``thinkgate serve``) on that one redis-server, every upstream kind rou
 those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
 times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other
 replica than the one before. With ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but
-``GATEWAY_REDIS_URL`` names a port nothing listens on (every request a stateless fallback, behind the store's circuit breaker).
+``GATEWAY_REDIS_URL`` names a port nothing listens on (every request a stateless fallback, behind the store's
+circuit breaker).
 
 Prints per mode and cell: runs (conversations), completed, refused by design (Responses replays that need records,
 without them), requests, upstream 4xx, client errors, thinking kept /
