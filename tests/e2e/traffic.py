@@ -171,7 +171,7 @@ def replayed_turns(ex: Exchange) -> list[bool]:
     body, path = ex.body, ex.path
     if not isinstance(body, dict):
         return []
-    if path.endswith("/responses"):
+    if path.split("?")[0].endswith("/responses"):
         items = body.get("input")
         return [_responses_turn_kept(t) for t in _responses_turns(items if isinstance(items, list) else ())]
     if path.startswith("/v1/messages"):
