@@ -1,18 +1,20 @@
 """Issue 23 item 4, the long form: every mangling of every client surface x upstream pair under realistic traffic.
 
     python bench/mangling_traffic.py [--repeat 1] [--workers 16] [--modes on,off[,store-down]]
-                                     [--gateway-workers 1] [--json out.json]
+                                     [--gateway-workers 1] [--cells responses->,->responses] [--json out.json]
 
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
 proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-machine mode, two gateway
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
-``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 16 surface x upstream pairs) in each of
-the four stream x header combinations, ``--repeat`` times, all cells mixed, ``--workers`` conversations in
-flight at once, two tenants, every request on the other replica than the one before. With
-``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but ``GATEWAY_REDIS_URL`` names a port nothing
-listens on (every request a stateless fallback, behind the store's circuit breaker).
+``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
+those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
+times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other
+replica than the one before. With ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but
+``GATEWAY_REDIS_URL`` names a port nothing listens on (every request a stateless fallback, behind the store's
+circuit breaker).
 
-Prints per mode and cell: runs (conversations), completed, requests, upstream 4xx, client errors, thinking kept /
+Prints per mode and cell: runs (conversations), completed, refused by design (Responses replays that need records,
+without them), requests, upstream 4xx, client errors, thinking kept /
 replayed turns (what the upstream received), stateless fallbacks (the gateways' access log; the run-wide
 ``gateway_stateless_requests_total`` in the header line), and what breaks the promise. Exit status 1 if anything
 does (state machine on: any 4xx, error, unfinished conversation, turn without its thinking or stateless
@@ -30,7 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.traffic import plan, run
+from tests.e2e.traffic import CELLS, plan, run
 from tests.gemini.helpers import gateway_env
 from tests.process_fixtures import GatewayFactory, Sim, free_port, start_process
 from tests.redis_fixtures import RedisServer
@@ -51,12 +53,17 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=16, help="conversations in flight at once (>= 8)")
     ap.add_argument("--modes", default="on,off", help="state machine modes to run, in order")
     ap.add_argument("--gateway-workers", type=int, default=1, help="worker processes per gateway replica")
+    ap.add_argument("--cells", default="", help="play only the cells whose id contains one of these (comma-separated)")
     ap.add_argument("--json", help="write the reports here")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not set(modes) <= set(MODES) or args.workers < 8:
         ap.error(f"--modes takes {', '.join(MODES)}; --workers must be at least 8")
 
+    wanted = [w for w in args.cells.split(",") if w]
+    cells = [c for c in CELLS if not wanted or any(w in c.id for w in wanted)]
+    if not cells:
+        ap.error(f"--cells matches none of {', '.join(c.id for c in CELLS)}")
     redis_server = RedisServer()
     redis_server.start()
     sim_process = start_process("sim", ["sim"], "/_sim/stats")
@@ -72,7 +79,7 @@ def main() -> int:
         for mode in modes:
             mode_env = {**env, **MODES[mode]}
             replicas = [gateways.start(proxy.url, mode_env, args.gateway_workers) for _ in range(2)]
-            convs = plan(repeat=args.repeat, tag=f"{mode}{uuid.uuid4().hex[:6]}")
+            convs = plan(cells, repeat=args.repeat, tag=f"{mode}{uuid.uuid4().hex[:6]}")
             report = run(replicas, proxy, sim, convs, workers=args.workers, mode=mode)
             problems = report.problems(keep_thinking=mode == "on")
             print(report.table())

@@ -55,10 +55,18 @@ def continue_previous(ex: Exchange, previous: str | None) -> None:
     ex.branch_at = (named.scid, named.position)  # an earlier response of it: the conversation branches there
 
 
-def check_previous(ex: Exchange, previous: str | None) -> None:
-    """After identification: a ``previous_response_id`` whose conversation the tenant does not hold (a new one was
-    started for it) is the API's 400."""
-    if previous is not None and ex.stateful and ex.via != "header":
+def check_previous(gw: Gateway, ex: Exchange, previous: str | None) -> None:
+    """After identification: a ``previous_response_id`` is never answered from the request's new items alone. Served
+    without records, it names nothing when nothing was recorded (the state machine off, or no store: the API's 400),
+    and a store that did not answer is a 503 (as for a bare reference); with records, a conversation the tenant does
+    not hold (a new one was started for it) is the API's 400."""
+    if previous is None:
+        return
+    if not ex.stateful:
+        if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
+            raise responses.previous_not_found(previous)
+        raise GatewayError(503, UNAVAILABLE, "api_error")
+    if ex.via != "header":
         raise responses.previous_not_found(previous)
 
 

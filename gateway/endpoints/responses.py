@@ -26,7 +26,7 @@ class Responses(Codec):
         pipeline.identify_tenant(self.ex, self.gw)
         self.seal, self.resolved = await responses_state.opened(self.gw, self.ex)
         await super().prepare()
-        responses_state.check_previous(self.ex, self.parsed.previous_response_id)
+        responses_state.check_previous(self.gw, self.ex, self.parsed.previous_response_id)
 
     def decode(self, body: Any) -> Request:
         self.parsed = responses.decode_request(body, self.seal.unseal, self.resolved)

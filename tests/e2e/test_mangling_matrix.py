@@ -501,7 +501,7 @@ def check_responses_to_responses(case: str, played: Played) -> None:
             assert calls[0]["id"].startswith("fc_") and "id" not in calls[1]
 
 
-RESPONSES_CASES = (*sorted(responses_helpers.MANGLES), "previous")
+RESPONSES_CASES = responses_helpers.CASES
 
 
 # ------------------------------------------------------------------ the routes

@@ -34,6 +34,11 @@ PER_CELL = 4
 WORKERS = 12
 MIN_IN_FLIGHT = 8
 CELL_IDS = [c.id for c in CELLS]
+RESPONSES_CELLS = [c for c in CELLS if c.surface == "responses"]
+# the upstreams whose thinking the gateway seals into the reasoning item's encrypted_content (Claude's signed blocks,
+# Gemini's thought signatures, natively and through its OpenAI layer); OpenRouter's, Copilot's and DeepSeek's
+# message-level reasoning fields ride in no item: only the records bring them back
+SEALED = {"anthropic", "gemini", "generic"}
 
 
 @dataclass
@@ -84,8 +89,9 @@ def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
     assert totals.stateless == report.stateless_metric
     if mode == "on":
         assert totals.replayed > 0 and report.stateless_metric == 0
-    else:
-        assert totals.stateless == report.requests, "the state machine is off: every request is stateless"
+    else:  # but a bare reference without records: refused before the lookup (previous_response_id: after it)
+        unserved = sum(r.refused_cases["references"] for r in report.cells.values())
+        assert totals.stateless == report.requests - unserved, "the state machine is off: every request is stateless"
 
 
 @pytest.mark.timeout(180)
@@ -96,6 +102,7 @@ def test_state_machine_on(traffic: Traffic, cell: str) -> None:
     assert r.clean, f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.samples}"
     assert r.kept == r.replayed, f"thinking kept on {r.kept} of {r.replayed} replayed turns"
     assert r.stateless == 0
+    assert r.refused == 0, "records exist: no replay is refused"
 
 
 @pytest.mark.timeout(180)
@@ -104,3 +111,21 @@ def test_state_machine_off(traffic: Traffic, cell: str) -> None:
     """Zero upstream 4xx and every conversation completed, with the sanitizer alone."""
     r = traffic.report("off").cells[cell]
     assert r.clean, f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.samples}"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cell", [c.id for c in RESPONSES_CELLS])
+def test_state_machine_off_responses_surface(traffic: Traffic, cell: str) -> None:
+    """Without records a Responses client's reasoning items are all there is. Replayed as received, they carry the
+    thinking of the upstreams whose thinking the gateway seals (``SEALED``) on every turn, and none of the others'
+    (a limit of the design: their reasoning fields are not in the item); without reasoning items or without
+    ``encrypted_content``, none (degraded, never forged). Bare references need the records: refused with the API's
+    404 before any upstream request (``traffic_clients.REFUSALS``), never a 4xx upstream."""
+    r = traffic.report("off").cells[cell]
+    upstream = cell.split("->")[1]
+    played = r.by_case
+    assert {"faithful", "drop_reasoning", "drop_encrypted", "references"} <= set(played), played
+    kept, replayed = played["faithful"]
+    assert replayed > 0 and kept == (replayed if upstream in SEALED else 0), played
+    assert played["drop_reasoning"][0] == played["drop_encrypted"][0] == 0, played
+    assert r.refused > 0 and r.clean, (r.refused, r.samples)

@@ -1,22 +1,26 @@
 """Issue 23 item 4: the mangling matrices under realistic traffic.
 
-Every client surface x upstream pair the gateway serves (``CELLS``: the Anthropic Messages surface in front of
-Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, and OpenRouter- (a Gemini and a Claude
-model), Copilot-, DeepSeek- and Gemini-compat-style upstreams; the Gemini surface in front of Gemini) plays the
-manglings of its wire shape (``tests/manglings/``, the same tables the acceptance matrix
-``tests/e2e/test_mangling_matrix.py`` plays one at a time, with its Anthropic flows: thinking switched mid-loop, a
-retry, a rewind, an edited first message) as tool-loop conversations, many at once: a thread pool of ``workers``
-conversations in flight, two tenants (two API keys, alternating), every request of a conversation on the other
-replica than the one before, streams and non-streams, with and without the conversation-id header. The replicas are
-two gateway processes on one real redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between
-them and the strict simulator keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and
-what it answered.
+Every client surface x upstream pair the gateway serves (``CELLS``, 25: the Anthropic Messages surface in front of
+Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, OpenRouter- (a Gemini and a Claude
+model), Copilot-, DeepSeek- and Gemini-compat-style upstreams and an OpenAI Responses upstream; the OpenAI Responses
+surface in front of the same upstreams but its own dialect (that pair is another branch's); the Gemini surface in
+front of Gemini) plays the manglings of its wire shape (``tests/manglings/``, and the Responses replay styles of
+``tests/responses/helpers.py``: the same tables the acceptance matrix ``tests/e2e/test_mangling_matrix.py`` plays one
+at a time, with its Anthropic flows: thinking switched mid-loop, a retry, a rewind, an edited first message) as
+tool-loop conversations, many at once: a thread pool of ``workers`` conversations in flight, two tenants (two API
+keys, alternating), every request of a conversation on the other replica than the one before, streams and
+non-streams, with and without the conversation-id header. The replicas are two gateway processes on one real
+redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between them and the strict simulator
+keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and what it answered.
 
-Measured per cell (``CellResult``): conversations (runs) and how many completed, requests, client-visible errors,
+Measured per cell (``CellResult``): conversations (runs) and how many completed or were refused by design (a
+Responses replay that names what only the records hold, bare ``store: false`` references or ``previous_response_id``
+alone, without records: ``traffic_clients.REFUSALS``, the exact status and text), requests, client-visible errors,
 upstream 4xx (the proxy's record of the simulator's answers), replayed turns the upstream received and how many
 of them carried their thinking (``replayed_turns``: Anthropic thinking blocks, Gemini thought parts with a genuine
 ``thoughtSignature``, OpenRouter encrypted reasoning, Copilot ``reasoning_opaque``, DeepSeek ``reasoning_content``,
-Gemini-compat ``extra_content`` signatures; not counted for the flows that switch thinking mid-loop), and stateless
+Gemini-compat ``extra_content`` signatures, OpenAI Responses reasoning items with ``encrypted_content`` before the
+item they preceded; not counted for the flows that switch thinking mid-loop; also per case), and stateless
 fallbacks (requests the gateway served without records, from its access log's ``stateful`` field). Run-wide: the
 simulator's rejections and cross-conversation oracle (``foreign``), and the replicas'
 ``gateway_stateless_requests_total``.
@@ -39,7 +43,16 @@ from typing import Any
 from gateway.sim.gemini_rules import AISTUDIO
 from gateway.sim.gemini_rules import BYPASS as GEMINI_BYPASS
 from tests.e2e.traffic_clients import PLAY, REQUEST_TIMEOUT_S, Cell, Conv, Surface
-from tests.gemini.helpers import CLAUDE, COPILOT, DEEPSEEK, GEMINI, GEMINI_COMPAT, OPENROUTER, OPENROUTER_CLAUDE
+from tests.gemini.helpers import (
+    CLAUDE,
+    COPILOT,
+    DEEPSEEK,
+    GEMINI,
+    GEMINI_COMPAT,
+    OPENROUTER,
+    OPENROUTER_CLAUDE,
+    RESPONSES,
+)
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
@@ -47,21 +60,25 @@ from tests.manglings.anthropic import FLOWS, HISTORY_MANGLINGS, MESSAGE_MANGLING
 from tests.process_fixtures import ServerProcess, Sim, scrape
 from tests.reliability.loops import access_lines
 from tests.reliability.recording_proxy import Exchange, RecordingProxy
+from tests.responses.helpers import CASES as RESPONSES_CASES
 
 TENANTS = ("sk-traffic-tenant-a-0123456789abcdef0123456789", "sk-traffic-tenant-b-0123456789abcdef0123456789")
 # The access log's endpoint label of each surface (``gateway.surfaces``).
-ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_completions",
+ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_completions", "responses": "responses",
                                  "gemini": "generate_content", "augment": "chat_stream"}
 
 # the upstreams behind the routing surfaces: (model, the ``BY_UPSTREAM`` row of the manglings its answers meet)
 _UPSTREAMS = {"anthropic": (CLAUDE, "anthropic"), "gemini": (GEMINI, "gemini"),
               "openrouter": (OPENROUTER, "openrouter"), "openrouter-claude": (OPENROUTER_CLAUDE, "openrouter"),
               "copilot": (COPILOT, "copilot"), "deepseek": (DEEPSEEK, "deepseek"),
-              "generic": (GEMINI_COMPAT, "generic")}
+              "generic": (GEMINI_COMPAT, "generic"), "responses": (RESPONSES, "responses")}
+# the upstreams behind the Responses surface (its Responses upstream is another engineer's pair, not played here)
+_RESPONSES_UPSTREAMS = ("anthropic", "gemini", "openrouter", "openrouter-claude", "copilot", "deepseek", "generic")
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
 CELLS: tuple[Cell, ...] = (
     Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)),
     *(Cell("openai", up, model, openai_manglings.BY_UPSTREAM[row]) for up, (model, row) in _UPSTREAMS.items()),
+    *(Cell("responses", up, _UPSTREAMS[up][0], RESPONSES_CASES) for up in _RESPONSES_UPSTREAMS),
     Cell("gemini", "gemini", GEMINI, tuple(sorted(gemini_manglings.MANGLINGS))),
     *(Cell("augment", up, model, _AUGMENT_CASES) for up, (model, _) in _UPSTREAMS.items()),
 )
@@ -120,14 +137,43 @@ def _gemini_turn_kept(content: dict[str, Any]) -> bool:
     return parts[0].get("thought") is True and bool(sig) and sig not in GEMINI_BYPASS[AISTUDIO]
 
 
+_RESPONSES_ASSISTANT = ("reasoning", "function_call", "item_reference")
+
+
+def _responses_turns(items: Sequence[Any]) -> list[list[dict[str, Any]]]:
+    """The assistant turns of a Responses ``input``: each maximal run of output items (reasoning items, function
+    calls, assistant messages) between the client's items (user messages, function call outputs)."""
+    turns: list[list[dict[str, Any]]] = []
+    run: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind in _RESPONSES_ASSISTANT or (kind == "message" and item.get("role") == "assistant"):
+            run.append(item)
+            continue
+        if run:
+            turns.append(run)
+        run = []
+    return [*turns, run] if run else turns
+
+
+def _responses_turn_kept(turn: list[dict[str, Any]]) -> bool:
+    """A reasoning item with its ``encrypted_content`` first, then the item it preceded (a call or the message)."""
+    return (len(turn) >= 2 and turn[0].get("type") == "reasoning" and bool(turn[0].get("encrypted_content"))
+            and turn[1].get("type") in ("function_call", "message"))
+
+
 def replayed_turns(ex: Exchange) -> list[bool]:
     """Per replayed assistant/model turn of one upstream request: does it carry its thinking (Anthropic: a signed
     thinking block or redacted thinking first; Gemini: a thought part and a genuine ``thoughtSignature`` on the
     first call; OpenRouter: encrypted reasoning; Copilot: ``reasoning_opaque``; DeepSeek: ``reasoning_content``;
-    Gemini's OpenAI layer: a genuine ``extra_content`` signature)."""
+    Gemini's OpenAI layer: a genuine ``extra_content`` signature; an OpenAI Responses upstream: a reasoning item with
+    its ``encrypted_content`` replayed just before the item it preceded)."""
     body, path = ex.body, ex.path
     if not isinstance(body, dict):
         return []
+    if path.split("?")[0].endswith("/responses"):
+        items = body.get("input")
+        return [_responses_turn_kept(t) for t in _responses_turns(items if isinstance(items, list) else ())]
     if path.startswith("/v1/messages"):
         return [_anthropic_turn_kept(m.get("content")) for m in body.get("messages", ())
                 if m.get("role") == "assistant"]
@@ -151,16 +197,19 @@ class CellResult:
     completed: int = 0       # conversations that reached their final answer
     requests: int = 0        # client requests
     errors: int = 0          # conversations ended by an error the client saw
+    refused: int = 0         # conversations the gateway refused by design: their replay needs records (none there)
     upstream_4xx: int = 0    # upstream answers 400-499 (the proxy's record)
     replayed: int = 0        # replayed assistant turns the upstream received
     kept: int = 0            # ... with their thinking
     stateless: int = 0       # requests served without records (access log ``stateful: false``)
     tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
+    by_case: dict[str, list[int]] = field(default_factory=dict)  # case -> [kept, replayed]
+    refused_cases: Counter[str] = field(default_factory=Counter)   # case -> conversations refused
     samples: list[str] = field(default_factory=list)  # a few error texts
 
     @property
     def clean(self) -> bool:
-        return self.errors == 0 and self.upstream_4xx == 0 and self.completed == self.runs
+        return self.errors == 0 and self.upstream_4xx == 0 and self.completed + self.refused == self.runs
 
 
 @dataclass
@@ -179,7 +228,8 @@ class Report:
     def totals(self) -> CellResult:
         t = CellResult("total")
         for r in self.cells.values():
-            for f in ("runs", "completed", "requests", "errors", "upstream_4xx", "replayed", "kept", "stateless"):
+            for f in ("runs", "completed", "requests", "errors", "refused", "upstream_4xx", "replayed", "kept",
+                      "stateless"):
                 setattr(t, f, getattr(t, f) + getattr(r, f))
         return t
 
@@ -191,8 +241,8 @@ class Report:
         than ``min_in_flight`` conversations at once or one tenant; a simulator rejection; another conversation's
         content upstream; with ``keep_thinking`` (the state machine on: every replayed turn has a record), a
         replayed turn without its thinking or a stateless fallback."""
-        out = [f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.upstream_4xx} upstream 4xx, {r.errors} "
-               f"errors {r.samples[:2]}" for r in self.failing()]
+        out = [f"{r.cell}: {r.runs} runs, {r.completed} completed, {r.refused} refused, {r.upstream_4xx} upstream "
+               f"4xx, {r.errors} errors {r.samples[:2]}" for r in self.failing()]
         if self.max_in_flight < min_in_flight:
             out.append(f"only {self.max_in_flight} conversations were in flight at once")
         if self.tenants < 2:
@@ -205,6 +255,8 @@ class Report:
             out += [f"{r.cell}: thinking kept on {r.kept} of {r.replayed} replayed turns"
                     for r in self.cells.values() if r.kept != r.replayed]
             out += [f"{r.cell}: {r.stateless} stateless fallbacks" for r in self.cells.values() if r.stateless]
+            out += [f"{r.cell}: {r.refused} conversations refused although records exist"
+                    for r in self.cells.values() if r.refused]
         return out
 
     def table(self) -> str:
@@ -213,12 +265,12 @@ class Report:
                  f"{self.tenants} tenants; simulator rejections {sum(self.rejections.values())}, foreign "
                  f"{self.foreign}, gateway_stateless_requests_total {self.stateless_metric:.0f}",
                  "",
-                 "| surface -> upstream | runs | completed | requests | upstream 4xx | errors | thinking kept / "
-                 "replayed turns | stateless fallbacks |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                 "| surface -> upstream | runs | completed | refused | requests | upstream 4xx | errors | thinking "
+                 "kept / replayed turns | stateless fallbacks |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in [*self.cells.values(), self.totals()]:
-            lines.append(f"| {r.cell} | {r.runs} | {r.completed} | {r.requests} | {r.upstream_4xx} | {r.errors} | "
-                         f"{r.kept} / {r.replayed} | {r.stateless} |")
+            lines.append(f"| {r.cell} | {r.runs} | {r.completed} | {r.refused} | {r.requests} | {r.upstream_4xx} | "
+                         f"{r.errors} | {r.kept} / {r.replayed} | {r.stateless} |")
         return "\n".join(lines)
 
 
@@ -284,6 +336,9 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
         r.tenants.add(conv.key)
         r.runs += 1
         r.completed += conv.completed
+        if conv.refused is not None:
+            r.refused += 1
+            r.refused_cases[conv.case] += 1
         r.requests += conv.requests
         if conv.errors:
             r.errors += 1
@@ -295,6 +350,9 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
                 turns = replayed_turns(ex)
                 r.replayed += len(turns)
                 r.kept += sum(turns)
+                case = r.by_case.setdefault(conv.case, [0, 0])
+                case[0] += sum(turns)
+                case[1] += len(turns)
     return Report(mode, cells, elapsed, in_flight[1], workers, len({c.key for c in convs}),
                   {k: v for k, v in rejections.items() if v}, stats["foreign"] - stats0["foreign"],
                   _stateless_total(replicas) - stateless0, sum(c.requests for c in convs))

@@ -1,6 +1,7 @@
-"""The four client surfaces of the traffic matrix (``tests/e2e/traffic.py``), one tool-loop conversation each:
-Anthropic Messages (the anthropic SDK, with the Anthropic matrix's flows), OpenAI chat completions (the openai SDK),
-native Gemini and Augment chat-stream (raw JSON, so a mangling can touch every field). Each plays its ``Conv`` to its
+"""The five client surfaces of the traffic matrix (``tests/e2e/traffic.py``), one tool-loop conversation each:
+Anthropic Messages (the anthropic SDK, with the Anthropic matrix's flows), OpenAI chat completions and OpenAI
+Responses (the openai SDK; the Responses loop and its replay styles are ``tests/responses/helpers.py``'s), native
+Gemini and Augment chat-stream (raw JSON, so a mangling can touch every field). Each plays its ``Conv`` to its
 final answer or its first failure (which raises: the run keeps it), every request on the other replica than the one
 before, the client's history mangled by its case on every request."""
 
@@ -22,8 +23,9 @@ from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
 from tests.manglings.anthropic import CASE_THINKING, REDACTED, as_sent
+from tests.responses import helpers as responses_helpers
 
-Surface = Literal["anthropic", "openai", "gemini", "augment"]
+Surface = Literal["anthropic", "openai", "responses", "gemini", "augment"]
 SCID = "x-ag-conversation-id"
 BETA = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 ROUNDS = 2
@@ -63,6 +65,7 @@ class Conv:
     requests: int = 0
     scids: list[str | None] = field(default_factory=list)
     completed: bool = False
+    refused: str | None = None  # the gateway's refusal of a replay that needs records there are none of (``REFUSALS``)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -144,6 +147,54 @@ def play_openai(conv: Conv, urls: Sequence[str]) -> None:
             c.close()
 
 
+# The Responses replay styles that name items or responses only the gateway's records hold (``store: false`` bare
+# references; ``previous_response_id`` alone): without records (the state machine off, the store down) the gateway
+# cannot serve them and refuses them before any upstream request, in the OpenAI envelope: (status, message start).
+_NOT_PERSISTED = "Items are not persisted when `store` is set to false."
+REFUSALS: dict[str, tuple[tuple[int, str], ...]] = {
+    "references": ((404, "Item with id 'rs_"), (503, "the conversation store is unavailable")),
+    "previous": ((400, "Previous response with id 'resp_"), (503, "the conversation store is unavailable"))}
+
+
+def _refusal(case: str, e: openai.APIStatusError) -> str | None:
+    message = str((e.body or {}).get("message", "")) if isinstance(e.body, dict) else ""
+    for status, start in REFUSALS.get(case, ()):
+        if e.status_code == status and message.startswith(start) and (status != 404 or _NOT_PERSISTED in message):
+            return f"{status} {message}"
+    return None
+
+
+def play_responses(conv: Conv, urls: Sequence[str]) -> None:
+    """``client.responses.create`` loops (``responses_helpers.run_loop``): the case is how the client replays
+    (``MANGLES``: the output items as received, without reasoning items, without ``encrypted_content``, as bare item
+    references, ``store: false``; or ``previous``: ``previous_response_id`` alone, ``store: true``). The clients are
+    ordered so that the loop's alternation starts on ``conv.url``'s replica."""
+    start = conv.url(urls)
+    ordered = [*urls[urls.index(start):], *urls[:urls.index(start)]]
+    clients = [openai.OpenAI(base_url=u + "/v1", api_key=conv.key, max_retries=0, timeout=REQUEST_TIMEOUT_S,
+                             default_headers=BETA) for u in ordered]
+
+    def count() -> None:
+        conv.requests += 1
+
+    try:
+        turns = responses_helpers.run_loop(clients, conv.cell.model, conv.prompt, stream=conv.stream,
+                                           mangle=conv.case, rounds=MAX_REQUESTS, header=conv.header, before=count)
+    except openai.APIStatusError as e:
+        if (refused := _refusal(conv.case, e)) is None:
+            raise
+        conv.refused = refused
+        return
+    finally:
+        for c in clients:
+            c.close()
+    conv.scids += [t.scid for t in turns]
+    last = turns[-1].response
+    conv.completed = not turns[-1].calls and last.get("status") == "completed"
+    if not conv.completed:
+        raise RuntimeError(f"unfinished after {len(turns)} requests: status {last.get('status')}")
+
+
 def play_gemini(conv: Conv, urls: Sequence[str]) -> None:
     mangle = gemini_manglings.MANGLINGS[conv.case]
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": conv.prompt}]}]
@@ -191,4 +242,5 @@ def play_augment(conv: Conv, urls: Sequence[str]) -> None:
 
 
 PLAY: dict[Surface, Callable[[Conv, Sequence[str]], None]] = {
-    "anthropic": play_anthropic, "openai": play_openai, "gemini": play_gemini, "augment": play_augment}
+    "anthropic": play_anthropic, "openai": play_openai, "responses": play_responses, "gemini": play_gemini,
+    "augment": play_augment}

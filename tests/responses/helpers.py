@@ -37,6 +37,8 @@ def references(items: Items) -> Items:
 
 MANGLES: dict[str, Callable[[Items], Items]] = {"faithful": faithful, "drop_reasoning": drop_reasoning,
                                                 "drop_encrypted": drop_encrypted, "references": references}
+# every way ``run_loop`` replays: the manglings, and ``previous_response_id`` alone
+CASES: tuple[str, ...] = (*sorted(MANGLES), "previous")
 
 
 @dataclass

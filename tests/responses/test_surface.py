@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, metric_sum
 from tests.responses.helpers import INCLUDE, REASONING, WEATHER, create
 
 KEY_A = "sk-responses-tenant-a-0123456789abcdef"
@@ -150,3 +150,30 @@ def test_the_access_log_names_the_surface_and_never_the_key_or_the_thinking(sim:
         assert KEY_A not in log and thinking not in log and made.output[0]["encrypted_content"] not in log
     finally:
         gw.stop()
+
+
+@pytest.mark.parametrize("mode", ["state-machine-off", "store-down"])
+def test_previous_response_id_without_records_is_refused_not_answered_from_the_new_items(
+        sim: Sim, gateways: GatewayFactory, mode: str) -> None:
+    """With nothing to rebuild the conversation from (the state machine off: nothing recorded; Redis unreachable),
+    a ``previous_response_id`` continuation is refused in the OpenAI envelope before any upstream request, never
+    answered from its new items alone (function call outputs without their calls or the first message: the model
+    would answer a conversation it never saw). Off: the API's 400 for an id that names nothing; store down: 503."""
+    env = {"GATEWAY_STATE_MACHINE_ENABLED": "false"} if mode == "state-machine-off" else \
+        {"GATEWAY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "GATEWAY_STORE_TIMEOUT_MS": "300"}
+    gw = gateways.start(sim.url, {"GATEWAY_SECRET": "responses-no-records-0123456789abcdef", **env})
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+        first = create(client, stream=False, model=MODEL, input=f"[[sim:tools=1]] weather ({mode})", tools=[WEATHER],
+                       reasoning=REASONING, include=INCLUDE, store=True)
+    before = sim.last()
+    call = first.calls[0]
+    resp = _post(gw, {"model": MODEL, "previous_response_id": first.response["id"], "store": True, "tools": [WEATHER],
+                      "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}]})
+    if mode == "state-machine-off":
+        err = _openai_error(resp, 400)
+        assert err["message"] == f"Previous response with id '{first.response['id']}' not found."
+        assert err["code"] == "previous_response_not_found"
+    else:
+        err = _openai_error(resp, 503)
+        assert err["message"] == "the conversation store is unavailable"
+    assert sim.last() == before, "nothing went upstream"
