@@ -72,8 +72,8 @@ _UPSTREAMS = {"anthropic": (CLAUDE, "anthropic"), "gemini": (GEMINI, "gemini"),
               "openrouter": (OPENROUTER, "openrouter"), "openrouter-claude": (OPENROUTER_CLAUDE, "openrouter"),
               "copilot": (COPILOT, "copilot"), "deepseek": (DEEPSEEK, "deepseek"),
               "generic": (GEMINI_COMPAT, "generic"), "responses": (RESPONSES, "responses")}
-# the upstreams behind the Responses surface (its Responses upstream is another engineer's pair, not played here)
-_RESPONSES_UPSTREAMS = ("anthropic", "gemini", "openrouter", "openrouter-claude", "copilot", "deepseek", "generic")
+# the upstreams behind the Responses surface: every one
+_RESPONSES_UPSTREAMS = tuple(_UPSTREAMS)
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
 CELLS: tuple[Cell, ...] = (
     Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)),
