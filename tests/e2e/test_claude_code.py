@@ -19,14 +19,17 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.deploy.test_haproxy import HAProxy, _all_up, wait_for
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.redis_fixtures import RedisServer
+from tests.reliability.recording_proxy import Exchange, RecordingProxy, recording_proxy
 
 MODEL = "claude-opus-5-5"
 KEY = "sk-ant-claude-code-test-0123456789abcdef"
@@ -108,3 +111,169 @@ def test_claude_code_tool_loop_completes_without_4xx(claude: list[str], sim: Sim
     last = sim.last()["body"]
     assert last["model"] == MODEL and all(m["content"][0]["type"] == "thinking"
                                           for m in last["messages"] if m["role"] == "assistant")
+
+
+# --- One conversation across ``claude -p`` invocations whose tool set changes (issue 24's client, for real) ---
+#
+# Claude Code 2.1.332 keeps a bound model's prefix stable on its own: a resumed session (``--continue``) is sent with
+# the system prompt it started with (the request shape is kept in the session transcript as ``api-request-shape``; a
+# new ``--append-system-prompt`` / ``--system-prompt`` on the resumed run is not sent), and a tool that appears later
+# (``--tools``, an MCP server from ``--mcp-config``) goes as ``defer_loading`` plus a ``tool_addition`` system message.
+# Told that the model takes neither mid-conversation form (its documented capability override,
+# ``CLAUDE_CODE_MODEL_CAPABILITIES``; an IDE client that does not know the forms behaves the same), it puts the new
+# tool straight into ``tools``: the prefix of every earlier thinking block changes, which is the case under test.
+
+CLOCK_MCP = '''
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"].get("protocolVersion", "2024-11-05"), "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "clock", "version": "1.0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "now", "description": "The current time.",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "12:00"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+'''
+ADDED = "mcp__clock__now"  # the MCP server's tool as Claude Code names it
+NO_MID_CONVERSATION_FORMS = f"{MODEL}=-mid_conv_system,-mid_conv_tool_change"
+SECRET = "claude-code-test-secret-0123456789ab"
+
+
+def _converse(claude: list[str], urls: list[str]) -> list[dict[str, Any]]:
+    """Two ``claude -p`` invocations of one conversation (the second ``--continue``s the first in the same HOME and
+    project dir), invocation n pointed at ``urls[n]``; the second adds an MCP server's tool. Each asks for two tool
+    rounds (Bash, refused in ``-p`` mode: the refusal is the tool result), then an answer.
+    Claude Code's JSON results."""
+    results = []
+    with tempfile.TemporaryDirectory() as home:
+        server = os.path.join(home, "clock_mcp.py")
+        with open(server, "w") as f:
+            f.write(CLOCK_MCP)
+        mcp = json.dumps({"mcpServers": {"clock": {"command": sys.executable, "args": [server]}}})
+        invocations = [["-p", "Check the build [[sim:tools=2]]"],
+                       ["--continue", "-p", "Check it again", "--mcp-config", mcp]]
+        for url, args in zip(urls, invocations, strict=True):
+            env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "ANTHROPIC_BASE_URL": url,
+                   "ANTHROPIC_API_KEY": KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                   "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_MODEL_CAPABILITIES": NO_MID_CONVERSATION_FORMS}
+            run = subprocess.run([*claude, *args, "--model", MODEL, "--tools", "Bash", "--max-turns", "6",
+                                  "--output-format", "json"],
+                                 cwd=home, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 timeout=240)
+            assert run.returncode == 0, run.stderr[-2000:]
+            results.append(json.loads(run.stdout))
+    return results
+
+
+def _messages_requests(proxy: RecordingProxy) -> list[Exchange]:
+    return [e for e in proxy.exchanges if e.path.startswith("/v1/messages") and "count_tokens" not in e.path]
+
+
+def _thinking_blocks(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant" for b in m["content"]
+               if b["type"] == "thinking")
+
+
+def _tool_names(body: dict[str, Any], *, deferred: bool = False) -> list[str]:
+    return [t["name"] for t in body["tools"] if bool(t.get("defer_loading")) == deferred]
+
+
+def _turn_start(body: dict[str, Any]) -> int:
+    """Index just after the last user message that opens a turn (one without tool results)."""
+    opens = [i for i, m in enumerate(body["messages"]) if m["role"] == "user" and not (
+        isinstance(m["content"], list) and any(b["type"] == "tool_result" for b in m["content"]))]
+    return opens[-1] + 1
+
+
+def _answered(results: list[dict[str, Any]]) -> None:
+    for out in results:
+        assert out["is_error"] is False and out["subtype"] == "success"
+        assert out["result"].startswith("Final answer after 2 tool rounds"), out["result"]
+
+
+@pytest.fixture()
+def proxy(sim: Sim) -> Iterator[RecordingProxy]:
+    with recording_proxy(sim.url) as p:
+        yield p
+
+
+def test_claude_code_adding_a_tool_straight_to_the_simulator_gets_the_binding_400(
+        claude: list[str], sim: Sim, proxy: RecordingProxy) -> None:
+    """The client really changes its tool set mid-conversation and replays its earlier thinking: the simulator
+    answers the binding 400 (rule 15), and Claude Code gets past it only by resending without its thinking."""
+    before = sim.stats()["rejections"].get("15", 0)
+    _answered(_converse(claude, [proxy.url, proxy.url]))
+    sent = _messages_requests(proxy)
+    assert [e.status for e in sent] == [200, 200, 200, 400, 200, 200, 200]
+    assert sim.stats()["rejections"].get("15", 0) - before == 1
+    first, rejected, retried = sent[0].body, sent[3].body, sent[4].body
+    assert first["system"] == rejected["system"]  # Claude Code keeps the system prompt of a resumed session
+    assert _tool_names(first) == ["Bash"] and _tool_names(rejected) == ["Bash", ADDED]  # the tool added in tools
+    assert _thinking_blocks(rejected) == 3  # the replayed history carries the first invocation's thinking
+    assert _thinking_blocks(retried) == 0  # what got past the 400: the history without its thinking
+
+
+@pytest.fixture(params=["keep-prefix", "keep-prefix-off"])
+def replicas(request: pytest.FixtureRequest, proxy: RecordingProxy, gateways: GatewayFactory,
+             redis_server: RedisServer) -> Iterator[tuple[str, list[ServerProcess]]]:
+    """Two gateway replicas on one real redis-server in front of the recording proxy: prefix kept (the default), or
+    ``GATEWAY_KEEP_PREFIX=false`` (degraded: stale blocks removed, or ``drop_block``)."""
+    redis_server.flush()
+    env = {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": SECRET}
+    if request.param == "keep-prefix-off":
+        env["GATEWAY_KEEP_PREFIX"] = "false"
+    pair = [gateways.start(proxy.url, env) for _ in range(2)]
+    try:
+        yield request.param, pair
+    finally:
+        for sp in pair:
+            sp.stop()
+
+
+def test_claude_code_adding_a_tool_through_two_replicas_completes_without_4xx(
+        claude: list[str], sim: Sim, proxy: RecordingProxy,
+        replicas: tuple[str, list[ServerProcess]]) -> None:
+    """The same client through thinkgate, its first invocation served by one replica and its second (restored from
+    what the first recorded in Redis) by the other: no 4xx anywhere, and every earlier thinking block reaches the
+    upstream on every turn (kept prefix: the recorded tool set with a ``tool_addition``); with the prefix not kept, only
+    the thinking produced under the old tool set is dropped (by thinkgate, from the front of the history)."""
+    mode, pair = replicas
+    before = sim.stats()["rejections"]
+    _answered(_converse(claude, [sp.url for sp in pair]))
+    sent = _messages_requests(proxy)
+    assert [e.status for e in sent] == [200] * 6  # no retry: nothing was rejected
+    assert sim.stats()["rejections"] == before
+    assert sum(metric_sum(sp, "gateway_requests_total", status="4xx") for sp in pair) == 0
+    assert all(metric_sum(sp, "gateway_requests_total", status="2xx") == 3 for sp in pair)  # each replica served one
+    bodies = [e.body for e in sent]
+    assert all(b["system"] == bodies[0]["system"] for b in bodies)
+    assert all("block_binding" not in b["thinking"] for b in bodies)  # no request needed the upstream to drop
+    # every answer of the conversation thinks: each assistant message of the current invocation's turn reaches the
+    # upstream with its thinking first
+    assert all(m["content"][0]["type"] == "thinking" for b in bodies
+               for m in b["messages"][_turn_start(b):] if m["role"] == "assistant")
+    if mode == "keep-prefix":
+        assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 3, 4, 5]  # and every earlier one, on every turn
+        assert all(_tool_names(b) == ["Bash"] for b in bodies)  # the recorded tool set, every time
+        for body in bodies[3:]:  # the added tool: deferred, and added where the client added it
+            assert _tool_names(body, deferred=True) == [ADDED]
+            assert [b for m in body["messages"] if m["role"] == "system" for b in m["content"]
+                    if b["type"] == "tool_addition"] == [{"type": "tool_addition",
+                                                          "tool": {"type": "tool_reference", "name": ADDED}}]
+        # the change once, where the client made it; put back in place on the two requests after it
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="tool_changes") for sp in pair) == 1
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="reinserted") for sp in pair) == 2
+    else:  # GATEWAY_KEEP_PREFIX=false: the client's tools as sent; the first invocation's thinking, produced under
+        # the old tool set and at the front of the history, removed by thinkgate (the chain rule allows it); the
+        # second invocation's own thinking kept
+        assert all(_tool_names(b) == ["Bash", ADDED] for b in bodies[3:])
+        assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 0, 1, 2]
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") for sp in pair) == 3
