@@ -113,15 +113,17 @@ def test_claude_code_tool_loop_completes_without_4xx(claude: list[str], sim: Sim
                                           for m in last["messages"] if m["role"] == "assistant")
 
 
-# --- One conversation across ``claude -p`` invocations whose tool set changes (issue 24's client, for real) ---
+# --- One conversation across ``claude -p`` invocations whose system prompt or tool set changes (issue 24's clients,
+# for real) ---
 #
-# Claude Code 2.1.332 keeps a bound model's prefix stable on its own: a resumed session (``--continue``) is sent with
-# the system prompt it started with (the request shape is kept in the session transcript as ``api-request-shape``; a
-# new ``--append-system-prompt`` / ``--system-prompt`` on the resumed run is not sent), and a tool that appears later
+# Claude Code 2.1.332 keeps a bound model's prefix stable on its own by default: a resumed session (``--continue``) is
+# sent with the system prompt recorded on its first request (``systemPromptSnapshot``, on by default: a new
+# ``--append-system-prompt`` / ``--system-prompt`` on the resumed run is not sent), and a tool that appears later
 # (``--tools``, an MCP server from ``--mcp-config``) goes as ``defer_loading`` plus a ``tool_addition`` system message.
-# Told that the model takes neither mid-conversation form (its documented capability override,
-# ``CLAUDE_CODE_MODEL_CAPABILITIES``; an IDE client that does not know the forms behaves the same), it puts the new
-# tool straight into ``tools``: the prefix of every earlier thinking block changes, which is the case under test.
+# Made to behave as the IDE clients of the issue: ``--system-prompt-snapshot off`` (rendered fresh on every request,
+# so each invocation's ``--append-system-prompt`` is sent as the top-level system), and told the model takes neither
+# mid-conversation form (its capability override ``CLAUDE_CODE_MODEL_CAPABILITIES``), so a new tool goes straight into
+# ``tools``. Either way the prefix of every earlier thinking block changes, which is the case under test.
 
 CLOCK_MCP = '''
 import json, sys
@@ -147,10 +149,11 @@ NO_MID_CONVERSATION_FORMS = f"{MODEL}=-mid_conv_system,-mid_conv_tool_change"
 SECRET = "claude-code-test-secret-0123456789ab"
 
 
-def _converse(claude: list[str], urls: list[str]) -> list[dict[str, Any]]:
+def _converse(claude: list[str], urls: list[str], change: str) -> list[dict[str, Any]]:
     """Two ``claude -p`` invocations of one conversation (the second ``--continue``s the first in the same HOME and
-    project dir), invocation n pointed at ``urls[n]``; the second adds an MCP server's tool. Each asks for two tool
-    rounds (Bash, refused in ``-p`` mode: the refusal is the tool result), then an answer.
+    project dir), invocation n pointed at ``urls[n]``; ``change``: ``system`` (each invocation appends its own line,
+    the current time, to the system prompt) or ``tools`` (the second adds an MCP server's tool). Each asks for two
+    tool rounds (Bash, refused in ``-p`` mode: the refusal is the tool result), then an answer.
     Claude Code's JSON results."""
     results = []
     with tempfile.TemporaryDirectory() as home:
@@ -158,8 +161,12 @@ def _converse(claude: list[str], urls: list[str]) -> list[dict[str, Any]]:
         with open(server, "w") as f:
             f.write(CLOCK_MCP)
         mcp = json.dumps({"mcpServers": {"clock": {"command": sys.executable, "args": [server]}}})
-        invocations = [["-p", "Check the build [[sim:tools=2]]"],
-                       ["--continue", "-p", "Check it again", "--mcp-config", mcp]]
+        invocations = [["-p", "Check the build [[sim:tools=2]]"], ["--continue", "-p", "Check it again"]]
+        for n, args in enumerate(invocations):
+            if change == "system":
+                args += ["--system-prompt-snapshot", "off", "--append-system-prompt", f"Current time: 12:0{n}."]
+            elif n:
+                args += ["--mcp-config", mcp]
         for url, args in zip(urls, invocations, strict=True):
             env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "ANTHROPIC_BASE_URL": url,
                    "ANTHROPIC_API_KEY": KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -205,18 +212,29 @@ def proxy(sim: Sim) -> Iterator[RecordingProxy]:
         yield p
 
 
-def test_claude_code_adding_a_tool_straight_to_the_simulator_gets_the_binding_400(
-        claude: list[str], sim: Sim, proxy: RecordingProxy) -> None:
-    """The client really changes its tool set mid-conversation and replays its earlier thinking: the simulator
-    answers the binding 400 (rule 15), and Claude Code gets past it only by resending without its thinking."""
+CHANGES = [pytest.param("system", id="system-prompt-changes"), pytest.param("tools", id="tool-added")]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_claude_code_changing_its_prefix_straight_to_the_simulator_gets_the_binding_400(
+        claude: list[str], sim: Sim, proxy: RecordingProxy, change: str) -> None:
+    """The client really changes its system prompt or its tool set mid-conversation and replays its earlier thinking:
+    the simulator answers the binding 400 (rule 15), and Claude Code gets past it only by resending without its
+    thinking."""
     before = sim.stats()["rejections"].get("15", 0)
-    _answered(_converse(claude, [proxy.url, proxy.url]))
+    _answered(_converse(claude, [proxy.url, proxy.url], change))
     sent = _messages_requests(proxy)
     assert [e.status for e in sent] == [200, 200, 200, 400, 200, 200, 200]
     assert sim.stats()["rejections"].get("15", 0) - before == 1
     first, rejected, retried = sent[0].body, sent[3].body, sent[4].body
-    assert first["system"] == rejected["system"]  # Claude Code keeps the system prompt of a resumed session
-    assert _tool_names(first) == ["Bash"] and _tool_names(rejected) == ["Bash", ADDED]  # the tool added in tools
+    assert first["tools"] == sent[2].body["tools"] and first["system"] == sent[2].body["system"]  # one invocation
+    if change == "system":  # the new line in the top-level system prompt, the tools as they were
+        assert first["system"][-1]["text"].endswith("Current time: 12:00.")
+        assert rejected["system"][-1]["text"].endswith("Current time: 12:01.")
+        assert rejected["tools"] == first["tools"]
+    else:  # the tool added to tools, the system prompt as it was
+        assert _tool_names(first) == ["Bash"] and _tool_names(rejected) == ["Bash", ADDED]
+        assert rejected["system"] == first["system"]
     assert _thinking_blocks(rejected) == 3  # the replayed history carries the first invocation's thinking
     assert _thinking_blocks(retried) == 0  # what got past the 400: the history without its thinking
 
@@ -238,42 +256,57 @@ def replicas(request: pytest.FixtureRequest, proxy: RecordingProxy, gateways: Ga
             sp.stop()
 
 
-def test_claude_code_adding_a_tool_through_two_replicas_completes_without_4xx(
+@pytest.mark.parametrize("change", CHANGES)
+def test_claude_code_changing_its_prefix_through_two_replicas_completes_without_4xx(
         claude: list[str], sim: Sim, proxy: RecordingProxy,
-        replicas: tuple[str, list[ServerProcess]]) -> None:
+        replicas: tuple[str, list[ServerProcess]], change: str) -> None:
     """The same client through thinkgate, its first invocation served by one replica and its second (restored from
     what the first recorded in Redis) by the other: no 4xx anywhere, and every earlier thinking block reaches the
-    upstream on every turn (kept prefix: the recorded tool set with a ``tool_addition``); with the prefix not kept, only
-    the thinking produced under the old tool set is dropped (by thinkgate, from the front of the history)."""
+    upstream on every turn (kept prefix: the recorded system prompt with the new line as a mid-conversation system
+    message, the recorded tool set with a ``tool_addition``); with the prefix not kept, only the thinking produced
+    under the old prefix is dropped (by thinkgate, from the front of the history)."""
     mode, pair = replicas
     before = sim.stats()["rejections"]
-    _answered(_converse(claude, [sp.url for sp in pair]))
+    _answered(_converse(claude, [sp.url for sp in pair], change))
     sent = _messages_requests(proxy)
     assert [e.status for e in sent] == [200] * 6  # no retry: nothing was rejected
     assert sim.stats()["rejections"] == before
     assert sum(metric_sum(sp, "gateway_requests_total", status="4xx") for sp in pair) == 0
     assert all(metric_sum(sp, "gateway_requests_total", status="2xx") == 3 for sp in pair)  # each replica served one
     bodies = [e.body for e in sent]
-    assert all(b["system"] == bodies[0]["system"] for b in bodies)
     assert all("block_binding" not in b["thinking"] for b in bodies)  # no request needed the upstream to drop
     # every answer of the conversation thinks: each assistant message of the current invocation's turn reaches the
     # upstream with its thinking first
     assert all(m["content"][0]["type"] == "thinking" for b in bodies
                for m in b["messages"][_turn_start(b):] if m["role"] == "assistant")
+    inserted = [[b for m in body["messages"] if m["role"] == "system" and isinstance(m["content"], list)
+                 for b in m["content"] if b["type"] in ("text", "tool_addition")] for body in bodies]
     if mode == "keep-prefix":
         assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 3, 4, 5]  # and every earlier one, on every turn
-        assert all(_tool_names(b) == ["Bash"] for b in bodies)  # the recorded tool set, every time
-        for body in bodies[3:]:  # the added tool: deferred, and added where the client added it
-            assert _tool_names(body, deferred=True) == [ADDED]
-            assert [b for m in body["messages"] if m["role"] == "system" for b in m["content"]
-                    if b["type"] == "tool_addition"] == [{"type": "tool_addition",
-                                                          "tool": {"type": "tool_reference", "name": ADDED}}]
+        assert all(b["system"] == bodies[0]["system"] and _tool_names(b) == ["Bash"] for b in bodies)  # as recorded
+        kind = "system_message" if change == "system" else "tool_changes"
+        if change == "system":  # the new line where the client changed it, as a system message
+            # (the client's whole new system prompt, as text blocks, sent once and then put back in place)
+            assert bodies[0]["system"][-1]["text"].endswith("Current time: 12:00.")
+            assert inserted[3][-1]["text"].endswith("Current time: 12:01.")
+            assert inserted[3] == inserted[4] == inserted[5]
+            assert all(b["type"] == "text" for b in inserted[3])
+            assert all(_tool_names(b, deferred=True) == [] for b in bodies)
+        else:  # the added tool: deferred, and added where the client added it
+            assert all(ins == [{"type": "tool_addition", "tool": {"type": "tool_reference", "name": ADDED}}]
+                       for ins in inserted[3:])
+            assert all(_tool_names(b, deferred=True) == [ADDED] for b in bodies[3:])
+        assert inserted[:3] == [[], [], []]
         # the change once, where the client made it; put back in place on the two requests after it
-        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="tool_changes") for sp in pair) == 1
+        assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind=kind) for sp in pair) == 1
         assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="reinserted") for sp in pair) == 2
-    else:  # GATEWAY_KEEP_PREFIX=false: the client's tools as sent; the first invocation's thinking, produced under
-        # the old tool set and at the front of the history, removed by thinkgate (the chain rule allows it); the
-        # second invocation's own thinking kept
-        assert all(_tool_names(b) == ["Bash", ADDED] for b in bodies[3:])
+    else:  # GATEWAY_KEEP_PREFIX=false: the client's prefix as sent; the first invocation's thinking, produced under
+        # the old prefix and at the front of the history, removed by thinkgate (the chain rule allows it); the second
+        # invocation's own thinking kept
+        if change == "system":
+            assert all(b["system"][-1]["text"].endswith("Current time: 12:01.") for b in bodies[3:])
+        else:
+            assert all(_tool_names(b) == ["Bash", ADDED] for b in bodies[3:])
         assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 0, 1, 2]
+        assert inserted == [[]] * 6
         assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") for sp in pair) == 3
