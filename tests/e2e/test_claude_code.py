@@ -8,6 +8,14 @@ mid-conversation ``role: "system"`` message and betas pass, and every replayed b
 one gateway, and against the deployment's HAProxy round-robin over three replicas on one real redis-server (each
 replica serves a request of the loop, so each turn is restored from what another replica recorded).
 
+Then issue 24's two IDE-style clients, made of Claude Code itself: one conversation over two ``claude -p`` invocations
+(the second ``--continue``s the first), each invocation sending another system prompt, or the second adding an MCP
+server's tool (see the comment above ``CLOCK_MCP`` for how Claude Code is made to send the change as such). Straight
+to the simulator the first request after the change is the binding 400; through two gateway replicas on one real
+redis-server (one invocation each) there is no 4xx, with the prefix kept (every earlier thinking block reaches the
+upstream on every turn) and with ``GATEWAY_KEEP_PREFIX=false`` (only the thinking produced under the old prefix is
+dropped).
+
 Claude Code is found as ``$THINKGATE_CLAUDE_CODE`` (a path to its ``claude`` binary), ``claude`` on ``PATH``, or the
 platform binary under ``npm root -g`` (a global ``npm install -g @anthropic-ai/claude-code`` whose postinstall did not
 run); without it the test skips and says so.
