@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.test_haproxy import HAProxy, _all_up, wait_for
+from tests.e2e.test_binding_gateway import thinking_blocks
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import Exchange, RecordingProxy, recording_proxy
@@ -192,11 +193,6 @@ def _messages_requests(proxy: RecordingProxy) -> list[Exchange]:
     return [e for e in proxy.exchanges if e.path.startswith("/v1/messages") and "count_tokens" not in e.path]
 
 
-def _thinking_blocks(body: dict[str, Any]) -> int:
-    return sum(1 for m in body["messages"] if m["role"] == "assistant" for b in m["content"]
-               if b["type"] == "thinking")
-
-
 def _tool_names(body: dict[str, Any], *, deferred: bool = False) -> list[str]:
     return [t["name"] for t in body["tools"] if bool(t.get("defer_loading")) == deferred]
 
@@ -243,8 +239,8 @@ def test_claude_code_changing_its_prefix_straight_to_the_simulator_gets_the_bind
     else:  # the tool added to tools, the system prompt as it was
         assert _tool_names(first) == ["Bash"] and _tool_names(rejected) == ["Bash", ADDED]
         assert rejected["system"] == first["system"]
-    assert _thinking_blocks(rejected) == 3  # the replayed history carries the first invocation's thinking
-    assert _thinking_blocks(retried) == 0  # what got past the 400: the history without its thinking
+    assert thinking_blocks(rejected) == 3  # the replayed history carries the first invocation's thinking
+    assert thinking_blocks(retried) == 0  # what got past the 400: the history without its thinking
 
 
 @pytest.fixture(params=["keep-prefix", "keep-prefix-off"])
@@ -290,7 +286,7 @@ def test_claude_code_changing_its_prefix_through_two_replicas_completes_without_
     inserted = [[b for m in body["messages"] if m["role"] == "system" and isinstance(m["content"], list)
                  for b in m["content"] if b["type"] in ("text", "tool_addition")] for body in bodies]
     if mode == "keep-prefix":
-        assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 3, 4, 5]  # and every earlier one, on every turn
+        assert [thinking_blocks(b) for b in bodies] == [0, 1, 2, 3, 4, 5]  # and every earlier one, on every turn
         assert all(b["system"] == bodies[0]["system"] and _tool_names(b) == ["Bash"] for b in bodies)  # as recorded
         kind = "system_message" if change == "system" else "tool_changes"
         if change == "system":  # the new line where the client changed it, as a system message
@@ -315,6 +311,6 @@ def test_claude_code_changing_its_prefix_through_two_replicas_completes_without_
             assert all(b["system"][-1]["text"].endswith("Current time: 12:01.") for b in bodies[3:])
         else:
             assert all(_tool_names(b) == ["Bash", ADDED] for b in bodies[3:])
-        assert [_thinking_blocks(b) for b in bodies] == [0, 1, 2, 0, 1, 2]
+        assert [thinking_blocks(b) for b in bodies] == [0, 1, 2, 0, 1, 2]
         assert inserted == [[]] * 6
         assert sum(metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") for sp in pair) == 3
