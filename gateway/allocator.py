@@ -4,13 +4,14 @@ glibc's ``malloc`` serves a block of at least ``M_MMAP_THRESHOLD`` bytes (128 Ki
 own, which ``free`` returns to the system. But each time such a block is freed, glibc raises the threshold to that
 block's size (up to 32 MiB: ``mallopt(3)``, "dynamic mmap threshold"). After a worker frees its first 2 MB request
 body, every later body, its encoded upstream copy and the answer come from the heap instead, and the heap keeps
-what they leave between smaller live objects: a worker serving 500-turn tool loops (2 MB histories) held about
-30 MB it did not use (``bench/memory.py --loops 500:3``: 122.9 MB RSS, 93.2 MB with the threshold fixed, the same
-CPU per request within the run's swing; BENCHMARKS.md, "Memory"). Setting the threshold explicitly turns the
-adjustment off, so blocks of ``MMAP_THRESHOLD`` bytes or more are always mapped and always returned.
+what they leave between smaller live objects: a worker serving 500-turn tool loops (2 MB histories) held 20-30 MB
+it did not use (``bench/memory.py``: 138.4-138.7 MB RSS after the 10/100/500-turn loops, 112.9-117.4 MB with the
+threshold fixed; BENCHMARKS.md, "Memory"). Setting the threshold explicitly turns the adjustment off, so blocks of
+``MMAP_THRESHOLD`` bytes or more are always mapped and always returned. The price: a mapped block's pages are
+faulted in anew each time, about 1 ms of CPU per 2 MB request (nothing measurable at 100 turns and below).
 
-An operator's own ``MALLOC_MMAP_THRESHOLD_`` (glibc's environment tunable) wins: nothing is set then. Elsewhere
-(musl, macOS) nothing is set.
+An operator's own ``MALLOC_MMAP_THRESHOLD_`` (glibc's environment tunable) wins: nothing is set then (``4194304``
+keeps 2 MB bodies in the heap: the CPU back, the memory not). Elsewhere (musl, macOS) nothing is set.
 """
 
 from __future__ import annotations
