@@ -1,7 +1,8 @@
 """A worker's memory and CPU per request at default settings, beside the bare proxy's, in one run.
 
     python bench/memory.py [--loops 10:48,100:12,500:3] [--concurrency 4] [--pathological 5]
-                           [--env GATEWAY_X=Y ...] [--json out.json]
+                           [--env GATEWAY_X=Y ...] [--json out.json] [--heap DIR]
+    python bench/memory.py --heap-report DIR [--top 25]
 
 Starts the simulator, a local redis-server, ``thinkgate serve`` (one worker, default settings plus ``--env``,
 the Redis store) and ``bench/bare_proxy.py``. Then:
@@ -16,6 +17,11 @@ the Redis store) and ``bench/bare_proxy.py``. Then:
    Anthropic and on the OpenAI surface (3.3 MB), a tool input nested 100,000 deep, a 24 MB string. RSS of
    the worker after each request, and every status seen (no 5xx expected).
 
+``--heap DIR`` serves the gateway through ``bench/heap_serve.py`` (``tracemalloc`` on, bench only: several times
+slower, so its CPU and RSS figures are not the gateway's), which keeps a snapshot of the worker's traced peak and,
+after each loop phase, one of what it holds then (``now-N.snap``, in DIR). ``--heap-report DIR`` prints where
+each snapshot's memory was allocated (by line, and by the gateway line that led there).
+
 Both figures are RSS (psutil) of the serving process; the gateway's caches are sized by their settings
 (README, "Configuration"), so a worker's RSS after a workload much larger than its caches is its bound.
 """
@@ -26,7 +32,9 @@ import argparse
 import asyncio
 import json
 import random
+import signal
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compare import bare_proxy, thinkgate
+from bench.compare import ROOT, bare_proxy, free_port, spawn, thinkgate
 from bench.latency import KEY, Proc, body, extend, mangle, start, start_redis
 
 OAI = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
@@ -131,6 +139,56 @@ async def pathological(session: aiohttp.ClientSession, gw: Proc, repeat: int) ->
     return rows
 
 
+def traced_thinkgate(sim: str, env: dict[str, str], heap_dir: str) -> Proc:
+    """``thinkgate serve`` (one worker) through ``bench/heap_serve.py``: tracemalloc on, snapshots in ``heap_dir``."""
+    port = free_port()
+    return spawn([sys.executable, str(ROOT / "bench" / "heap_serve.py"), "serve", "--port", str(port)],
+                 {"GATEWAY_ANTHROPIC_BASE_URL": sim, "GATEWAY_LOG_LEVEL": "WARNING", "BENCH_HEAP_DIR": heap_dir,
+                  **env}, "/healthz", port, timeout=300.0)  # tracing slows start-up several times
+
+
+async def snapshot_now(gw: Proc, heap_dir: str) -> None:
+    """Ask a ``heap_serve`` worker for a snapshot of what it holds now, and wait until it is written."""
+    traced = Path(heap_dir) / "traced.json"
+    before = traced.stat().st_mtime_ns if traced.exists() else 0
+    gw.proc.send_signal(signal.SIGUSR1)
+    for _ in range(1200):  # a snapshot of a large heap takes seconds; the file is the only signal there is
+        if traced.exists() and traced.stat().st_mtime_ns != before and "now-" in traced.read_text():
+            return
+        await asyncio.sleep(0.1)
+
+
+def heap_report(heap_dir: str, top: int) -> None:
+    """Where each snapshot in ``heap_dir`` holds its memory: by allocating line, and by the innermost gateway
+    (or bench-visible library entry) line of the traceback."""
+    here = str(ROOT)
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__),
+              tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+              tracemalloc.Filter(False, "<frozen importlib._bootstrap_external>")]
+    traced = Path(heap_dir) / "traced.json"
+    if traced.exists():
+        print("traced:", traced.read_text())
+    for snap_path in sorted(Path(heap_dir).glob("*.snap")):
+        snap = tracemalloc.Snapshot.load(str(snap_path)).filter_traces(ignore)
+        stats = snap.statistics("lineno")
+        total = sum(s.size for s in stats)
+        print(f"\n== {snap_path.name}: {total / 2**20:.1f} MiB traced")
+        for s in stats[:top]:
+            f = s.traceback[-1]
+            print(f"  {s.size / 2**20:7.2f} MiB {s.count:>8}  {f.filename.replace(here + '/', '')}:{f.lineno}")
+        by_own: dict[str, list[int]] = {}
+        for s in snap.statistics("traceback"):
+            own = next((fr for fr in reversed(s.traceback) if fr.filename.startswith(here)
+                        and "/.venv/" not in fr.filename and "heap_serve" not in fr.filename), None)
+            key = f"{own.filename.replace(here + '/', '')}:{own.lineno}" if own is not None else "(outside thinkgate)"
+            acc = by_own.setdefault(key, [0, 0])
+            acc[0] += s.size
+            acc[1] += s.count
+        print("  -- by the innermost thinkgate line:")
+        for key, (size, count) in sorted(by_own.items(), key=lambda kv: -kv[1][0])[:top]:
+            print(f"  {size / 2**20:7.2f} MiB {count:>8}  {key}")
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(kv.split("=", 1) for kv in args.env)
     sim = start(["sim"], {}, "/_sim/stats")
@@ -140,10 +198,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     procs = [sim, redis]
     out: dict[str, Any] = {"env": env}
     try:
-        gw = thinkgate(sim.url, gw_env)
+        gw = traced_thinkgate(sim.url, gw_env, args.heap) if args.heap else thinkgate(sim.url, gw_env)
         bare = bare_proxy(sim.url)
         procs += [gw, bare]
         out["idle"] = {"gw_rss_mb": round(cpu_rss(gw)[1], 1), "bare_rss_mb": round(cpu_rss(bare)[1], 1)}
+        if args.heap:  # the idle worker's heap (and the peak watcher starts: ``heap_serve``)
+            await snapshot_now(gw, args.heap)
         print(f"idle: gateway {out['idle']['gw_rss_mb']} MB, bare {out['idle']['bare_rss_mb']} MB", flush=True)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
             out["loops"] = []
@@ -151,6 +211,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 turns, conversations = map(int, spec.split(":"))
                 row = await loop_phase(session, gw, bare, turns, conversations, args.concurrency)
                 out["loops"].append(row)
+                if args.heap:
+                    await snapshot_now(gw, args.heap)
                 print(f"{turns:>4} turns x {conversations:<3} ({row['requests']} requests): gateway RSS "
                       f"{row['gw_rss_mb']} MB, CPU {row['gw_cpu_ms']} ms/request | bare RSS {row['bare_rss_mb']} MB, "
                       f"CPU {row['bare_cpu_ms']} ms/request", flush=True)
@@ -173,7 +235,14 @@ def main() -> None:
     ap.add_argument("--pathological", type=int, default=5, help="requests of each pathological body (0: none)")
     ap.add_argument("--env", action="append", default=[], help="GATEWAY_X=Y for the gateway (repeatable)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--heap", default=None, metavar="DIR", help="serve through bench/heap_serve.py (tracemalloc), "
+                    "snapshots in DIR")
+    ap.add_argument("--heap-report", default=None, metavar="DIR", help="only report the snapshots in DIR")
+    ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
+    if args.heap_report:
+        heap_report(args.heap_report, args.top)
+        return
     out = asyncio.run(run(args))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway import metrics
+from gateway import allocator, metrics
 from gateway.deps import Gateway, WorkerCaches
 from gateway.endpoints import (
     augment,
@@ -164,6 +164,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+        allocator.fix_mmap_threshold()  # large bodies mapped and returned, not left in the heap (gateway.allocator)
         try:
             yield
         finally:

@@ -124,10 +124,11 @@ def _provider(env: Mapping[str, str]) -> Any:
             protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
                         or "http/protobuf").strip().lower()
             if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as OverGrpc
+                exporter = OverGrpc()
             else:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
-            exporter = OTLPSpanExporter()
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OverHttp
+                exporter = OverHttp()
         else:
             log.warning("OTEL_TRACES_EXPORTER=%s is not supported (otlp, console, none): ignored", name[:40])
             continue
