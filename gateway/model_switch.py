@@ -27,10 +27,14 @@ def apply(msgs: list[Message], matched: Mapping[int, RecordedTurn], model: str, 
     actions: list[Action] = []
     if caps.kind != "anthropic":
         return actions  # Anthropic thinking going to another kind of upstream: sanitize's foreign-reasoning rule
+    readable: dict[str, bool] = {}  # producer -> whether ``model`` reads its blocks (asked once per request)
     for i, turn in matched.items():
         producer = turn.model
-        if not producer or producer == model or i >= len(msgs) or reads_thinking(model, producer) \
-                or not msgs[i].has_thinking():
+        if not producer or producer == model or i >= len(msgs) or not msgs[i].has_thinking():
+            continue
+        if producer not in readable:
+            readable[producer] = reads_thinking(model, producer)
+        if readable[producer]:
             continue
         if caps.drops_unreadable_thinking:
             actions.append(Action(ActionKind.MODEL_BINDING_MISMATCH, i))

@@ -17,7 +17,6 @@ routes in front of it (``parse_routes``): ``PREFIX=anthropic|gemini|openai`` or
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -147,7 +146,6 @@ _READS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=1024)
 def reads_thinking(model: str, producer: str) -> bool:
     """Whether ``model`` can read a thinking block ``producer`` minted (same family, or ``_READS``)."""
     reader, made = model_family(model), model_family(producer)
