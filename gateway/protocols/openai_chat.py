@@ -83,11 +83,11 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
         system, messages = decode_messages(raw, provider_fields=provider_fields)
     else:
         system, messages = system_of(raw), replayed
-    thinking, effort = _reasoning(body, model)
+    thinking, effort = reasoning_of(body, model)
     params: dict[str, JSON] = {}
     if system is not None:
         params["system"] = system
-    params["max_tokens"] = _max_tokens(body, thinking)
+    params["max_tokens"] = max_tokens_of(body, thinking)
     params.update(tool_and_sampling_params(body, body.get("tools")))
     stops = _stop(body.get("stop"))
     if stops:
@@ -150,7 +150,7 @@ def _output_format(raw: JSON) -> dict[str, JSON] | None:
     return {"type": "json_schema", "schema": schema}
 
 
-def _reasoning(body: dict[str, JSON], model: str) -> tuple[dict[str, JSON] | None, str | None]:
+def reasoning_of(body: dict[str, JSON], model: str) -> tuple[dict[str, JSON] | None, str | None]:
     """(thinking config, adaptive effort) from the vendor, OpenRouter and OpenAI parameters."""
     thinking = body.get("thinking")
     if thinking is not None:
@@ -180,7 +180,7 @@ def _reasoning(body: dict[str, JSON], model: str) -> tuple[dict[str, JSON] | Non
     return {"type": "enabled", "budget_tokens": EFFORT_BUDGETS[effort]}, None
 
 
-def _max_tokens(body: dict[str, JSON], thinking: dict[str, JSON] | None) -> int:
+def max_tokens_of(body: dict[str, JSON], thinking: dict[str, JSON] | None) -> int:
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
         if value is not None:

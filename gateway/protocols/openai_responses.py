@@ -43,7 +43,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.openai_chat import _max_tokens, _reasoning, tool_and_sampling_params
+from gateway.protocols.openai_chat import max_tokens_of, reasoning_of, tool_and_sampling_params
 from gateway.protocols.params import RESPONSES_PARAMS
 from gateway.protocols.responses_upstream import minted_item
 
@@ -151,7 +151,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     if not messages:
         raise bad_request("input: the request has no input items")
     chat_view = {"reasoning": reasoning} if reasoning is not None else {}
-    thinking, effort = _reasoning(chat_view, model)
+    thinking, effort = reasoning_of(chat_view, model)
     params: dict[str, JSON] = {}
     system_text = "\n\n".join(([instructions] if instructions else []) + system)
     if system_text:
@@ -159,7 +159,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     limit = body.get("max_output_tokens")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise bad_request("max_output_tokens: Input should be a positive integer")
-    params["max_tokens"] = _max_tokens({"max_tokens": limit}, thinking)
+    params["max_tokens"] = max_tokens_of({"max_tokens": limit}, thinking)
     tools = body.get("tools")  # hosted and custom tools have no upstream counterpart here: left out
     if isinstance(tools, list):
         tools = [t for t in tools if not (isinstance(t, dict) and t.get("type") not in ("function", None))]
