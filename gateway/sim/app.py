@@ -109,6 +109,18 @@ class _State:
         self.fault_counts: Counter[tuple[str, int, str]] = Counter()
         self.oracle = ConversationOracle()  # kept across /_sim/reset: minted tokens stay minted
 
+    async def take(self, request: Request) -> Any:
+        """Count an incoming request and keep it as ``last`` (``/_sim/last``); its JSON body (None: not JSON, which
+        the profile's own rules answer)."""
+        self.stats.requests += 1
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            body = None
+        self.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
+                     "query": request.url.query, "path": request.url.path}
+        return body
+
     def observe(self, flavor: str, conversation: str | None, body: Any) -> None:
         """Show an incoming request of ``conversation`` (None: no marker, not checked) to the oracle;
         count it in ``stats.foreign`` if it carries another conversation's content."""

@@ -51,7 +51,7 @@ from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
 from gateway.sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
-from gateway.sim.scenarios import _tool_input, parse_scenario, scenario_of, thinking_text
+from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
@@ -288,7 +288,7 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
         fn = next((t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)), None) or {}
         name, schema = fn.get("name", "get_weather"), fn.get("parameters") or {}
         for n in range(scenario.parallel):
-            args = _tool_input(schema, round_, n, scenario.arg)
+            args = tool_input(schema, round_, n, scenario.arg)
             call = {"id": minter.call_id(), "type": "function",
                     "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
             if profile == GEMINI_OPENAI and n == 0:
@@ -387,23 +387,21 @@ def usage(msg: dict[str, Any]) -> dict[str, Any]:
             "completion_tokens_details": {"reasoning_tokens": min(20, max(1, len(reasoning) // 4)) if reasoning else 0}}
 
 
+def has_bearer(request: Request) -> bool:
+    """Whether the request carries ``Authorization: Bearer <token>`` (the OpenAI-style profiles' 401 otherwise)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and bool(token.strip())
+
+
 def compat_routes(state: Any) -> list[Route]:
     minter = Minter(state.config.secret)
 
     def handler(profile: str) -> Callable[[Request], Any]:
         async def chat(request: Request) -> Response:
-            state.stats.requests += 1
-            raw = await request.body()
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                body = None
-            state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                          "query": request.url.query, "path": request.url.path}
+            body = await state.take(request)
             conv = conversation_of(body)
             state.observe(f"compat-{profile}", conv, body)
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
+            if not has_bearer(request):
                 state.stats.unauthorized += 1
                 return Response(orjson.dumps(_oai_error("Missing bearer authentication")), 401,
                                 media_type="application/json")

@@ -44,7 +44,7 @@ from gateway.sim.gemini_rules import (
     turn_start,
 )
 from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import _tool_input, new_id, parse_scenario, scenario_of, thinking_text
+from gateway.sim.scenarios import new_id, parse_scenario, scenario_of, thinking_text, tool_input
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -141,7 +141,7 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
         parts.append({"text": f"Round {round_ + 1} of {scenario.tools}: {scenario.parallel} call(s)."})
         for call in range(scenario.parallel):
             name, schema = functions[call % len(functions)]
-            args = _tool_input(schema, round_, call, scenario.arg)
+            args = tool_input(schema, round_, call, scenario.arg)
             part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
             if call == 0:
                 part["thoughtSignature"] = signer.mint(model, rid, len(parts), part)
@@ -210,15 +210,8 @@ def gemini_routes(state: Any) -> list[Route]:
 
     def handler(profile: str) -> Callable[[Request], Any]:
         async def generate(request: Request) -> Response:
-            state.stats.requests += 1
             model, _, action = request.path_params["rest"].rpartition(":")
-            raw = await request.body()
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                body = None
-            state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                          "query": request.url.query, "path": request.url.path}
+            body = await state.take(request)
             conv = conversation_of(body)
             state.observe(f"gemini-{profile}", conv, body)
             if not _authorized(request):

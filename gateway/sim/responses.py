@@ -42,8 +42,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.sim.compat import has_bearer
 from gateway.sim.responses_stream import sse_frames
-from gateway.sim.scenarios import _tool_input, parse_scenario, thinking_text
+from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 MEMORY = 100_000  # items and responses the profile remembers (the newest)
@@ -254,11 +255,13 @@ def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(24)
 
 
-def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMinter, memory: Memory) -> dict[str, Any]:
-    """The Response object answering ``body`` (its output minted and remembered; stored when ``store``)."""
+def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMinter, memory: Memory,
+         default_tools: int = 0) -> dict[str, Any]:
+    """The Response object answering ``body`` (its output minted and remembered; stored when ``store``);
+    ``default_tools``: ``scenarios.scenario_of`` (``thinkgate sim --tools N``)."""
     model: str = body["model"]
     store = body.get("store") is not False
-    scenario = parse_scenario(_first_user_text(items))
+    scenario = scenario_of(body, _first_user_text(items), default_tools)
     round_ = _round(items)
     key = hashlib.sha256(_first_user_text(items).encode()).hexdigest()
     reasoning: dict[str, Any] = found if isinstance(found := body.get("reasoning"), dict) else {}
@@ -273,7 +276,7 @@ def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMin
         schema: dict[str, Any] = found if tools and isinstance(found := tools[0].get("parameters"), dict) else {}
         for n in range(scenario.parallel):
             follow.append({"id": _new_id("fc_"), "type": "function_call", "status": "completed",
-                           "arguments": orjson.dumps(_tool_input(schema, round_, n)).decode(),
+                           "arguments": orjson.dumps(tool_input(schema, round_, n, scenario.arg)).decode(),
                            "call_id": "call_" + secrets.token_hex(12), "name": name})
     else:
         text = f"Final answer after {round_} tool rounds (conversation {key[:8]})."
@@ -323,19 +326,11 @@ def responses_routes(state: Any) -> list[Route]:
                         headers={"x-request-id": "req_" + secrets.token_hex(16)})
 
     async def create(request: Request) -> Response:
-        state.stats.requests += 1
-        raw = await request.body()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
-        state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                      "query": request.url.query, "path": request.url.path}
+        body = await state.take(request)
         items = input_items(body) if isinstance(body, dict) else None
         conv = parse_scenario(_first_user_text(items)).conv if items else None
         state.observe("responses", conv, body)
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if not has_bearer(request):
             state.stats.unauthorized += 1
             return json(401, {"error": {"message": "Missing bearer authentication in header",
                                         "type": "invalid_request_error", "param": None, "code": None}})
@@ -344,7 +339,7 @@ def responses_routes(state: Any) -> list[Route]:
             state.stats.rejections[checked[2]] += 1
             return json(checked[0], checked[1])
         state.stats.accepted += 1
-        response = plan(body, checked, minter, memory)
+        response = plan(body, checked, minter, memory, state.config.tools)
         state.remember(conv, minted_tokens(response))
         if not body.get("stream"):
             return json(200, response)
@@ -356,8 +351,7 @@ def responses_routes(state: Any) -> list[Route]:
         return StreamingResponse(pump(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if not has_bearer(request):
             return json(401, {"error": {"message": "Missing bearer authentication in header",
                                         "type": "invalid_request_error", "param": None, "code": None}})
         return json(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 1754006400,

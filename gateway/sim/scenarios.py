@@ -174,7 +174,7 @@ def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return DEFAULT_TOOL, {}
 
 
-def _tool_input(schema: dict[str, Any], round_: int, call: int, arg: str | None = None) -> dict[str, Any]:
+def tool_input(schema: dict[str, Any], round_: int, call: int, arg: str | None = None) -> dict[str, Any]:
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
         return {"location": ("San Francisco, CA", "Paris, France", "Tokyo, Japan")[call % 3], "round": round_}
@@ -262,7 +262,7 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
                                                 f"`{name}` {calls} time{'s' if calls > 1 else ''}."})
         for call in range(calls):
             content.append({"type": "tool_use", "id": new_id("toolu_01"), "name": name,
-                            "input": _tool_input(schema, round_, call, scenario.arg)})
+                            "input": tool_input(schema, round_, call, scenario.arg)})
         stop_reason = "tool_use"
     else:
         content.append({"type": "text", "text": (

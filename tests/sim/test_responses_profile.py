@@ -35,6 +35,24 @@ def _rejection(history: list[dict[str, Any]], memory: Memory, minter: ResponsesM
     return out[0], out[1]["error"]["message"], out[2]
 
 
+def test_sim_tools_and_the_arg_marker_apply_to_the_responses_profile_too() -> None:
+    """``thinkgate sim --tools N`` calls tools without a marker when the request declares tools (as the other
+    profiles do); ``[[sim:arg=TEXT]]`` is the calls' string argument (what an agent's shell tool runs)."""
+    memory, minter = Memory(), ResponsesMinter(b"k" * 32)
+
+    def first_output(prompt: str, tools: list[dict[str, Any]], default_tools: int) -> dict[str, Any]:
+        body = {"model": "gpt-5", "input": prompt, "tools": tools, "store": False}
+        checked = check(body, minter, memory)
+        assert isinstance(checked, list)
+        return plan(body, checked, minter, memory, default_tools)["output"][-1]
+
+    assert first_output("weather?", TOOLS, 1)["type"] == "function_call"
+    assert first_output("weather?", TOOLS, 0)["type"] == "message"
+    assert first_output("weather?", [], 1)["type"] == "message"  # no tool declared: none called
+    call = first_output("weather? [[sim:tools=1]] [[sim:arg=echo done]]", TOOLS, 0)
+    assert call["type"] == "function_call" and call["arguments"] == '{"city":"echo done"}'
+
+
 def test_a_minted_turn_replayed_unchanged_is_accepted() -> None:
     memory, minter = Memory(), ResponsesMinter(b"k" * 32)
     history, _ = _turn(memory, minter)

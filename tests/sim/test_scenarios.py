@@ -25,11 +25,11 @@ def test_parse_markers() -> None:
 
 
 def test_the_arg_marker_gives_string_arguments_a_runnable_value() -> None:
-    from gateway.sim.scenarios import _tool_input
+    from gateway.sim.scenarios import tool_input
     schema = {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}},
               "required": ["cmd", "n"]}
-    assert _tool_input(schema, 0, 0, "echo done") == {"cmd": "echo done", "n": 0}
-    assert _tool_input(schema, 1, 2) == {"cmd": "sim-1-2", "n": 1}
+    assert tool_input(schema, 0, 0, "echo done") == {"cmd": "echo done", "n": 0}
+    assert tool_input(schema, 1, 2) == {"cmd": "sim-1-2", "n": 1}
 
 
 def test_thinking_text_is_awkward_and_distinct() -> None:
