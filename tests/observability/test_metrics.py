@@ -23,6 +23,7 @@ from gateway.settings import Settings
 from state.breaker import CircuitBreaker
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, LoadResult, RecordResult, StoreHealth, StoreUnavailable, TurnWrite
+from tests.observability.fake_upstream import serving
 from tests.state.factories import TENANT_A, turn
 
 E2 = "messages.1.content.0: Invalid `signature` in `thinking` block"
@@ -238,17 +239,8 @@ async def fake_upstream() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         return web.Response(status=answer["status"], body=answer["body"],
                             content_type=answer.get("ctype", "application/json"))
 
-    app = web.Application()
-    app.router.add_post("/v1/messages", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", answer
-    finally:
-        await runner.cleanup()
+    async with serving(handler) as url:
+        yield url, answer
 
 
 OPUS = {"model": "claude-opus"}  # the model label of REQUEST's model (``routing.model_label``)

@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.tracing import STAGES, Tracing, wanted
+from tests.observability.fake_upstream import serving
 from tests.process_fixtures import GatewayFactory, Sim
 
 otel = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
@@ -51,17 +52,8 @@ async def upstream() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         status, body = state["answer"]
         return web.Response(status=status, body=body, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/messages", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", state
-    finally:
-        await runner.cleanup()
+    async with serving(handler) as url:
+        yield url, state
 
 
 REQUEST = {"model": "claude-opus-4-5", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
