@@ -68,12 +68,6 @@ def surface_for_path(path: str, method: str | None = None) -> Surface | None:
     return next((s for s in found if s.method == method), found[0] if found else None)
 
 
-def dialect_for_path(path: str, method: str | None = None) -> Dialect:
-    """The dialect an error on ``path`` is rendered in: its surface's, Anthropic's for any other path."""
-    surface = surface_for_path(path, method)
-    return surface.errors if surface is not None else "anthropic"
-
-
 def dialect_by_headers(headers: Mapping[str, str], query: str = "") -> Dialect | None:
     """The protocol a client's headers name, as each official SDK sends them: ``anthropic-version`` (or
     ``x-api-key``) is Anthropic's, ``x-goog-api-key`` (or a ``key=`` query) Google's, a bearer token alone OpenAI's;

@@ -11,7 +11,7 @@ from starlette.routing import Route
 from gateway import metrics
 from gateway.app import HANDLERS, create_app
 from gateway.settings import Settings
-from gateway.surfaces import SURFACES, dialect_for_path, surface_for_path
+from gateway.surfaces import SURFACES, dialect_for_request, surface_for_path
 
 
 def _concrete(route: str) -> str:
@@ -24,7 +24,7 @@ def test_every_route_of_a_surface_is_labelled_and_rendered_as_that_surface() -> 
             path = _concrete(route)
             assert surface_for_path(path, s.method) is s, path
             assert metrics.endpoint_of(path, s.method) == s.label and s.label in metrics.ENDPOINTS
-            assert dialect_for_path(path, s.method) == s.errors
+            assert dialect_for_request(path, {}, method=s.method) == s.errors
 
 
 def test_a_path_two_surfaces_share_is_told_apart_by_method() -> None:
@@ -45,9 +45,9 @@ def test_a_path_two_surfaces_share_is_told_apart_by_method() -> None:
 
 def test_the_gemini_path_without_beta_is_generate_content_not_other() -> None:
     path = "/v1/models/gemini-3-pro-preview:streamGenerateContent"
-    assert metrics.endpoint_of(path) == "generate_content" and dialect_for_path(path) == "gemini"
+    assert metrics.endpoint_of(path) == "generate_content" and dialect_for_request(path, {}) == "gemini"
     assert metrics.endpoint_of("/v1beta/unknown") == "generate_content"  # its error shape and label: Gemini's
-    assert metrics.endpoint_of("/nowhere") == "other" and dialect_for_path("/nowhere") == "anthropic"
+    assert metrics.endpoint_of("/nowhere") == "other" and dialect_for_request("/nowhere", {}) == "anthropic"
     assert metrics.endpoint_of("/healthz") is None
 
 
