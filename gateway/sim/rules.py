@@ -57,6 +57,9 @@ RULE_DUPLICATE_TOOL_ID = 102
 # Bound (Claude 5.x) models only, see docs/upstream-rules.md: they take only adaptive thinking (text from
 # Sylinko/Everywhere#410), and ``thinking.block_binding`` needs its beta (protocols.md 1.9).
 RULE_ADAPTIVE_ONLY = 103
+# Two entries of ``tools`` with one name (docs/upstream-rules.md; 105-107 are taken by context management,
+# compaction and mid-conversation system messages)
+RULE_DUPLICATE_TOOL_NAME = 108
 RULE_BLOCK_BINDING_INPUT = 104
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
@@ -92,6 +95,7 @@ _MSG_11 = "messages.{i}: The final block in an assistant message cannot be `thin
 _MSG_12 = ("messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
 MSG_DUPLICATE_TOOL_ID = "messages.{i}.content.{j}: `tool_use` ids must be unique"
+MSG_DUPLICATE_TOOL_NAME = "tools: Tool names must be unique."
 _MSG_13 = ("messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
 
@@ -139,10 +143,17 @@ def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
     mode = thinking_mode(body, bound)
     msgs = view(body["messages"])
     return (_check_params(body, mode, betas)
+            or _check_unique_tool_names(body)
             or _check_unique_tool_ids(msgs)
             or _check_tool_pairing(msgs)
             or _check_placement(msgs, mode)
             or (_check_signatures(msgs, body["model"], minter, strict_older_turns, bound) if mode else None))
+
+
+def _check_unique_tool_names(body: dict[str, Any]) -> Violation | None:
+    """Rule 108: every entry of ``tools`` has its own name (client and server tools alike)."""
+    names = [t["name"] for t in body.get("tools") or () if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    return _v(RULE_DUPLICATE_TOOL_NAME, MSG_DUPLICATE_TOOL_NAME) if len(set(names)) < len(names) else None
 
 
 def _check_block_binding(body: dict[str, Any], betas: frozenset[str], bound: bool) -> Violation | None:

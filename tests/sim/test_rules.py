@@ -196,6 +196,17 @@ async def test_rule_13_unexpected_tool_result(client: httpx.AsyncClient) -> None
         "`tool_result` block must have a corresponding `tool_use` block in the previous message."))
 
 
+async def test_rule_108_tool_names_must_be_unique(client: httpx.AsyncClient) -> None:
+    """Two ``tools`` entries with one name: the API's ``tools: Tool names must be unique.`` (docs/upstream-rules.md);
+    distinct names pass."""
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
+    await assert_rejected(client, request("hi", tools=[tool, {**tool, "description": "again"}]),
+                          "tools: Tool names must be unique.")
+    assert (await client.get("/_sim/stats")).json()["rejections"] == {"108": 1}
+    ok = await post(client, request("hi", tools=[tool, {**tool, "name": "get_time"}]))
+    assert ok.status_code == 200, ok.text
+
+
 MSG_DUP = "messages.{i}.content.{j}: `tool_use` ids must be unique"
 
 
