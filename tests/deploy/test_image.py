@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,3 +286,13 @@ def test_gateway_writes_nothing_outside_tmpdir(sim: Sim, tmp_path: Path) -> None
     assert inside >= 3, "the trace shows the metrics directory being created, written and removed"
     assert not writes, writes
     assert not list(tmpdir.iterdir()), "the metrics directory is removed on exit"
+
+
+def test_the_image_installs_the_otel_extra_unless_built_without(instructions: list[Instruction]) -> None:
+    """Tracing needs the ``otel`` extra in the image (the chart's ``tracing`` values only set variables)."""
+    build = stages(instructions)[0]
+    args = dict(i.args[0].split("=", 1) for i in build if i.cmd == "ARG" and "=" in i.args[0])
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert args["THINKGATE_EXTRAS"] == "otel" and "otel" in extras
+    installs = [" ".join(i.args) for i in build if i.cmd == "RUN" and "pip install" in " ".join(i.args)]
+    assert len(installs) == 1 and '".[${THINKGATE_EXTRAS}]"' in installs[0], installs

@@ -143,6 +143,12 @@ Checks that fail the render with a clear message.
 {{- if and .Values.redis.url (regexMatch "^[a-z+]+://[^/]*@" .Values.redis.url) }}
 {{- fail "redis.url must not carry credentials: set redis.password (or auth.existingSecret with redis.existingSecretPassword)" }}
 {{- end }}
+{{- if and .Values.tracing.enabled (not .Values.tracing.endpoint) }}
+{{- fail "tracing.enabled needs tracing.endpoint (the collector's OTLP URL, e.g. http://otel-collector:4318)" }}
+{{- end }}
+{{- if and .Values.tracing.headersSecret.name (not .Values.tracing.headersSecret.key) }}
+{{- fail "tracing.headersSecret.name needs tracing.headersSecret.key" }}
+{{- end }}
 {{- if and .Values.redis.existingSecretPassword (not .Values.auth.existingSecret) }}
 {{- fail "redis.existingSecretPassword needs auth.existingSecret" }}
 {{- end }}
@@ -210,4 +216,13 @@ value would change on every render and orphan every stored conversation, so it f
 {{- else }}
 {{- fail "auth.secret is empty and the cluster cannot be read (helm template, Argo CD or another GitOps renderer, --dry-run=client): a generated GATEWAY_SECRET would change on every render and orphan every stored conversation. Set auth.existingSecret (a Secret you manage; key auth.existingSecretKeys.secret) or auth.secret, or install with helm install/upgrade against the cluster (--dry-run=server to preview)" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The port of tracing.endpoint (the NetworkPolicy's egress to the collector): the URL's own, else its scheme's.
+*/}}
+{{- define "thinkgate.tracingPort" -}}
+{{- $u := urlParse .Values.tracing.endpoint -}}
+{{- $hostport := regexReplaceAll "^\\[[^]]*\\]" $u.host "" -}}
+{{- if contains ":" $hostport }}{{ last (splitList ":" $hostport) }}{{ else if eq $u.scheme "https" }}443{{ else }}80{{ end -}}
 {{- end }}
