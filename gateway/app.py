@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway import allocator, metrics
+from gateway import allocator, metrics, metrics_workers
 from gateway.deps import Gateway, WorkerCaches
 from gateway.endpoints import (
     augment,
@@ -30,6 +30,7 @@ from gateway.endpoints import (
     responses,
 )
 from gateway.errors import GatewayError, new_request_id, render_error
+from gateway.metrics_store import instrument_store
 from gateway.record_retry import RecordRetry
 from gateway.replay_memo import ReplayMemo
 from gateway.retry import RetryPolicy
@@ -143,7 +144,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     settings = settings or Settings.from_env()
     tracing = tracing if tracing is not None else Tracing.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
-                 store=trace_store(metrics.instrument_store(store if store is not None else default_store(settings)),
+                 store=trace_store(instrument_store(store if store is not None else default_store(settings)),
                                    tracing),
                  tracing=tracing,
                  replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None,
@@ -158,7 +159,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             await gw.store.start()
             gw.record_retry = RecordRetry(gw.store)
             gw.record_retry.start()
-        metrics.worker_started(up.name for up in gw.upstreams.values())
+        metrics_workers.worker_started(up.name for up in gw.upstreams.values())
         # Long histories allocate many short-lived dicts: keep start-up objects out of the cyclic
         # collector's way and collect young objects less often (p99 is mostly GC pauses otherwise).
         gc.collect()
@@ -168,7 +169,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         try:
             yield
         finally:
-            metrics.worker_stopped()
+            metrics_workers.worker_stopped()
             for up in gw.upstreams.values():
                 await up.close()
             if gw.record_retry is not None:
@@ -182,7 +183,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
+        Route("/metrics", metrics_workers.metrics_endpoint, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

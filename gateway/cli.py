@@ -69,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"thinkgate: {e}", file=sys.stderr)
         return 2
-    from gateway import logs, metrics
+    from gateway import logs, metrics_workers
     from gateway.urls import display_url
     from state.factory import describe_store
 
@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.workers)
     from gateway.server import serve_gateway
 
-    with metrics.multiprocess_dir(args.workers):  # before the workers spawn; removed after
+    with metrics_workers.multiprocess_dir(args.workers):  # before the workers spawn; removed after
         serve_gateway(host=args.host, port=args.port, workers=args.workers,
                       keep_alive_s=settings.keep_alive_timeout_s)
     return 0

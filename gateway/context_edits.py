@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols.canonical import COMPACTION, JSON, THINKING_TYPES, Message, OpaqueBlock
-from gateway.repair import RepairResult
+from gateway.repair_state import RepairResult
 from gateway.sanitize import trailing_loop_start
 
 CLEAR_THINKING = "clear_thinking_20251015"

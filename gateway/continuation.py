@@ -4,10 +4,10 @@ An agent's tool loop replays its whole history on every request. The replay memo
 next request the previous one's messages back as the same objects; each stage may then start from what it
 found of them last time, its prior, instead of looking at every message again:
 
-    repair    ``repair.RepairPrior``  (``repair_prior``: ``repair.Repaired``, and the restorations it made)
-    sanitize  ``sanitize.Sanitized``  (``sanitize_prior``)
-    encode    ``splice.SplicePrior``  (``carry``: the messages' JSON as the previous body carried them, and each
-                                       message's as last encoded)
+    repair    ``repair_state.RepairPrior``  (``repair_prior``: ``repair_state.Repaired``, and the restorations it made)
+    sanitize  ``sanitize.Sanitized``        (``sanitize_prior``)
+    encode    ``splice.SplicePrior``        (``carry``: the messages' JSON as the previous body carried them, and each
+                                             message's as last encoded)
 
 Each stage is ``run(input, prior) -> (output, next_prior)`` and checks its own prior: that it covers the very
 message objects that start its input, and whatever else it rests on (the conversation's turns for repair, the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from gateway.actions import ActionKind
 from gateway.protocols.canonical import Message
-from gateway.repair import RepairPrior, RepairResult, put_restored
+from gateway.repair_state import RepairPrior, RepairResult, put_restored
 from gateway.replay_memo import Carried, Ticket
 from gateway.sanitize import Sanitized, SanitizeResult
 from gateway.splice import SplicePrior

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.credentials import credential_of
+from gateway.lookup import lookup_hashes
 from gateway.paths import Known, path_fingerprint
 from gateway.protocols.canonical import Message, assistant_indexes
-from gateway.repair import lookup_hashes
 from gateway.reshape import dropped_result_ids
 from gateway.vocab import Via
 from state.keys import is_valid_scid, tenant_prefix

@@ -2,33 +2,21 @@
 become "other", so no label carries a key, SCID, tenant or model text) and the one-line calls that
 feed them: ``ObserveMiddleware`` (app), ``bind`` / ``observe_upstream*`` (endpoints),
 ``observe_dropped_params`` (chat completions), ``observe_stream_error`` (relay), ``observe_lookup`` /
-``observe_actions`` / ``observe_record`` (pipeline), ``InstrumentedStore`` (app), ``worker_started`` /
-``worker_stopped`` (lifespan).
-
-Multi-worker: under ``PROMETHEUS_MULTIPROC_DIR`` (``thinkgate serve --workers N`` creates it, see
-``multiprocess_dir``) workers write to files there and ``/metrics`` merges them all; counters of
-exited workers stay in the sum, live gauges of dead ones leave it.
+``observe_actions`` / ``observe_record`` (pipeline). No other module creates a metric: the store's are fed by
+``gateway.metrics_store`` (``InstrumentedStore``, app), exposition and the per-worker series by
+``gateway.metrics_workers`` (``metrics_endpoint``, ``worker_started`` / ``worker_stopped``, lifespan;
+``multiprocess_dir``, ``thinkgate serve``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-import os
-import re
-import shutil
-import tempfile
 import time
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import multiprocess as mp
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import classify, identity, logs, routing
@@ -42,24 +30,13 @@ from state.store import (
     LoadQuery,
     LoadResult,
     RecordResult,
-    Store,
     StoreError,
-    StoreHealth,
     StoreTimeout,
-    StoreUnavailable,
-    TenantOverBudget,
 )
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
-    from state.records import ConversationState
-    from state.store import TurnWrite
 
-T = TypeVar("T")
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-MULTIPROCESS = MULTIPROC_ENV in os.environ  # decided at import, as prometheus_client does
-TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes
-_LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
 log = logging.getLogger("thinkgate.metrics")
 
 # ------------------------------------------------------------------ closed label sets
@@ -461,168 +438,3 @@ def observe_record(result: RecordResult) -> None:
     """Pipeline, record stage."""
     if result.status == "forked":
         FORKS.inc()
-
-
-# ------------------------------------------------------------------ the store, instrumented
-
-
-class InstrumentedStore:
-    """The ``Store`` protocol around another store: times every call, counts failures by kind and
-    keeps ``gateway_store_circuit_open`` current (state/ never imports gateway/)."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.backend = inner.backend
-
-    def __getattr__(self, name: str) -> Any:  # diagnostics (round_trips, breaker, ...) pass through
-        return getattr(self.inner, name)
-
-    async def start(self) -> None:
-        await self.inner.start()
-        self._circuit()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def health(self) -> StoreHealth:
-        h = await self._call("health", self.inner.health())
-        if not h.ok:
-            _child(STORE_ERRORS, "health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
-        STORE_CIRCUIT_OPEN.set(0 if h.circuit == "closed" else 1)
-        return h
-
-    async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
-        # a load the worker answered itself (no round trip) is not a store call's duration
-        result = await self._call("load", self.inner.load(tenant, query), timed=lambda r: r.round_trips > 0)
-        _child(STORE_ROUND_TRIPS, "load").inc(result.round_trips)
-        return result
-
-    async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
-        result = await self._call("record", self.inner.record(tenant, write))
-        _child(STORE_ROUND_TRIPS, "record").inc(result.round_trips)
-        if result.prompt_capped:
-            _child(STORAGE_LIMITED, "prompt_capped").inc()
-        return result
-
-    async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
-        return await self._call("get_conversation", self.inner.get_conversation(tenant, scid))
-
-    async def _call(self, op: str, call: Awaitable[T], timed: Callable[[T], bool] | None = None) -> T:
-        """``timed``: whether a result's duration is observed (failures always are)."""
-        started = time.perf_counter()
-        result: T | None = None
-        try:
-            result = await call
-            return result
-        except TenantOverBudget:  # a limit doing its job, not a store fault (no store-error alert)
-            _child(STORAGE_LIMITED, "tenant_budget").inc()
-            raise
-        except (StoreError, ValueError) as e:
-            _child(STORE_ERRORS, op, store_error_kind(e)).inc()
-            raise
-        finally:
-            if result is None or timed is None or timed(result):
-                _child(STORE_OP_SECONDS, op).observe(time.perf_counter() - started)
-            self._circuit()
-
-    def _circuit(self) -> None:
-        breaker = getattr(self.inner, "breaker", None)
-        state = getattr(breaker, "state", "closed")
-        STORE_CIRCUIT_OPEN.set(0 if state == "closed" else 1)
-
-
-def store_error_kind(e: BaseException) -> str:
-    if isinstance(e, StoreTimeout):
-        return "timeout"
-    if isinstance(e, StoreUnavailable):
-        if e.__cause__ is None:
-            return "circuit_open"  # raised before any I/O: the breaker refused the call
-        return "timeout" if isinstance(e.__cause__, TimeoutError) else "unavailable"
-    if isinstance(e, StoreError):
-        return "codec" if type(e).__name__ == "CodecError" else "other"
-    return "invalid" if isinstance(e, ValueError) else "other"
-
-
-def instrument_store(store: Store | None) -> Store | None:
-    if store is None or isinstance(store, InstrumentedStore):
-        return store
-    return InstrumentedStore(store)
-
-
-# ------------------------------------------------------------------ exposition and workers
-
-
-def registry() -> CollectorRegistry:
-    if not MULTIPROCESS:
-        return REGISTRY
-    reg = CollectorRegistry()
-    mp.MultiProcessCollector(reg)  # every worker's files, merged
-    return reg
-
-
-async def metrics_endpoint(request: HTTPRequest) -> Response:
-    """``GET /metrics`` (Prometheus text format)."""
-    data = await run_in_threadpool(generate_latest, registry())
-    return Response(data, headers={"content-type": TEXT_FORMAT})
-
-
-# Labels whose values come from the traffic (the model, the tenant) start with their catch-all only; every other label
-# starts with its whole closed vocabulary but "other" (``upstream``: the configured upstreams, ``zero_series``).
-TRAFFIC_LABELS = frozenset({"model", "tenant"})
-
-
-def zero_series(upstreams: Iterable[str] = ()) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(metric name, label values) of every series ``worker_started`` creates at 0: for each labelled metric in
-    ``LABELS``, every combination of its labels' start values (``TRAFFIC_LABELS``)."""
-    configured = frozenset(label(u, UPSTREAMS) for u in upstreams) - {"other"}
-    for name in LABELLED:
-        if not LABELS[name]:
-            continue
-        values = [configured if lab == "upstream" else frozenset({"other"}) if lab in TRAFFIC_LABELS
-                  else allowed - {"other"} for lab, allowed in LABELS[name].items()]
-        for combo in itertools.product(*(sorted(v) for v in values)):
-            yield name, combo
-
-
-def worker_started(upstreams: Iterable[str] = ()) -> None:
-    """Lifespan start: every labelled series with a known label set at 0 (``zero_series``: a rate panel or an alert
-    has a series to read before the first event, and a counter born at 1 would hide its first increase), and drop
-    live gauges left by workers that died without cleaning up."""
-    for name, values in zero_series(upstreams):
-        _child(LABELLED[name], *values)
-    STORE_CIRCUIT_OPEN.set(0)
-    if MULTIPROCESS:
-        _reap_dead_workers(os.environ[MULTIPROC_ENV])
-
-
-def worker_stopped() -> None:
-    """Lifespan end: this worker's live gauges leave the merge (its counters stay in the sum)."""
-    if MULTIPROCESS:
-        mp.mark_process_dead(os.getpid())
-
-
-def _reap_dead_workers(path: str) -> None:
-    for pid in {int(m[1]) for m in map(_LIVE_FILE.fullmatch, os.listdir(path)) if m} - {os.getpid()}:
-        with contextlib.suppress(PermissionError):  # PermissionError: alive, someone else's
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                mp.mark_process_dead(pid, path)
-
-
-@contextlib.contextmanager
-def multiprocess_dir(workers: int) -> Iterator[str | None]:
-    """``thinkgate serve``: with more than one worker and no ``PROMETHEUS_MULTIPROC_DIR``, create a
-    fresh directory and export it before the workers spawn; remove it when serving ends. A directory
-    the operator set is used as is (and must be emptied by them between runs)."""
-    if workers <= 1 or os.environ.get(MULTIPROC_ENV):
-        yield os.environ.get(MULTIPROC_ENV) or None
-        return
-    path = tempfile.mkdtemp(prefix="thinkgate-metrics-")
-    os.environ[MULTIPROC_ENV] = path
-    log.info("metrics: %d workers share %s=%s", workers, MULTIPROC_ENV, path)
-    try:
-        yield path
-    finally:
-        os.environ.pop(MULTIPROC_ENV, None)
-        shutil.rmtree(path, ignore_errors=True)

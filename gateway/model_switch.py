@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols.canonical import THINKING_TYPES, Message
-from gateway.repair import RecordedTurn
+from gateway.recorded import RecordedTurn
 from gateway.routing import ModelCaps, reads_thinking
 
 

@@ -39,8 +39,9 @@ from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, Turn
+from gateway.recorded import RecordedTurn, Records
 from gateway.records import records_from, turn_record
-from gateway.repair import RecordedTurn, Records, rebuild_history
+from gateway.repair import rebuild_history
 from gateway.replay_memo import Resume, one_to_one
 from gateway.sanitize import Policy
 from state.keys import new_scid

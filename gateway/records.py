@@ -32,7 +32,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.repair import ConversationView, RecordedTurn, Records, one_each
+from gateway.recorded import ConversationView, RecordedTurn, Records, one_each
 from state import codec
 from state.hashing import replay_digest
 from state.lru import ObjectLru

@@ -29,16 +29,16 @@ end of the body and checked by parsing what follows it (``_find_split``).
 Nothing here is an authority: the store load, repair and sanitize judge the whole request as always, on
 messages identical to a fresh decode. Each may continue from what it found of request N's messages (``Carried``,
 on the ticket): the load query from its reading of their bytes, repair while the conversation still holds the
-turns it matched verbatim (``repair.Repaired``), sanitize while repair left them exactly as it did then
+turns it matched verbatim (``repair_state.Repaired``), sanitize while repair left them exactly as it did then
 (``sanitize.Sanitized``). Messages are only
 kept when request N changed none of them in place (every stage that edits a message also reports an action,
 and any action but ``kept_verified``, ``params_fixed`` or ``restored`` may be an edit in place:
 ``continuation.changes_in_place``). A restored turn takes the client's message's place as a new message
 (``repair``; the same one again on the next request, while the client's JSON and the record are the ones it
-was restored from: ``repair.RepairPrior.restorations``), and stages before repair look at an undecoded message's blocks
-without decoding it (``Message.peek_content``), so an IDE's mangled message stays as decoded and the next
-request, which replays the same bytes, gets it as it is, to be restored again. A message no longer as decoded is decoded
-again (or, for a surface that cannot decode one message alone, the request goes the full way): an
+was restored from: ``repair_state.RepairPrior.restorations``), and stages before repair look at an undecoded
+message's blocks without decoding it (``Message.peek_content``), so an IDE's mangled message stays as decoded and
+the next request, which replays the same bytes, gets it as it is, to be restored again. A message no longer as
+decoded is decoded again (or, for a surface that cannot decode one message alone, the request goes the full way): an
 assistant message whose blocks a stage built in place, or any message whose content list a stage replaced
 (without an action: dropping a client's per-part signature, a tool chain rebuilt unchanged); the list
 decoding made is remembered with the ticket (a message no stage of the kept request looked at is not checked
@@ -67,7 +67,7 @@ from gateway.protocols.canonical import Message
 from state.sizing import held
 
 if TYPE_CHECKING:
-    from gateway.repair import Repaired, Restoration
+    from gateway.repair_state import Repaired, Restoration
     from gateway.sanitize import Sanitized
     from gateway.splice import SplicePrior
 
@@ -98,14 +98,14 @@ class Carried:
     them; each covers the messages it counts. The load query's reading is of the messages' bytes (the next
     request repeats them); repair's and sanitize's are of the message objects as those stages left them, so
     only a request that takes every one of them back as it was (none decoded again) may start from them, and
-    only where each stage checks the rest holds (``repair.Repaired``, ``sanitize.Sanitized``)."""
+    only where each stage checks the rest holds (``repair_state.Repaired``, ``sanitize.Sanitized``)."""
 
     replayed: Replayed | None = None
     repaired: Repaired | None = None
     sanitized: Sanitized | None = None
     # the messages' JSON as the request's body carried them, and each message's (``gateway.splice``)
     encoded: SplicePrior | None = None
-    # the client messages repair restored, by id (``repair.RepairPrior.restorations``)
+    # the client messages repair restored, by id (``repair_state.RepairPrior.restorations``)
     restorations: Mapping[int, Restoration] = field(default_factory=dict)
 
     def taken(self, redecoded: int) -> Carried:
@@ -135,7 +135,7 @@ class Ticket:
     # what the stages found of the messages: for this request, of the kept ones (``take``); for the next, of
     # all of them (the pipeline sets it)
     carried: Carried = field(default_factory=lambda: Carried())
-    resumed: int = 0           # messages repair did not look at again (``repair.Repaired``)
+    resumed: int = 0           # messages repair did not look at again (``repair_state.Repaired``)
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
     held: int | None = None    # what the parsed messages hold (``state.sizing.held``), when ``take`` knew it

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from gateway.actions import ActionKind
 from gateway.protocols.canonical import Block, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
-
-if TYPE_CHECKING:  # (repair imports this module; these are its types)
-    from gateway.repair import ConversationView, RecordedTurn
+from gateway.recorded import ConversationView, RecordedTurn
 
 
 def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, tuple[RecordedTurn, ActionKind]]:

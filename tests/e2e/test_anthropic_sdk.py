@@ -96,7 +96,7 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     every request still reaches the simulator in the form it accepts. Also when the client trims every
     replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
     upstream as recorded, and the restored request is still kept for the next one. From the fourth request on,
-    repair, sanitize and the body's message JSON continue from the request before (``repair.Repaired``), which
+    repair, sanitize and the body's message JSON continue from the request before (``repair_state.Repaired``), which
     must still give each restored turn its ``restored`` action. The worker answers every load itself (it
     recorded every replayed turn): one store round trip per request, the record."""
     gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url,

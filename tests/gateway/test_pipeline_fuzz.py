@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from gateway.errors import ClientError
 from gateway.protocols import anthropic
-from gateway.repair import Records, repair
+from gateway.recorded import Records
+from gateway.repair import repair
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 

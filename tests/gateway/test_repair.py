@@ -11,22 +11,17 @@ from typing import Any
 
 import pytest
 
-from gateway import repair as repair_module
+from gateway import lookup as lookup_module
 from gateway.actions import ActionKind
+from gateway.lookup import lookup_hashes
 from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from gateway.recorded import RecordedTurn, Records, TurnsConversation
 from gateway.records import RecordCaches, records_from
-from gateway.repair import (
-    RecordedTurn,
-    Records,
-    RepairPrior,
-    TurnsConversation,
-    lookup_hashes,
-    rebuild_history,
-    repair,
-)
+from gateway.repair import rebuild_history, repair
 from gateway.repair import run as repair_run
+from gateway.repair_state import RepairPrior
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.toolchain import NO_RESULT
@@ -243,8 +238,8 @@ def test_a_replayed_turns_lookup_hashes_are_read_once_per_json(monkeypatch: pyte
     """The load query looks up a replay's latest turns by their hashes on every request; an undecoded
     message's are computed once (``lookup_hashes``), a decoded one's from its blocks each time."""
     calls: list[int] = []
-    real = repair_module.block_hashes
-    monkeypatch.setattr(repair_module, "block_hashes", lambda blocks: calls.append(1) or real(blocks))
+    real = lookup_module.block_hashes
+    monkeypatch.setattr(lookup_module, "block_hashes", lambda blocks: calls.append(1) or real(blocks))
     m = anthropic.decode_message({"role": "assistant", "content": [
         {"type": "thinking", "thinking": TEXT, "signature": SIG}, {"type": "text", "text": "<think>x</think> y"}]}, 1)
     hashes = lookup_hashes(m)

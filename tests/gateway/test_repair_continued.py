@@ -1,4 +1,4 @@
-"""Repair continued from the previous request's findings (``repair.Repaired``) over a mangled replay: turns
+"""Repair continued from the previous request's findings (``repair_state.Repaired``) over a mangled replay: turns
 restored from their records' JSON in the client's messages' places are put there again, with the same actions,
 as matching them afresh gives; never past a restored message whose lookups this request's index hits answer
 (they may name another turn now), nor over turns the conversation no longer holds.
@@ -13,9 +13,11 @@ from typing import Any
 from gateway.actions import ActionKind
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
+from gateway.recorded import Records
 from gateway.records import records_from
-from gateway.repair import Records, RepairPrior, repair
+from gateway.repair import repair
 from gateway.repair import run as repair_run
+from gateway.repair_state import RepairPrior
 from state.hashing import replay_digest
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult

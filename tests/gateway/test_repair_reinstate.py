@@ -15,8 +15,9 @@ from gateway.actions import ActionKind
 from gateway.identity import build_query, identify_conversation
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request
+from gateway.recorded import Records
 from gateway.records import records_from
-from gateway.repair import Records, repair
+from gateway.repair import repair
 from gateway.reshape import dropped_result_ids
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize

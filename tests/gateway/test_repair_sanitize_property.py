@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from gateway.identity import RECENT_TURNS
 from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
-from gateway.repair import RecordedTurn, Records, TurnsConversation, repair
+from gateway.recorded import RecordedTurn, Records, TurnsConversation
+from gateway.repair import repair
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.sim.rules import check_messages_request

@@ -22,7 +22,8 @@ from gateway.app import Gateway
 from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
-from gateway.repair import Records, repair
+from gateway.recorded import Records
+from gateway.repair import repair
 from gateway.replay_memo import Carried, ReplayMemo, entry_cost, one_to_one
 from gateway.routing import caps_for
 from gateway.sanitize import NO_LOOP, Policy, Sanitized

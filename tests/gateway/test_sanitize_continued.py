@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from gateway.continuation import sanitize_prior
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
-from gateway.repair import ConversationView, RecordedTurn, Records, repair
+from gateway.recorded import ConversationView, RecordedTurn, Records
+from gateway.repair import repair
 from gateway.replay_memo import Carried, Ticket
 from gateway.routing import caps_for
 from gateway.sanitize import Policy, Sanitized, SanitizeResult, loop_fold, loop_start, sanitize, trailing_loop_start

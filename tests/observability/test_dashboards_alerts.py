@@ -128,8 +128,8 @@ def test_every_query_variable_reads_an_exported_label() -> None:
 
 def test_dashboard_covers_every_surface_model_and_the_token_counters() -> None:
     """No panel is tied to one surface: the endpoint variable (every surface's series exists from the start,
-    ``metrics.zero_series``) picks them, the latency and time-to-first-byte panels read it, and the token counters
-    are shown by model family and by tenant."""
+    ``metrics_workers.zero_series``) picks them, the latency and time-to-first-byte panels read it, and the token
+    counters are shown by model family and by tenant."""
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
     for name, metric in (("endpoint", "gateway_requests_total"), ("model", "gateway_requests_total"),
                          ("tenant", "gateway_tokens_total")):

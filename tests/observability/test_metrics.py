@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import metrics, pipeline
+from gateway import metrics, metrics_store, metrics_workers, pipeline
 from gateway.actions import Action, ActionKind
 from gateway.app import Gateway, create_app
 from gateway.pipeline import Exchange
@@ -156,8 +156,8 @@ def test_observe_record_counts_forks_only() -> None:
 
 
 async def test_instrumented_store_times_calls_and_passes_results_through() -> None:
-    store = metrics.InstrumentedStore(MemoryStore())
-    assert metrics.instrument_store(store) is store and metrics.instrument_store(None) is None
+    store = metrics_store.InstrumentedStore(MemoryStore())
+    assert metrics_store.instrument_store(store) is store and metrics_store.instrument_store(None) is None
     await store.start()
     before = {op: value("gateway_store_operation_seconds_count", op=op) for op in ("load", "record", "health",
                                                                                    "get_conversation")}
@@ -202,7 +202,7 @@ class FailingStore:
 
 
 async def test_instrumented_store_counts_error_kinds_and_circuit_state() -> None:
-    store = metrics.InstrumentedStore(FailingStore())  # type: ignore[arg-type]
+    store = metrics_store.InstrumentedStore(FailingStore())  # type: ignore[arg-type]
     kinds = [("load", "timeout"), ("load", "circuit_open"), ("record", "invalid"),
              ("get_conversation", "unavailable"), ("health", "timeout")]
     before = {k: value("gateway_store_errors_total", op=k[0], kind=k[1]) for k in kinds}
@@ -317,19 +317,19 @@ async def test_gateway_own_errors_and_internal_endpoints(fake_upstream: tuple[st
 
 
 def test_multiprocess_dir_is_created_for_several_workers_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(metrics.MULTIPROC_ENV, raising=False)
-    with metrics.multiprocess_dir(1) as path:
-        assert path is None and metrics.MULTIPROC_ENV not in os.environ
-    with metrics.multiprocess_dir(2) as path:
-        assert path is not None and os.path.isdir(path) and os.environ[metrics.MULTIPROC_ENV] == path
-    assert not os.path.exists(path) and metrics.MULTIPROC_ENV not in os.environ
+    monkeypatch.delenv(metrics_workers.MULTIPROC_ENV, raising=False)
+    with metrics_workers.multiprocess_dir(1) as path:
+        assert path is None and metrics_workers.MULTIPROC_ENV not in os.environ
+    with metrics_workers.multiprocess_dir(2) as path:
+        assert path is not None and os.path.isdir(path) and os.environ[metrics_workers.MULTIPROC_ENV] == path
+    assert not os.path.exists(path) and metrics_workers.MULTIPROC_ENV not in os.environ
 
 
 def test_operator_multiprocess_dir_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path))
-    with metrics.multiprocess_dir(4) as path:
+    monkeypatch.setenv(metrics_workers.MULTIPROC_ENV, str(tmp_path))
+    with metrics_workers.multiprocess_dir(4) as path:
         assert path == str(tmp_path)
-    assert tmp_path.is_dir() and os.environ[metrics.MULTIPROC_ENV] == str(tmp_path)
+    assert tmp_path.is_dir() and os.environ[metrics_workers.MULTIPROC_ENV] == str(tmp_path)
 
 
 # ------------------------------------------------------------------ model, tokens, tenants, series at zero
@@ -340,7 +340,7 @@ def test_every_labelled_metric_is_zeroed_from_its_declared_vocabularies() -> Non
     its known series at start without a line of its own; traffic labels start at "other", upstreams as configured."""
     labelled = {obj._name for obj in vars(metrics).values() if isinstance(obj, MetricWrapperBase) and obj._labelnames}
     assert labelled == {m._name for n, m in metrics.LABELLED.items() if metrics.LABELS[n]}
-    series = list(metrics.zero_series(["anthropic", "gemini", "my-secret-upstream"]))
+    series = list(metrics_workers.zero_series(["anthropic", "gemini", "my-secret-upstream"]))
     names = {name for name, _ in series}
     assert names == {n for n, labels in metrics.LABELS.items() if labels}
     assert ("gateway_tool_chain_repairs_total", ("reordered",)) in series
@@ -348,13 +348,14 @@ def test_every_labelled_metric_is_zeroed_from_its_declared_vocabularies() -> Non
     assert ("gateway_tokens_total", ("other", "other", "reasoning")) in series
     for name, values in series:
         for lab, v in zip(metrics.LABELS[name], values, strict=True):
-            assert v in metrics.LABELS[name][lab] and (v != "other") == (lab not in metrics.TRAFFIC_LABELS), (name, lab)
+            traffic = lab in metrics_workers.TRAFFIC_LABELS
+            assert v in metrics.LABELS[name][lab] and (v != "other") == (not traffic), (name, lab)
             assert lab != "upstream" or v in ("anthropic", "gemini")
     assert len(series) < 1000  # (histograms: ~20 lines a series)
 
 
 def test_worker_started_creates_the_zero_series() -> None:
-    metrics.worker_started(["anthropic"])
+    metrics_workers.worker_started(["anthropic"])
     assert REGISTRY.get_sample_value("gateway_tool_chain_repairs_total", {"kind": "id_mapped"}) is not None
     assert REGISTRY.get_sample_value("gateway_tokens_total", {"model": "other", "tenant": "other",
                                                               "type": "cache_write"}) is not None

@@ -10,7 +10,7 @@ import anthropic
 import openai
 import pytest
 
-from gateway import metrics
+from gateway import metrics, metrics_workers
 from gateway.app import default_upstreams
 from gateway.identity import tenant_of
 from gateway.settings import Settings
@@ -58,7 +58,7 @@ def test_every_known_series_is_at_zero_before_the_first_request(sim: Sim, gatewa
     m = scrape(fresh)
     assert m["gateway_tool_chain_repairs_total"] == {(("kind", k),): 0.0 for k in metrics.TOOL_REPAIR_KINDS - {"other"}}
     configured = default_upstreams(Settings.from_env(env))
-    for name, values in metrics.zero_series(configured):
+    for name, values in metrics_workers.zero_series(configured):
         sample = name if not name.endswith("_seconds") else name + "_count"
         labels = tuple(sorted(zip(metrics.LABELS[name], values, strict=True)))
         assert m[sample][labels] == 0.0, (name, labels)
