@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from gateway.actions import ActionKind
 from gateway.protocols.canonical import Block, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
-from gateway.recorded import ConversationView, RecordedTurn
+from gateway.recorded import ConversationView, RecordedTurn, tool_ids
 
 
 def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, tuple[RecordedTurn, ActionKind]]:
@@ -81,7 +81,7 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
             if calls is None:
                 calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
             own = Counter(m.tool_use_ids()) if kind is ActionKind.TURNS_SEPARATED else Counter()
-            if all(t.position not in taken and all(calls[c] == own[c] for c in _tool_ids(t.content)) for t in turns):
+            if all(t.position not in taken and all(calls[c] == own[c] for c in tool_ids(t.content)) for t in turns):
                 if kind is ActionKind.TURN_REINSTATED:
                     msgs.insert(i, Message("assistant", []))
                     new = [i]
@@ -92,7 +92,7 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
                 for j, t in zip(new, turns, strict=True):
                     out[j] = (t, kind)
                     taken.add(t.position)
-                    calls.update(_tool_ids(t.content))
+                    calls.update(tool_ids(t.content))
                 i = new[-1] + 1
                 continue
         i += 1
@@ -113,7 +113,7 @@ def _opening(msgs: list[Message], conv: ConversationView) -> tuple[list[Message]
     turn = _named_by(ids, conv) if ids else None
     if turn is None:
         return None
-    own = set(_tool_ids(turn.content))
+    own = set(tool_ids(turn.content))
     if any(t in own for m in msgs if m.role == "assistant" for t in m.tool_use_ids()):
         return None
     prompt = list(turn.prompt)
@@ -132,7 +132,7 @@ def _split_around(msgs: list[Message], i: int, conv: ConversationView) -> tuple[
     m = msgs[i]
     ids = m.tool_use_ids()
     turn = _named_by(ids, conv)
-    if turn is None or _tool_ids(turn.content) != ids:
+    if turn is None or tool_ids(turn.content) != ids:
         return None
     recorded = [b for b in turn.content if isinstance(b, ToolUseBlock)]
     if any(c.name != r.name for c, r in zip((b for b in m.peek_content() if isinstance(b, ToolUseBlock)),
@@ -212,7 +212,3 @@ def _named_by(ids: Iterable[str], conv: ConversationView) -> RecordedTurn | None
             return None
         turn = t
     return turn
-
-
-def _tool_ids(content: Iterable[Block]) -> list[str]:
-    return [b.id for b in content if isinstance(b, ToolUseBlock)]
