@@ -65,7 +65,8 @@ RULE_ADAPTIVE_ONLY = 103
 # compaction and mid-conversation system messages)
 RULE_DUPLICATE_TOOL_NAME = 108
 RULE_BLOCK_BINDING_INPUT = 104
-# A message (any role) with ``content: []`` other than a final assistant message (docs/upstream-rules.md)
+# A message (any role) with ``content: []`` other than a final assistant message or a directive-only system message
+# (docs/upstream-rules.md)
 RULE_EMPTY_CONTENT = 110
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
@@ -267,7 +268,8 @@ def _check_messages_shape(messages: list[Any]) -> Violation | None:
             continue
         if not isinstance(content, list):
             return _v(SHAPE, f"messages.{i}.content: Input should be a valid list")
-        if not content and (m["role"] != "assistant" or i != len(messages) - 1):
+        if not content and not (m["role"] == "assistant" and i == len(messages) - 1) \
+                and not system_messages.directive_only(m):
             return _v(RULE_EMPTY_CONTENT, MSG_EMPTY_CONTENT.format(i=i))
         for j, block in enumerate(content):
             bad = _check_block_shape(block, f"messages.{i}.content.{j}")

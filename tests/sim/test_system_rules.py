@@ -101,6 +101,24 @@ async def test_rule_110_empty_content(client: httpx.AsyncClient) -> None:
     await assert_accepted(client, body)
 
 
+async def test_the_directive_only_system_message_is_accepted_anywhere_but_a_system_prompt_not_first(
+        client: httpx.AsyncClient) -> None:
+    """``{"role": "system", "content": [], "output_config": {...}}`` (what Claude Code sends where the model lacks
+    mid-conversation system messages) passes at any position; a system message with content cannot open
+    ``messages`` (the API's own text names both)."""
+    directive = {"role": "system", "content": [], "output_config": {"effort": "medium"}}
+    body = request("hi", thinking=None)
+    body["messages"].append(directive)
+    await assert_accepted(client, body)
+    body["messages"].insert(0, directive)
+    await assert_accepted(client, body)
+    body["messages"][0] = {"role": "system", "content": "You are terse."}
+    await assert_rejected(client, body, "messages.0: use the top-level 'system' parameter for the initial system "
+                                        "prompt; the directive-only form (content: [] with output_config) is accepted "
+                                        "at any position")
+    assert await rejections(client) == {"107": 1}
+
+
 async def test_a_mid_conversation_system_message_has_the_content_rules_of_any_message(
         client: httpx.AsyncClient) -> None:
     body = request("hi", thinking=None)
