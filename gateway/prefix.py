@@ -41,6 +41,7 @@ from gateway.routing import ModelCaps
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 TOOL_CHANGES_BETA = "mid-conversation-tool-changes-2026-07-01"
 DROP_BLOCK = {"prefix_mismatch_behavior": "drop_block"}
+_TEXT_BLOCK_KEYS = frozenset(("type", "text", "cache_control", "citations"))  # the SDK's TextBlockParam
 
 # TurnRecord.prefix keys: the client's system / tools digests; the top-level system / tools sent (only on a turn
 # where they changed; ``ABSENT`` when the request had none); the messages inserted right before the answer
@@ -167,7 +168,8 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         return out
     same_system = cs == system_digest(None if history.system == ABSENT else history.system)
     same_tools = ct == tools_digest([] if history.tools == ABSENT else history.tools)
-    if not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
+    instructions = _instructions(system) if cs != history.client_system else []
+    if instructions is None or not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
         if not (same_system and same_tools):
             out.note[SENT] = _sent(system, tools, same_system, same_tools)  # sent as the client has it
         now = sent_digest(system, tools)
@@ -196,8 +198,8 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         msgs[i:i] = back
         out.added += back
     content: list[dict[str, JSON]] = []
-    if cs != history.client_system:
-        content += _instructions(system)
+    if instructions:
+        content += instructions
         out.actions.append(Action(ActionKind.PREFIX_SYSTEM_KEPT, len(msgs), "system_message"))
     if not same_tools:
         changes, added = _tool_changes(tools, history)
@@ -227,16 +229,23 @@ def _sent(system: Any, tools: Any, same_system: bool = False, same_tools: bool =
                                                                ("tools", tools, same_tools)) if not same}
 
 
-def _instructions(system: Any) -> list[dict[str, JSON]]:
-    """The client's new system prompt as the text blocks of a mid-conversation system message."""
-    if system is ABSENT or system is None or system == "":
+def _instructions(system: Any) -> list[dict[str, JSON]] | None:
+    """The client's new system prompt as the text blocks of a mid-conversation system message (``cache_control``
+    removed), or None where the API refuses that ``system`` (not a string or a list of text blocks, a block without
+    text or with a key a text block does not have, blank text: docs/upstream-rules.md rule 109): that request goes as
+    the client has it, so the client gets the upstream's own 400 rather than a message built from what was refused."""
+    if system is ABSENT or system == []:
         return [{"type": "text", "text": "(no system prompt)"}]  # the client removed it: say so, never empty text
     if isinstance(system, str):
-        return [{"type": "text", "text": system}]
-    blocks = [{k: v for k, v in b.items() if k != "cache_control"} for b in system
-              if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-              and b["text"].strip()]
-    return blocks or [{"type": "text", "text": "(no system prompt)"}]
+        return [{"type": "text", "text": system}] if system.strip() else None
+    if not isinstance(system, list) or not all(_carried(b) for b in system):
+        return None
+    return [{k: v for k, v in b.items() if k != "cache_control"} for b in system]
+
+
+def _carried(block: Any) -> bool:
+    return (isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+            and bool(block["text"].strip()) and block.keys() <= _TEXT_BLOCK_KEYS)
 
 
 def _tool_changes(tools: Any, history: Recorded) -> tuple[list[dict[str, JSON]], list[dict[str, JSON]]]:

@@ -5,7 +5,8 @@ Endpoints:
 * ``POST /v1/messages`` (``?beta=true`` accepted): auth, JSON, ``rules``, on a bound model
   (``SimConfig.bound_models``) ``binding``, then the scripted reply as JSON or SSE (faults from
   ``scenarios`` injected here).
-* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``; on a bound model the request's 400 first.
+* ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, after the request's rules (``rules``, without
+  ``max_tokens``, only count_tokens' fields), and on a bound model the binding's.
 * ``GET /v1/models``: Anthropic's model list (one page); ``GET /v1beta/models``: Gemini's.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
 * Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
@@ -239,9 +240,10 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.observe("anthropic", _conversation(body), body)
         if json_error is not None:
             return _error(400, json_error, rid, "invalid_request_error")
-        rejected = _bound_rejection(state, body, _betas(request))
+        rejected = _count_tokens_rejection(state, body, _betas(request))
         if rejected is not None:
-            return _error(400, rejected, rid, "invalid_request_error")
+            state.stats.rejections[str(rejected[0])] += 1
+            return _error(400, rejected[1], rid, "invalid_request_error")
         return _json(200, {"input_tokens": estimate_tokens(body)}, rid)
 
     async def models(request: Request) -> Response:
@@ -296,18 +298,21 @@ def create_sim_app(config: SimConfig) -> Starlette:
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-def _bound_rejection(state: _State, body: Any, betas: frozenset[str]) -> str | None:
-    """count_tokens on a bound model "answers the same 400" as the request would (protocols.md 1.9): the
-    message of the request's violation or binding rejection (``max_tokens`` is not a count_tokens field)."""
-    if not (isinstance(body, dict) and isinstance(body.get("model"), str)
-            and is_bound(body["model"], state.config.bound_models)):
-        return None
-    full = {"max_tokens": 1 << 16, **body}
-    violation = check_messages_request(full, betas=betas, minter=state.minter, bound=True)
+def _count_tokens_rejection(state: _State, body: Any, betas: frozenset[str]) -> tuple[int, str] | None:
+    """(rule, message) of the 400 count_tokens answers: it validates the body as ``/v1/messages`` does, without
+    ``max_tokens`` and with only its own fields (``gateway.sim.count_tokens``); on a bound model it "answers the same
+    400" as the request would, the binding's included (protocols.md 1.9)."""
+    bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
+        body["model"], state.config.bound_models)
+    violation = check_messages_request(body, betas=betas, minter=state.minter, bound=bound, count_tokens=True)
     if violation is not None:
-        return violation.message
-    outcome = check_binding(full, minter=state.minter, betas=betas, enforced=state.config.binding_enforced)
-    return outcome.message if isinstance(outcome, Rejection) else None
+        return violation.rule, violation.message
+    edits = context.check_request(body, betas, state.minter, thinking_mode(body, bound) is not None)
+    if edits is not None:
+        return edits.rule, edits.message
+    outcome = check_binding(body, minter=state.minter, betas=betas,
+                            enforced=state.config.binding_enforced) if bound else None
+    return (outcome.rule, outcome.message) if isinstance(outcome, Rejection) else None
 
 
 def _active_fault(state: _State, reply: Reply) -> str | None:

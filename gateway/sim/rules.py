@@ -10,8 +10,11 @@ runs schema validation before any semantic check and verifies signatures last,
 so the phases are:
 
 1. request schema: ``model``, ``max_tokens``, ``messages``, ``thinking`` (rule 1);
-2. message schema, messages in order, blocks in order (rule 5 lives here, and the
-   real API's empty / whitespace-only text block errors, ``RULE_EMPTY_TEXT``);
+2. message schema, messages in order, blocks in order (rule 5 lives here, the real API's empty /
+   whitespace-only text block errors, ``RULE_EMPTY_TEXT``, and ``content: []`` anywhere but a final assistant
+   message, ``RULE_EMPTY_CONTENT``; a ``role: "system"`` message is held to the same content rules); then
+   the top-level ``system`` (``system_prompt``, rule 109); then, for count_tokens, its fields
+   (``count_tokens``, rule 111);
 3. request parameters: rules 2, 3, 4;
 4. tool ids: every ``tool_use`` id in the request is unique (``RULE_DUPLICATE_TOOL_ID``,
    reported at the second occurrence; its place before pairing is INFERRED); then tool
@@ -43,7 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.sim import system_messages
+from gateway.sim import count_tokens as count_tokens_rules
+from gateway.sim import system_messages, system_prompt
 from gateway.sim.convo import THINKING_TYPES, Msg, turn_start, view
 from gateway.sim.signing import Minter, MintInfo
 
@@ -61,6 +65,9 @@ RULE_ADAPTIVE_ONLY = 103
 # compaction and mid-conversation system messages)
 RULE_DUPLICATE_TOOL_NAME = 108
 RULE_BLOCK_BINDING_INPUT = 104
+# A message (any role) with ``content: []`` other than a final assistant message or a directive-only system message
+# (docs/upstream-rules.md)
+RULE_EMPTY_CONTENT = 110
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 _DICT = "Input should be a valid dictionary or object to extract fields from"
@@ -96,6 +103,8 @@ _MSG_12 = ("messages.{i}: `tool_use` ids were found without `tool_result` blocks
            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
 MSG_DUPLICATE_TOOL_ID = "messages.{i}.content.{j}: `tool_use` ids must be unique"
 MSG_DUPLICATE_TOOL_NAME = "tools: Tool names must be unique."
+MSG_EMPTY_CONTENT = ("messages.{i}: all messages must have non-empty content except for the optional final "
+                     "assistant message")
 _MSG_13 = ("messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
 
@@ -123,18 +132,26 @@ def thinking_mode(body: dict[str, Any], bound: bool = False) -> str | None:
 
 
 def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
-                           strict_older_turns: bool = True, bound: bool = False) -> Violation | None:
+                           strict_older_turns: bool = True, bound: bool = False,
+                           count_tokens: bool = False) -> Violation | None:
     """The first violation (see the module doc for the order), or None if the request is valid.
 
     ``bound``: the model binds its thinking blocks (``gateway.sim.binding``): it takes only adaptive
     thinking, and of phase 6 only rule 7 runs here (on a latest message whose blocks are all this
-    model's own); ``binding.check_binding`` does the rest."""
+    model's own); ``binding.check_binding`` does the rest. ``count_tokens``: the body of
+    ``/v1/messages/count_tokens`` (no ``max_tokens``, only its own fields: ``gateway.sim.count_tokens``)."""
     if not isinstance(body, dict):
         return _v(SHAPE, _DICT)
-    bad = (_check_request_shape(body) or _check_block_binding(body, betas, bound)
+    bad = (_check_request_shape(body, count_tokens) or _check_block_binding(body, betas, bound)
            or _check_messages_shape(body["messages"]))
     if bad:
         return bad
+    top = system_prompt.check(body)  # the top-level system (rule 109)
+    if top:
+        return _v(system_prompt.RULE_SYSTEM, top)
+    extra = count_tokens_rules.check_fields(body) if count_tokens else None
+    if extra:
+        return _v(count_tokens_rules.RULE_COUNT_TOKENS_INPUT, extra)
     system_bad = system_messages.check(body, betas)  # mid-conversation system messages, tool changes (1.9)
     if system_bad:
         return _v(*system_bad)
@@ -185,17 +202,25 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_request_shape(body: dict[str, Any]) -> Violation | None:
+def _check_request_shape(body: dict[str, Any], count_tokens: bool = False) -> Violation | None:
     if "model" not in body:
         return _v(SHAPE, f"model: {_REQ}")
     if not isinstance(body["model"], str):
         return _v(SHAPE, f"model: {_STR}")
+    return (_check_max_tokens(body) if not count_tokens else None) or _check_messages_and_thinking(body)
+
+
+def _check_max_tokens(body: dict[str, Any]) -> Violation | None:
     if "max_tokens" not in body:
         return _v(SHAPE, f"max_tokens: {_REQ}")
     if not _is_int(body["max_tokens"]):
         return _v(SHAPE, f"max_tokens: {_INT}")
     if body["max_tokens"] < 1:
         return _v(SHAPE, "max_tokens: Input should be greater than or equal to 1")
+    return None
+
+
+def _check_messages_and_thinking(body: dict[str, Any]) -> Violation | None:
     if "messages" not in body:
         return _v(SHAPE, f"messages: {_REQ}")
     if not isinstance(body["messages"], list):
@@ -224,14 +249,14 @@ def _check_request_shape(body: dict[str, Any]) -> Violation | None:
 
 
 def _check_messages_shape(messages: list[Any]) -> Violation | None:
+    """Roles, content and block schemas, messages in order. A ``role: "system"`` message (a mid-conversation
+    system message, ``system_messages``) is held to the same content rules; its block types are checked later."""
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             return _v(SHAPE, f"messages.{i}: {_DICT}")
         if "role" not in m:
             return _v(SHAPE, f"messages.{i}.role: {_REQ}")
-        if m["role"] == "system":  # Claude Code sends one; tolerated and ignored
-            continue
-        if m["role"] not in ("user", "assistant"):
+        if m["role"] not in ("user", "assistant", "system"):
             return _v(SHAPE, f"messages.{i}.role: Input should be 'user' or 'assistant'")
         if "content" not in m:
             return _v(SHAPE, f"messages.{i}.content: {_REQ}")
@@ -243,6 +268,9 @@ def _check_messages_shape(messages: list[Any]) -> Violation | None:
             continue
         if not isinstance(content, list):
             return _v(SHAPE, f"messages.{i}.content: Input should be a valid list")
+        if not content and not (m["role"] == "assistant" and i == len(messages) - 1) \
+                and not system_messages.directive_only(m):
+            return _v(RULE_EMPTY_CONTENT, MSG_EMPTY_CONTENT.format(i=i))
         for j, block in enumerate(content):
             bad = _check_block_shape(block, f"messages.{i}.content.{j}")
             if bad:
@@ -275,7 +303,11 @@ def _check_block_shape(block: Any, path: str) -> Violation | None:
             return _v(SHAPE, f"{path}.{btype}.{name}: {_STR}")
         if not is_str and not isinstance(value, dict):
             return _v(SHAPE, f"{path}.{btype}.{name}: {_DICT}")
-    return _check_text(block["text"]) if btype == "text" else None
+    if btype != "text":
+        return None
+    if block["text"] == "" and block.get("cache_control") is not None:
+        return _v(RULE_EMPTY_TEXT, f"{path}.text: cache_control cannot be set for empty text blocks")
+    return _check_text(block["text"])
 
 
 def _check_text(text: str) -> Violation | None:
@@ -289,7 +321,7 @@ def _check_text(text: str) -> Violation | None:
 # ------------------------------------------------------------------ phase 3: parameters
 
 def _check_params(body: dict[str, Any], mode: str | None, betas: frozenset[str]) -> Violation | None:
-    if mode == "enabled" and INTERLEAVED_BETA not in betas:
+    if mode == "enabled" and INTERLEAVED_BETA not in betas and "max_tokens" in body:  # (count_tokens has none)
         if body["max_tokens"] <= body["thinking"]["budget_tokens"]:
             return _v(2, _MSG_2)
     if mode:

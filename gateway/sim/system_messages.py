@@ -10,6 +10,9 @@ for an addition, defines one by value (``{"type": "tool_definition", "definition
 need the beta ``mid-conversation-tool-changes-2026-07-01``, by value ``inline-tools-2026-09-15``. A tool named by
 reference must be one of ``tools`` (typically ``defer_loading: true``, withheld until added).
 
+A system message cannot open ``messages`` (the top-level ``system`` is for that) unless it is the directive-only form
+(``content: []`` with an ``output_config``), which is accepted at any position.
+
 ``check`` returns the first violation as ``(rule, message)``; ``offered`` is the tool set the model is offered at
 the end of the messages: ``tools`` without the deferred ones, with each addition and removal applied in order.
 See docs/upstream-rules.md for the sources and what is INFERRED (the error texts are).
@@ -30,6 +33,15 @@ MSG_NEEDS_BETA = ("messages.{i}.content.{j}: `{t}` blocks require the `{beta}` v
 MSG_TOOL_FIELD = "messages.{i}.content.{j}.tool: Field required"
 MSG_UNKNOWN_TOOL = "messages.{i}.content.{j}.tool.name: Tool `{name}` is not defined in `tools`."
 MSG_REMOVE_DEFINITION = "messages.{i}.content.{j}.tool: Input should be a `tool_reference` for `tool_removal`."
+MSG_FIRST = ("messages.0: use the top-level 'system' parameter for the initial system prompt; the directive-only form "
+             "(content: [] with output_config) is accepted at any position")
+
+
+def directive_only(message: dict[str, Any]) -> bool:
+    """A ``role: "system"`` message with ``content: []`` and an ``output_config`` (what Claude Code sends where the
+    model lacks mid-conversation system messages): accepted at any position."""
+    return (message.get("role") == "system" and message.get("content") == []
+            and isinstance(message.get("output_config"), dict))
 
 
 def _ref(block: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -53,6 +65,8 @@ def check(body: dict[str, Any], betas: frozenset[str]) -> tuple[int, str] | None
     defined = {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)} \
         if isinstance(tools, list) else set()
     for i, m in enumerate(body.get("messages") or ()):
+        if i == 0 and isinstance(m, dict) and m.get("role") == "system" and not directive_only(m):
+            return RULE_SYSTEM_MESSAGE, MSG_FIRST
         if not isinstance(m, dict) or m.get("role") != "system" or not isinstance(m.get("content"), list):
             continue
         for j, b in enumerate(m["content"]):

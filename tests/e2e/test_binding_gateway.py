@@ -290,6 +290,36 @@ def test_count_tokens_of_a_system_rewriting_client(sim: Sim, kept: list[ServerPr
             assert client.messages.count_tokens(**params).input_tokens > 0
 
 
+REFUSED = [pytest.param(7, "system: Input should be a valid list", id="number"),
+           pytest.param([{"type": "text"}], "system.0.text: Field required", id="block-without-text"),
+           pytest.param("", "system: text content blocks must be non-empty", id="empty")]
+
+
+@pytest.mark.parametrize(("system", "message"), REFUSED)
+def test_a_system_the_api_refuses_gets_its_400_where_the_prefix_is_kept(
+        sim: Sim, kept: list[ServerProcess], redis_server: RedisServer, system: Any, message: str) -> None:
+    """A client's own refused system prompt (rule 109), sent where thinkgate keeps the recorded prefix, gets the
+    upstream's 400 in Anthropic's envelope, from ``/v1/messages`` and ``count_tokens`` (it crashed or vanished into a
+    system message before)."""
+    redis_server.flush()
+    seen: list[dict[str, Any]] = []
+    replies = loop([kept[0].url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1)
+    messages = [*seen[0]["messages"],
+                {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in replies[0].content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "ok"}
+                                             for b in replies[0].content if b.type == "tool_use"]}]
+    params: dict[str, Any] = {"model": BOUND_MODEL, "thinking": {"type": "adaptive"}, "messages": messages,
+                              "tools": [WEATHER_TOOL, CLOCK_TOOL], "system": system}
+    for sp in kept:
+        with anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) as client:
+            for call in (lambda: client.messages.create(max_tokens=4096, **params),
+                         lambda: client.messages.count_tokens(**params)):
+                with pytest.raises(anthropic.BadRequestError) as err:
+                    call()
+                assert err.value.body["error"] == {"type": "invalid_request_error",  # type: ignore[index]
+                                                   "message": message}
+
+
 def test_openai_chat_client_rewriting_its_system_message(sim: Sim, kept: list[ServerProcess],
                                                          redis_server: RedisServer) -> None:
     """The same through ``/v1/chat/completions`` (the official ``openai`` SDK): the client's system message changes on

@@ -182,3 +182,26 @@ def test_records_stay_small_only_what_changed_is_kept() -> None:
     assert [r[1].note[prefix.SENT] for r in runs[1:]] == [{"system": "S1"}, {"system": "S2"}]  # then the system
     kept = conversation([{"system": f"S{n}", "tools": big} for n in range(3)])
     assert [prefix.SENT in r[1].note for r in kept] == [True, False, False]  # kept: nothing is sent differently
+
+
+REFUSED_SYSTEMS: list[Any] = [7, None, "", " \n", [{"type": "text"}], [{"type": "text", "text": 7}],
+                              [{"type": "text", "text": "  "}], [{"type": "text", "text": "S1", "id": "lc_1"}],
+                              [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}],
+                              ["S1"]]
+
+
+def test_a_system_the_upstream_refuses_is_sent_as_the_client_has_it() -> None:
+    """A client's new system prompt that the API refuses (docs/upstream-rules.md rule 109) is not carried into a
+    system message (where it would crash, vanish or be refused in other words): the request goes as the client has
+    it, and the upstream answers the client's own 400."""
+    for system in REFUSED_SYSTEMS:
+        req, out = conversation([{"system": "S0"}, {"system": system}])[1]
+        body = body_of(req)
+        assert body["system"] == system and [m["role"] for m in body["messages"]] == [
+            "user", "assistant", "user"], system
+        assert ActionKind.PREFIX_SYSTEM_KEPT not in [a.kind for a in out.actions]
+    carried = [{"type": "text", "text": "S1", "citations": None, "cache_control": {"type": "ephemeral"}}]
+    for system, blocks in ((carried, [{"type": "text", "text": "S1", "citations": None}]),
+                           ([], [{"type": "text", "text": "(no system prompt)"}])):
+        body = body_of(conversation([{"system": "S0"}, {"system": system}])[1][0])
+        assert body["system"] == "S0" and body["messages"][-1] == {"role": "system", "content": blocks}

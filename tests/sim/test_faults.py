@@ -63,6 +63,6 @@ async def test_deeply_nested_body_is_answered_not_500(client: httpx.AsyncClient)
           '[{"type": "text", "text": "hi", "meta": ' + "[" * 400 + '"x"' + "]" * 400 + "}]}]}"
     r = await client.post("/v1/messages", content=raw, headers={"x-api-key": "k", "content-type": "application/json"})
     assert r.status_code < 500
-    c = await client.post("/v1/messages/count_tokens", content=raw,
+    c = await client.post("/v1/messages/count_tokens", content=raw.replace('"max_tokens": 64, ', ""),
                           headers={"x-api-key": "k", "content-type": "application/json"})
     assert c.status_code == 200

@@ -70,7 +70,7 @@ async def test_rule_6_invalid_signature_in_latest_message(client: httpx.AsyncCli
 
 async def test_rule_6_checks_older_turns_with_raw_indices(client: httpx.AsyncClient) -> None:
     body = await history(client, request("q [[sim:tools=2]]"), 2)  # [u, a(thinking), u, a, u]
-    body["messages"].insert(0, {"role": "system", "content": "Claude Code puts one here"})
+    body["messages"].insert(1, {"role": "system", "content": "Claude Code puts one here"})  # (never first)
     body["messages"][2]["content"][0]["signature"] = "EqQBforged"
     await assert_rejected(client, body, "messages.2.content.0: Invalid `signature` in `thinking` block")
 
@@ -239,7 +239,7 @@ async def test_duplicate_tool_use_id_in_one_message(client: httpx.AsyncClient) -
 async def test_duplicate_tool_use_id_comes_before_pairing_and_signatures(client: httpx.AsyncClient,
                                                                           minter: Minter) -> None:
     body = await history(client, request("q [[sim:tools=3]]"), 2)
-    body["messages"].insert(0, {"role": "system", "content": "raw indices count this one"})
+    body["messages"].insert(1, {"role": "system", "content": "raw indices count this one"})
     first = body["messages"][2]["content"][_tool_use_positions(body["messages"][2])[0]]["id"]
     j = _tool_use_positions(body["messages"][4])[0]
     body["messages"][4]["content"][j]["id"] = first  # its own id is now unanswered (rule 12)

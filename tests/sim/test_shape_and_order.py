@@ -40,7 +40,7 @@ async def test_shape_errors(client: httpx.AsyncClient, patch: dict[str, object],
 
 async def test_tolerates_system_role_cache_control_and_unknown_fields(client: httpx.AsyncClient) -> None:
     body = await history(client, request("q [[sim:tools=2]]", thinking="adaptive"), 1)
-    body["messages"].insert(0, {"role": "system", "content": [{"type": "text", "text": "sys",
+    body["messages"].insert(1, {"role": "system", "content": [{"type": "text", "text": "sys",
                                                                "cache_control": {"type": "ephemeral"}}]})
     for block in body["messages"][2]["content"]:
         block["cache_control"] = {"type": "ephemeral"}

@@ -125,7 +125,7 @@ async def test_streamed_reassembly_matches_signature_of_exact_text(client: httpx
 async def test_display_omitted_empty_signed_thinking_loop(client: httpx.AsyncClient) -> None:
     body = request("claude code style [[sim:tools=2]]", thinking="adaptive", stream=True)
     body["thinking"]["display"] = "omitted"
-    body["messages"].insert(0, {"role": "system", "content": "You are Claude Code."})
+    body["messages"].append({"role": "system", "content": "You are Claude Code."})  # after the user, as Claude Code
     _, replies = await run_loop(client, body, {"anthropic-beta": "claude-code-20250219"})
     assert len(replies) == 3
     for reply in replies:
