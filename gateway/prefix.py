@@ -46,7 +46,18 @@ _TEXT_BLOCK_KEYS = frozenset(("type", "text", "cache_control", "citations"))  # 
 # TurnRecord.prefix keys: the client's system / tools digests; the top-level system / tools sent (only on a turn
 # where they changed; ``ABSENT`` when the request had none); the messages inserted right before the answer
 CLIENT_SYSTEM, CLIENT_TOOLS, SENT, INSERTED = "cs", "ct", "sent", "ins"
-ABSENT = "absent"
+
+
+class _Absent:
+    """The one ``ABSENT``: no request field (not a value a client can send, as a string would be)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
 
 
 def _digest(value: Any) -> str:
@@ -145,7 +156,7 @@ class Outcome:
 
 
 def sent_digest(system: Any, tools: Any) -> str:
-    return system_digest(None if system == ABSENT else system) + tools_digest([] if tools == ABSENT else tools)
+    return system_digest(None if system is ABSENT else system) + tools_digest([] if tools is ABSENT else tools)
 
 
 def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted: Mapping[int, list[dict[str, Any]]],
@@ -166,8 +177,8 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     if history is None or not history.known:
         out.note[SENT] = _sent(system, tools)
         return out
-    same_system = cs == system_digest(None if history.system == ABSENT else history.system)
-    same_tools = ct == tools_digest([] if history.tools == ABSENT else history.tools)
+    same_system = cs == system_digest(None if history.system is ABSENT else history.system)
+    same_tools = ct == tools_digest([] if history.tools is ABSENT else history.tools)
     instructions = _instructions(system) if cs != history.client_system else []
     if instructions is None or not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
         if not (same_system and same_tools):
@@ -188,7 +199,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         return out  # the client's prefix is the recorded one (what is no difference aside)
     # keep the recorded prefix: the recorded top-level system and tools, the recorded insertions back in place
     for key, value in (("system", history.system), ("tools", history.tools)):
-        if value == ABSENT:
+        if value is ABSENT:
             params.pop(key, None)
         else:
             params[key] = value

@@ -205,3 +205,13 @@ def test_a_system_the_upstream_refuses_is_sent_as_the_client_has_it() -> None:
                            ([], [{"type": "text", "text": "(no system prompt)"}])):
         body = body_of(conversation([{"system": "S0"}, {"system": system}])[1][0])
         assert body["system"] == "S0" and body["messages"][-1] == {"role": "system", "content": blocks}
+
+
+def test_a_system_prompt_that_reads_absent_is_a_system_prompt() -> None:
+    """The marker for "the request had no system" is not a string a client can send: a client whose system prompt
+    is the text "absent" (as any JSON parse makes it: a new string object) keeps it, unchanged, turn after turn."""
+    absent = "".join(["ab", "sent"])  # not the interned literal
+    runs = conversation([{"system": absent}, {"system": absent}, {"system": absent}])
+    for req, out in runs[1:]:
+        assert not out.changed and out.actions == [] and prefix.SENT not in out.note
+        assert body_of(req)["system"] == "absent" and "system" not in {m["role"] for m in body_of(req)["messages"]}
