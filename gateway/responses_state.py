@@ -59,7 +59,8 @@ def check_previous(gw: Gateway, ex: Exchange, previous: str | None) -> None:
     """After identification: a ``previous_response_id`` is never answered from the request's new items alone. Served
     without records, it names nothing when nothing was recorded (the state machine off, or no store: the API's 400),
     and a store that did not answer is a 503 (as for a bare reference); with records, a conversation the tenant does
-    not hold (a new one was started for it) is the API's 400."""
+    not hold (a new one was started for it) is the API's 400. Refused, the request is not served: not counted as a
+    stateless one (``pipeline.served`` runs after this)."""
     if previous is None:
         return
     if not ex.stateful:

@@ -89,8 +89,9 @@ def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
     assert totals.stateless == report.stateless_metric
     if mode == "on":
         assert totals.replayed > 0 and report.stateless_metric == 0
-    else:  # but a bare reference without records: refused before the lookup (previous_response_id: after it)
-        unserved = sum(r.refused_cases["references"] for r in report.cells.values())
+    else:  # but a replay that needs records (a bare reference, previous_response_id alone) is refused, not served
+        unserved = sum(r.refused_cases["references"] + r.refused_cases["previous"] for r in report.cells.values())
+        assert unserved == totals.refused > 0
         assert totals.stateless == report.requests - unserved, "the state machine is off: every request is stateless"
 
 
