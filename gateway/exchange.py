@@ -35,6 +35,7 @@ class Exchange:
     fork: bool = False               # record on a fork: the client's path left the recorded one
     prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message
     stateful: bool = False           # records were consulted (store up, state machine on)
+    stateless: str | None = None     # why they were not (``metrics.stateless_reason``), counted once served
     actions: list[Action] = field(default_factory=list)
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn

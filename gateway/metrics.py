@@ -197,7 +197,8 @@ PARAMS_DROPPED = _counter("gateway_params_dropped_total",
 STORE_CIRCUIT_OPEN = Gauge("gateway_store_circuit_open", "1 while the store circuit is open/half-open, else 0",
                            multiprocess_mode="livemax")
 STATELESS = _counter("gateway_stateless_requests_total", "Requests served without state (no load, repair by record "
-                                                         "or record), by reason")
+                                                         "or record), by reason; a request the gateway refused is "
+                                                         "not served")
 STORAGE_LIMITED = _counter("gateway_storage_limited_total", "Turns the per-tenant storage limits applied to: not "
                                                             "recorded (tenant_budget), or recorded without their "
                                                             "prompt (prompt_capped)")
@@ -412,7 +413,8 @@ def stateless_reason(e: BaseException | None, *, credential: bool = True) -> str
 
 
 def observe_stateless(reason: str) -> None:
-    """Pipeline, load stage: one request served without state."""
+    """Pipeline, once a request that consulted no records goes upstream (``pipeline.served``): one request served
+    without state."""
     _child(STATELESS, label(reason, STATELESS_REASONS)).inc()
 
 

@@ -120,7 +120,7 @@ def identify(ex: Exchange) -> None:
 async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
     """One store round trip (two when the conversation had to be found by index)."""
     if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
-        metrics.observe_stateless(metrics.stateless_reason(None, credential=ex.tenant is not None))
+        ex.stateless = metrics.stateless_reason(None, credential=ex.tenant is not None)
         return None
     assert ex.request is not None
     ticket = ex.continuation.ticket
@@ -140,7 +140,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
             found = identity.identify_conversation(result, query)
     except StoreError as e:
         log.warning("store load failed (%s); serving statelessly", type(e).__name__)
-        metrics.observe_stateless(metrics.stateless_reason(e))
+        ex.stateless = metrics.stateless_reason(e)
         return None
     ex.stateful = True
     ex.scid, ex.via = found.scid, found.via
@@ -377,6 +377,15 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
                 ex.outgoing = encoder(ex.request)
     except (RecursionError, orjson.JSONEncodeError):
         raise bad_request(TOO_DEEP) from None
+
+
+def served(ex: Exchange) -> None:
+    """The request passed every check and goes upstream: counted as served without state when its load consulted no
+    records (``ex.stateless``). A request refused before (a 4xx or 503 of the gateway's own: a Responses
+    ``previous_response_id`` or bare item reference that needs records there are none of) is not served, so not
+    counted, whatever its load found."""
+    if ex.stateless is not None:
+        metrics.observe_stateless(ex.stateless)
 
 
 async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:

@@ -19,7 +19,7 @@ from gateway.identity import tenant_of
 from gateway.protocols import openai_responses as responses
 from gateway.protocols.canonical import JSON
 from gateway.reasoning_seal import Sealer, sealer
-from gateway.records import load_block
+from gateway.records import load_block, load_fields
 from gateway.settings import Settings
 from state.records import ConversationState, TurnRecord
 from state.store import Store, StoreError
@@ -59,7 +59,8 @@ def check_previous(gw: Gateway, ex: Exchange, previous: str | None) -> None:
     """After identification: a ``previous_response_id`` is never answered from the request's new items alone. Served
     without records, it names nothing when nothing was recorded (the state machine off, or no store: the API's 400),
     and a store that did not answer is a 503 (as for a bare reference); with records, a conversation the tenant does
-    not hold (a new one was started for it) is the API's 400."""
+    not hold (a new one was started for it) is the API's 400. Refused, the request is not served: not counted as a
+    stateless one (``pipeline.served`` runs after this)."""
     if previous is None:
         return
     if not ex.stateful:
@@ -81,7 +82,7 @@ def recorded_items(rec: TurnRecord, ids: responses.ItemIds, seal: Sealer, *,
                    include_encrypted: bool = True) -> list[dict[str, JSON]]:
     """A recorded turn's output items, as they were answered (summaries shown)."""
     return responses.output_items([load_block(d) for d in rec.content], ids, seal.seal,
-                                  include_encrypted=include_encrypted, summary=True)
+                                  include_encrypted=include_encrypted, summary=True, provider=load_fields(rec.provider))
 
 
 async def opened(gw: Gateway, ex: Exchange) -> tuple[Sealer, dict[str, dict[str, JSON]]]:

@@ -23,6 +23,7 @@ async def count_tokens(request: HTTPRequest) -> Response:
     outgoing = ex.raw_body
     if isinstance(model, str) and gw.router.caps_for(model).prefix_bound:
         await pipeline.prepare(ex, gw, anthropic.decode_request)  # (not the replay memo's: nothing is kept)
+        pipeline.served(ex)
         outgoing = ex.outgoing
     metrics.observe_upstream_tried("anthropic")
     resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", outgoing,

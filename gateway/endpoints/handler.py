@@ -180,6 +180,7 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     metrics.bind(ex)
     await codec.prepare()
     assert ex.request is not None
+    pipeline.served(ex)
     path, headers, query = codec.target()
     # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
     with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:

@@ -8,10 +8,12 @@ message items become the system prompt; consecutive assistant-side items (``reas
 
 Reasoning travels in ``reasoning`` items. Their ``encrypted_content`` is the gateway's own sealed encoding of the
 canonical blocks the upstream needs back byte-exact (``Seal``/``Unseal``, supplied by the caller: a thinking block
-with its signature, a redacted block, a Gemini thought, or the block a Gemini ``thoughtSignature`` rides on); a
-reasoning item whose content does not unseal carries nothing verifiable and is dropped (thinking is never forged
-from a summary). Which of a turn's items the client kept does not matter for a recorded conversation: repair
-restores the turn from its record.
+with its signature, a redacted block, a Gemini thought, or the block a Gemini ``thoughtSignature`` rides on), or of
+a turn's message-level reasoning fields (an OpenAI-compatible upstream's ``reasoning_details``, ``reasoning_opaque``
+/ ``reasoning_text`` or ``reasoning_content``: a reasoning item of their own after the turn's other items, which go
+back onto the turn's assistant message); a reasoning item whose content does not unseal carries nothing verifiable
+and is dropped (thinking is never forged from a summary). Which of a turn's items the client kept does not matter
+for a recorded conversation: repair restores the turn from its record.
 
 Output item ids name the recorded turn (``ItemIds``): ``<kind>_<scid>.<position>.<index>``, so ``previous_response_id``
 and bare item references resolve against the store on any replica, per tenant.
@@ -23,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -34,6 +36,7 @@ from gateway.protocols.canonical import (
     Block,
     Message,
     OpaqueBlock,
+    ProviderFields,
     RedactedThinkingBlock,
     Request,
     TextBlock,
@@ -47,8 +50,15 @@ from gateway.protocols.openai_chat import max_tokens_of, reasoning_of, tool_and_
 from gateway.protocols.params import RESPONSES_PARAMS
 from gateway.protocols.responses_upstream import minted_item
 
-Seal = Callable[[list[Block]], str]  # blocks -> encrypted_content
-Unseal = Callable[[str], list[Block] | None]  # encrypted_content -> blocks (None: not the gateway's, or altered)
+
+class Seal(Protocol):
+    """Blocks (and a turn's message-level reasoning fields) -> encrypted_content."""
+
+    def __call__(self, blocks: list[Block], provider: ProviderFields | None = None, /) -> str: ...
+
+
+# encrypted_content -> (blocks, message-level fields) (None: not the gateway's, or altered)
+Unseal = Callable[[str], tuple[list[Block], ProviderFields | None] | None]
 
 ENCRYPTED = "reasoning.encrypted_content"
 NOT_PERSISTED = (" Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove "
@@ -246,7 +256,12 @@ def _decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
             add("user", [ToolResultBlock(call_id, _output(item.get("output"), f"input.{k}.output"))])
         elif t == "reasoning":
             token = item.get("encrypted_content")
-            blocks = unseal(token) if isinstance(token, str) and token else None
+            opened = unseal(token) if isinstance(token, str) and token else None
+            blocks = opened[0] if opened is not None else None
+            if opened is not None and opened[1] is not None:
+                if not msgs or msgs[-1].role != "assistant":
+                    msgs.append(Message("assistant", []))
+                _add_fields(msgs[-1], opened[1])
             if blocks:
                 reasoning = ThinkingBlock | RedactedThinkingBlock | ThoughtBlock
                 own: list[Block] = [b for b in blocks if isinstance(b, reasoning)]
@@ -263,6 +278,13 @@ def _decode_items(items: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     if msgs and msgs[-1].role == "assistant":
         _apply_carried(msgs[-1], carried, sealed)
     return system, [m for m in msgs if m.content]
+
+
+def _add_fields(msg: Message, fields: ProviderFields) -> None:
+    """A turn's sealed message-level fields go back onto its assistant message (a later item's win a key)."""
+    held = msg.provider
+    merged = {**held.fields, **fields.fields} if held is not None and held.origin == fields.origin else fields.fields
+    msg.provider = ProviderFields(fields.origin, merged)
 
 
 def _apply_carried(msg: Message, carried: list[Block], sealed: set[int]) -> None:
@@ -378,11 +400,13 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
 
 
 def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_encrypted: bool,
-                 summary: bool) -> list[dict[str, JSON]]:
+                 summary: bool, provider: ProviderFields | None = None) -> list[dict[str, JSON]]:
     """A turn's blocks as output items, in order: one reasoning item per reasoning block, one message item per text
     block, one function call item per call, and a reasoning item of its own for a signature riding on a call
-    (before it) or a text (after it). The stream emits the very same items (``openai_responses_stream``), so an
-    item's id (its output index) names the same item whether it was streamed, answered whole or read back."""
+    (before it) or a text (after it); last, a reasoning item of its own for the turn's message-level fields
+    (``provider``: a stream has them only at its end). The stream emits the very same items
+    (``openai_responses_stream``), so an item's id (its output index) names the same item whether it was streamed,
+    answered whole or read back."""
     out: list[dict[str, JSON]] = []
 
     def carrier(b: Block) -> None:
@@ -406,6 +430,8 @@ def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_e
             if b.sig is not None:  # (the call as it starts, before its input: as the stream seals it)
                 carrier(ToolUseBlock(b.id, b.name, {}, sig=b.sig))
             out.append(call_item(ids.item(FUNCTION_CALL, len(out)), b.id, b.name, orjson.dumps(b.input).decode()))
+    if provider is not None and include_encrypted:
+        out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([], provider), summary=summary))
     return out
 
 
@@ -441,7 +467,8 @@ def response_object(rid: str, *, model: str, created_at: int, echo: dict[str, JS
 
 def encode_response(turn: Turn, ids: ItemIds, seal: Seal, *, echo: dict[str, JSON], created_at: int,
                     include_encrypted: bool, summary: bool, scid: str | None = None) -> dict[str, JSON]:
-    output = output_items(turn.content, ids, seal, include_encrypted=include_encrypted, summary=summary)
+    output = output_items(turn.content, ids, seal, include_encrypted=include_encrypted, summary=summary,
+                          provider=turn.provider)
     return response_object(ids.response, model=turn.model, created_at=created_at, echo=echo, output=output,
                            stop_reason=turn.stop_reason, usage_=turn.usage, scid=scid)
 

@@ -15,6 +15,8 @@ Every event is ``event: <type>`` + ``data: {..., "type", "sequence_number"}`` (n
   ``response.output_item.done``;
 - a signature riding on a text or tool block (Gemini ``thoughtSignature``) -> a reasoning item of its own (no
   summary) that carries it sealed, next to the block;
+- the turn's message-level reasoning fields (an OpenAI-compatible upstream's, on the translated ``message_delta``)
+  -> a reasoning item of their own (no summary) that carries them sealed, after every other item;
 - the end -> ``response.completed`` (``response.incomplete`` for a turn cut by the token limit), written after the
   turn is recorded (``end``), with the ids it was recorded under;
 - an upstream ``error`` event or a relay failure -> ``error`` then ``response.failed``, and nothing after.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -46,7 +48,14 @@ from gateway.protocols.responses_upstream import minted_item
 from gateway.streaming.accumulate import Snapshot
 from gateway.streaming.sse import SSEEvent
 
-SealStored = Callable[[list[dict[str, JSON]]], str]  # stored-form block dicts -> encrypted_content
+
+class SealStored(Protocol):
+    """Stored-form block dicts (and a turn's message-level fields, in ``records.store_fields`` form) ->
+    encrypted_content."""
+
+    def __call__(self, blocks: list[dict[str, JSON]], provider: dict[str, JSON] | None = None, /) -> str: ...
+
+
 MEDIA_TYPE = "text/event-stream"
 _REASONING_TYPES = ("thinking", "redacted_thinking", "thought")
 
@@ -151,13 +160,22 @@ class StreamEncoder:
         self.output.append(item)
         return self._emit("response.output_item.done", output_index=output_index, item=item)
 
-    def _carrier(self, block: dict[str, JSON]) -> bytes:
-        """A reasoning item of its own for a signature that rides on a text or tool block."""
+    def _carrier(self, block: dict[str, JSON] | None, provider: dict[str, JSON] | None = None) -> bytes:
+        """A reasoning item of its own for a signature that rides on a text or tool block, or for the turn's
+        message-level fields."""
         if not self.include_encrypted:
             return b""
         k = self._next
-        item = reasoning_item(self.ids.item(REASONING, k), None, self.seal([block]), summary=False)
+        sealed = self.seal([block] if block is not None else [], provider)
+        item = reasoning_item(self.ids.item(REASONING, k), None, sealed, summary=False)
         return self._add(None, REASONING, {**item, "encrypted_content": None}) + self._done(item, k)
+
+    def _message_delta(self, data: dict[str, Any]) -> bytes:
+        delta = data.get("delta")
+        provider = delta.get("_provider") if isinstance(delta, dict) else None
+        if not isinstance(provider, dict) or not isinstance(provider.get("fields"), dict) or not provider["fields"]:
+            return b""
+        return self._carrier(None, provider)
 
     def _block_start(self, data: dict[str, Any]) -> bytes:
         idx, block = data.get("index"), data.get("content_block")
@@ -280,5 +298,6 @@ _HANDLERS: dict[str, Callable[[StreamEncoder, dict[str, Any]], bytes]] = {
     "content_block_start": StreamEncoder._block_start,
     "content_block_delta": StreamEncoder._block_delta,
     "content_block_stop": StreamEncoder._block_stop,
+    "message_delta": StreamEncoder._message_delta,
     "error": StreamEncoder._error_event,
 }

@@ -35,10 +35,10 @@ WORKERS = 12
 MIN_IN_FLIGHT = 8
 CELL_IDS = [c.id for c in CELLS]
 RESPONSES_CELLS = [c for c in CELLS if c.surface == "responses"]
-# the upstreams whose thinking the gateway seals into the reasoning item's encrypted_content (Claude's signed blocks,
-# Gemini's thought signatures, natively and through its OpenAI layer); OpenRouter's, Copilot's and DeepSeek's
-# message-level reasoning fields ride in no item: only the records bring them back
-SEALED = {"anthropic", "gemini", "generic"}
+# the upstreams whose thinking the gateway seals into the reasoning item's encrypted_content: Claude's signed blocks,
+# Gemini's thought signatures (natively and through its OpenAI layer), and OpenRouter's, Copilot's and DeepSeek's
+# message-level reasoning fields; not a Responses upstream's own reasoning items (its encrypted_content is not ours)
+SEALED = {"anthropic", "gemini", "generic", "openrouter", "openrouter-claude", "copilot", "deepseek"}
 
 
 @dataclass
@@ -89,8 +89,9 @@ def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
     assert totals.stateless == report.stateless_metric
     if mode == "on":
         assert totals.replayed > 0 and report.stateless_metric == 0
-    else:  # but a bare reference without records: refused before the lookup (previous_response_id: after it)
-        unserved = sum(r.refused_cases["references"] for r in report.cells.values())
+    else:  # but a replay that needs records (a bare reference, previous_response_id alone) is refused, not served
+        unserved = sum(r.refused_cases["references"] + r.refused_cases["previous"] for r in report.cells.values())
+        assert unserved == totals.refused > 0
         assert totals.stateless == report.requests - unserved, "the state machine is off: every request is stateless"
 
 
@@ -117,8 +118,8 @@ def test_state_machine_off(traffic: Traffic, cell: str) -> None:
 @pytest.mark.parametrize("cell", [c.id for c in RESPONSES_CELLS])
 def test_state_machine_off_responses_surface(traffic: Traffic, cell: str) -> None:
     """Without records a Responses client's reasoning items are all there is. Replayed as received, they carry the
-    thinking of the upstreams whose thinking the gateway seals (``SEALED``) on every turn, and none of the others'
-    (a limit of the design: their reasoning fields are not in the item); without reasoning items or without
+    thinking of the upstreams whose thinking the gateway seals (``SEALED``) on every turn, and none of a Responses
+    upstream's (its own reasoning items cannot be vouched for without records); without reasoning items or without
     ``encrypted_content``, none (degraded, never forged). Bare references need the records: refused with the API's
     404 before any upstream request (``traffic_clients.REFUSALS``), never a 4xx upstream."""
     r = traffic.report("off").cells[cell]

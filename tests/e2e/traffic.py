@@ -21,7 +21,8 @@ of them carried their thinking (``replayed_turns``: Anthropic thinking blocks, G
 ``thoughtSignature``, OpenRouter encrypted reasoning, Copilot ``reasoning_opaque``, DeepSeek ``reasoning_content``,
 Gemini-compat ``extra_content`` signatures, OpenAI Responses reasoning items with ``encrypted_content`` before the
 item they preceded; not counted for the flows that switch thinking mid-loop; also per case), and stateless
-fallbacks (requests the gateway served without records, from its access log's ``stateful`` field). Run-wide: the
+fallbacks (requests the gateway served without records, from its access log's ``stateful`` field, of those that went
+upstream: a refused request is not served). Run-wide: the
 simulator's rejections and cross-conversation oracle (``foreign``), and the replicas'
 ``gateway_stateless_requests_total``.
 
@@ -201,7 +202,7 @@ class CellResult:
     upstream_4xx: int = 0    # upstream answers 400-499 (the proxy's record)
     replayed: int = 0        # replayed assistant turns the upstream received
     kept: int = 0            # ... with their thinking
-    stateless: int = 0       # requests served without records (access log ``stateful: false``)
+    stateless: int = 0       # requests served without records (access log ``stateful: false``, sent upstream)
     tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
     by_case: dict[str, list[int]] = field(default_factory=dict)  # case -> [kept, replayed]
     refused_cases: Counter[str] = field(default_factory=Counter)   # case -> conversations refused
@@ -329,7 +330,8 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
     cells = {c.cell.id: CellResult(c.cell.id) for c in convs}
     for line in _access_lines_after(replicas, seen, sum(c.requests for c in convs)):
         cell = by_route.get((str(line.get("endpoint")), str(line.get("model"))))
-        if cell is not None and line.get("stateful") is False:
+        # served (it went upstream) without records: what gateway_stateless_requests_total counts (``pipeline.served``)
+        if cell is not None and line.get("stateful") is False and line.get("upstream_status") is not None:
             cells[cell].stateless += 1
     for conv in convs:
         r = cells[conv.cell.id]

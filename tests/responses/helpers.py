@@ -47,6 +47,7 @@ class Turn:
     events: list[str] = field(default_factory=list)
     scid: str | None = None
     upstream: dict[str, Any] | None = None  # the body the simulator received for it (``run_loop``'s ``sim``)
+    upstream_path: str = ""  # ... and the path it was sent to
     streamed: list[tuple[str, str]] = field(default_factory=list)  # (output_item.added|done, item id), streamed
 
     @property
@@ -81,8 +82,10 @@ def create(client: openai.OpenAI, *, stream: bool, **kw: Any) -> Turn:
 
 def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, stream: bool, mangle: str,
              rounds: int = 8, header: bool = False, sim: Sim | None = None,
-             before: Callable[[], None] | None = None, store: bool | None = None) -> list[Turn]:
-    """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays.
+             before: Callable[[], None] | None = None, store: bool | None = None,
+             replay: Callable[[Items], Items] | None = None) -> list[Turn]:
+    """A tool loop alternating over ``clients`` (one per replica); ``mangle`` names how the client replays
+    (``replay``, when given, is how instead: a client of the test's own).
     ``header``: each request names the previous answer's conversation (``X-AG-Conversation-Id``); ``sim``: each
     turn keeps the body the simulator received; ``before``: called before every request; ``store``: sent on every
     request (default: true with ``previous_response_id``, else false)."""
@@ -103,13 +106,14 @@ def run_loop(clients: Sequence[openai.OpenAI], model: str, prompt: str, *, strea
             before()
         turn = create(clients[n % len(clients)], stream=stream, **kw)
         if sim is not None:
-            turn.upstream = sim.last()["body"]
+            last = sim.last()
+            turn.upstream, turn.upstream_path = last["body"], str(last.get("path", ""))
         turns.append(turn)
         results = [{"type": "function_call_output", "call_id": c["call_id"], "output": f"sunny in round {n}"}
                    for c in turn.calls]
         if not results:
             break
-        replayed = turn.output if mangle == "previous" else MANGLES[mangle](turn.output)
+        replayed = turn.output if mangle == "previous" else (replay or MANGLES[mangle])(turn.output)
         history += replayed + results
         new = results
     return turns

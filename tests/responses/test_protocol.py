@@ -13,6 +13,7 @@ from gateway.errors import ClientError
 from gateway.protocols import openai_responses as responses
 from gateway.protocols.canonical import (
     SEALED,
+    ProviderFields,
     ProviderSig,
     TextBlock,
     ThinkingBlock,
@@ -105,6 +106,64 @@ def test_a_gemini_signature_rides_in_a_reasoning_item_of_its_own() -> None:
     assert isinstance(without[1].content[0], ToolUseBlock) and without[1].content[0].sig is None
 
 
+# an OpenAI-compatible upstream's message-level reasoning fields, per flavor, as its simulator profile returns them
+COMPAT_FIELDS = {
+    "openrouter": ProviderFields("openrouter/gemini", {"reasoning_details": [
+        {"type": "reasoning.text", "text": "I think.", "format": "google-gemini-v1", "index": 0},
+        {"type": "reasoning.encrypted", "data": "ZW5jcnlwdGVk", "format": "google-gemini-v1", "index": 1}]}),
+    "copilot": ProviderFields("copilot/gpt", {"reasoning_opaque": "b3BhcXVl", "reasoning_text": "I think."}),
+    "deepseek": ProviderFields("deepseek/deepseek", {"reasoning_content": "I think."}),
+}
+
+
+def compat_turn(fields: ProviderFields) -> Turn:
+    return Turn(id="c1", model="m", content=[ThoughtBlock("I think.", fields.origin),
+                                             ToolUseBlock("call_1", "get_weather", {"city": "Oslo"})],
+                stop_reason="tool_use", provider=fields)
+
+
+@pytest.mark.parametrize("flavor", sorted(COMPAT_FIELDS))
+def test_an_openai_compatible_turn_s_reasoning_fields_ride_in_a_sealed_item_and_go_back_on_its_message(
+        flavor: str) -> None:
+    """The message-level fields have a reasoning item of their own after the turn's other items (``tg2``); replayed,
+    they go back onto the turn's assistant message with the origin that minted them, whole; altered, or without
+    ``encrypted_content``, they are dropped (nothing forged)."""
+    turn = compat_turn(COMPAT_FIELDS[flavor])
+    items = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=True, summary=True,
+                                   provider=turn.provider)
+    assert [i["type"] for i in items] == ["reasoning", "function_call", "reasoning"]
+    assert [i["id"] for i in items] == [IDS.item("rs", 0), IDS.item("fc", 1), IDS.item("rs", 2)]
+    assert items[0]["encrypted_content"].startswith("tg1.") and items[2]["encrypted_content"].startswith("tg2.")
+    assert items[2]["summary"] == []
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "ok"}
+
+    def replayed(fields_item: dict[str, Any]) -> list[Any]:
+        body = {"model": "m", "input": [{"role": "user", "content": "q"}, items[0], items[1], fields_item, result]}
+        return decode(body).request.messages
+
+    msgs = replayed(items[2])
+    assert [m.role for m in msgs] == ["user", "assistant", "user"]
+    assert msgs[1].provider == turn.provider and msgs[1].content == turn.content
+    sealed = items[2]["encrypted_content"]
+    head, body, tag = sealed.split(".")
+    for bad in (f"{head}.{body}.{tag[::-1]}", f"tg1.{body}.{tag}", f"{head}.{body[:-2]}.{tag}"):
+        assert replayed({**items[2], "encrypted_content": bad})[1].provider is None
+    assert replayed({k: v for k, v in items[2].items() if k != "encrypted_content"})[1].provider is None
+    assert sealer(SECRET, "tenant-b").unseal(sealed) is None, "another tenant's fields do not open"
+    without = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=False, summary=True,
+                                     provider=turn.provider)
+    assert [i["type"] for i in without] == ["reasoning", "function_call"], "no encrypted_content asked: no carrier"
+
+
+def test_content_sealed_before_the_fields_version_still_opens() -> None:
+    """A ``tg1`` item minted by the previous release (this literal) opens as it did; blocks without fields are still
+    minted ``tg1``."""
+    old = ("tg1.eJyLrlYqqSxIVbJSKsnIzMvOzEtX0kEwrZTyc1IUkGSKM9PzEktKi0Aakowqsn0i_Aqiym1tlWpjAcRDGXo."
+           "Tguh4bREMklQDbjE7I3y6w")
+    assert SEAL.unseal(old) == ([ThinkingBlock("old thinking", "b2xkLXNpZw==")], None)
+    assert SEAL.seal([ThinkingBlock("old thinking", "b2xkLXNpZw==")]) == old
+
+
 def test_bare_references_resolve_or_get_the_api_404() -> None:
     items = responses.output_items(claude_turn().content, IDS, SEAL.seal, include_encrypted=True, summary=True)
     refs = [{"type": "item_reference", "id": i["id"]} for i in items[:2]] + [{"id": items[2]["id"]}]
@@ -188,7 +247,7 @@ def test_the_stream_is_the_responses_event_sequence_and_ends_as_the_object_would
     whole = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=True, summary=True)
     assert [(i["type"], i["id"]) for i in done["output"]] == [(i["type"], i["id"]) for i in whole]
     rs = done["output"][0]
-    assert SEAL.unseal(rs["encrypted_content"]) == [ThinkingBlock(THINKING, SIGNATURE)]
+    assert SEAL.unseal(rs["encrypted_content"]) == ([ThinkingBlock(THINKING, SIGNATURE)], None)
     added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
     assert added == [i["id"] for i in done["output"]]
 
@@ -280,3 +339,38 @@ def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order()
     without = responses_upstream.encode_request(decode({"model": "gpt-5", "input": "hi"}).request,
                                                 Router("").caps_for("gpt-5"))
     assert without["include"] == ["reasoning.encrypted_content"] and "reasoning" not in without
+
+
+def test_a_streamed_openai_compatible_turn_carries_its_fields_like_the_whole_answer() -> None:
+    """The translated stream of an OpenAI-compatible upstream has the message-level fields only on its
+    ``message_delta``: the carrier item comes after every other item, as ``output_items`` puts it, with the same id
+    and the same sealed fields."""
+    fields = {"origin": "deepseek/deepseek", "fields": {"reasoning_content": "I think."}}
+    raw = _sse(
+        {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "d",
+                                              "content": [], "stop_reason": None, "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "thought", "thinking": "", "_provider": {"origin": "deepseek/deepseek"}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I think."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Oslo"}'}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "_provider": fields},
+         "usage": {"output_tokens": 3}},
+        {"type": "message_stop"})
+    events, snap = encode_stream(raw)
+    done = events[-1]["response"]["output"]
+    turn = finished_turn(snap)
+    assert turn is not None
+    lifted = lift_turn(turn)
+    assert lifted.provider == ProviderFields("deepseek/deepseek", {"reasoning_content": "I think."})
+    whole = responses.output_items(lifted.content, IDS, SEAL.seal, include_encrypted=True, summary=True,
+                                   provider=lifted.provider)
+    assert [(i["type"], i["id"]) for i in done] == [(i["type"], i["id"]) for i in whole]
+    assert [i["type"] for i in done] == ["reasoning", "function_call", "reasoning"]
+    assert SEAL.unseal(done[-1]["encrypted_content"]) == ([], lifted.provider)
+    added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
+    assert added == [i["id"] for i in done]

@@ -3,7 +3,8 @@ not) drives tool loops with reasoning through two gateway replicas on one real r
 Gemini simulators, alternating replicas every request: no 4xx, and the upstream gets the turn's reasoning back on
 every request (Claude's signed thinking byte-exact, Gemini's genuine thought signatures), also when the client drops
 the reasoning items, drops their ``encrypted_content``, replays bare item references with ``store: false``, or
-continues by ``previous_response_id`` alone."""
+continues by ``previous_response_id`` alone. Without records (the state machine off, Redis not there) the sealed
+reasoning items carry the turn to every upstream kind, the OpenAI-compatible flavors' message-level fields too."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any
 import openai
 import pytest
 
-from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, RESPONSES, Rejections
+from tests.e2e.traffic import thinking_lost
+from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, OPENROUTER_CLAUDE, RESPONSES, Rejections, gateway_env
 from tests.gemini.matrix import Pair
-from tests.process_fixtures import Sim
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, metric_sum
 from tests.redis_fixtures import RedisServer
-from tests.responses.helpers import INCLUDE, REASONING, create, run_loop
+from tests.reliability.recording_proxy import Exchange
+from tests.responses.helpers import INCLUDE, REASONING, Items, create, run_loop
 
 CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
 BYPASS = "skip_thought_signature_validator"
@@ -144,7 +147,7 @@ COMPAT_FIELD = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_text", DEEP
 def test_openai_compatible_upstreams_get_their_provider_fields_back(
         sim: Sim, clients: list[openai.OpenAI], model: str, mangle: str, stream: bool) -> None:
     """The same loops to OpenRouter-, Copilot- and DeepSeek-style upstreams: every assistant message goes back with
-    the reasoning field its upstream returned (from the records: the message-level fields ride in no item)."""
+    the reasoning field its upstream returned (from the records, whatever the client kept of the items)."""
     rejected = sum(sim.stats()["rejections"].values())
     turns = run_loop(clients, model, f"[[sim:tools=2]] compat {model} ({mangle}, {stream})", stream=stream,
                      mangle=mangle, sim=sim)
@@ -154,6 +157,92 @@ def test_openai_compatible_upstreams_get_their_provider_fields_back(
     assistants = [m for m in body["messages"] if m["role"] == "assistant"]
     assert len(assistants) == 2 and all(m.get(COMPAT_FIELD[model]) for m in assistants), assistants
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+# how each OpenAI-compatible flavor degrades a loop whose reasoning fields are not whole (``sanitize_compat``)
+COMPAT_DEGRADE = {OPENROUTER: "tool_loop_textualized", COPILOT: "tool_loop_textualized",
+                  DEEPSEEK: "tool_loop_textualized", OPENROUTER_CLAUDE: "thinking_disabled"}
+NO_RECORDS_SECRET = "responses-no-records-secret-0123456789"
+
+
+class NoRecords:
+    """Two replicas that serve without records, started on first use: ``off`` (``GATEWAY_STATE_MACHINE_ENABLED=false``
+    on the shared redis-server) and ``redis_down`` (a Redis URL nothing listens on); one secret, so either replica
+    opens what the other sealed."""
+
+    def __init__(self, sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> None:
+        self.env = {"off": gateway_env(sim, GATEWAY_REDIS_URL=redis_server.url, GATEWAY_SECRET=NO_RECORDS_SECRET,
+                                       GATEWAY_STATE_MACHINE_ENABLED="false"),
+                    "redis_down": gateway_env(sim, GATEWAY_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+                                              GATEWAY_SECRET=NO_RECORDS_SECRET)}
+        self.sim, self.gateways = sim, gateways
+        self.pairs: dict[str, tuple[ServerProcess, ServerProcess]] = {}
+
+    def pair(self, mode: str) -> tuple[ServerProcess, ServerProcess]:
+        if mode not in self.pairs:
+            self.pairs[mode] = (self.gateways.start(self.sim.url, self.env[mode]),
+                                self.gateways.start(self.sim.url, self.env[mode]))
+        return self.pairs[mode]
+
+    def clients(self, mode: str) -> list[openai.OpenAI]:
+        return [openai.OpenAI(base_url=g.url + "/v1", api_key=KEY, max_retries=0) for g in self.pair(mode)]
+
+    def degrades(self, mode: str, model: str) -> float:
+        return sum(metric_sum(g, "gateway_sanitize_actions_total", action=COMPAT_DEGRADE[model])
+                   for g in self.pair(mode))
+
+
+@pytest.fixture(scope="module")
+def no_records(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> NoRecords:
+    return NoRecords(sim, gateways, redis_server)
+
+
+def _lost(turn: Any) -> list[int]:
+    """The replayed assistant messages of the upstream request of ``turn`` that went without their reasoning fields."""
+    return thinking_lost(Exchange(None, turn.upstream_path, turn.upstream, 200))
+
+
+def _tampered(items: Items) -> Items:
+    """A client (or anyone on the way) that alters the sealed content of every reasoning item (its MAC reversed)."""
+    def alter(token: str) -> str:
+        head, _, tag = token.rpartition(".")
+        return f"{head}.{tag[::-1]}"
+    return [{**i, "encrypted_content": alter(i["encrypted_content"])} if i.get("encrypted_content") else i
+            for i in items]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("model", list(COMPAT_DEGRADE))
+@pytest.mark.parametrize("mode", ["off", "redis_down"])
+def test_without_records_sealed_items_carry_an_openai_compatible_upstream_s_reasoning_fields(
+        sim: Sim, no_records: NoRecords, mode: str, model: str, stream: bool) -> None:
+    """No record to restore from: a client that replays the output items as received gets every earlier turn to the
+    upstream with its reasoning fields (OpenRouter's encrypted ``reasoning_details``, Copilot's ``reasoning_opaque``,
+    DeepSeek's ``reasoning_content``: the sealed item carries them), nothing degraded, no upstream 4xx. The same
+    loop with the sealed content altered: the items are dropped, never forged, and each flavor degrades the way its
+    upstream accepts (``sanitize_compat``), still no 4xx."""
+    clients = no_records.clients(mode)
+    try:
+        with Rejections(sim):
+            before = no_records.degrades(mode, model)
+            kept = run_loop(clients, model, f"[[sim:tools=2]] sealed fields {mode} {model} {stream}", stream=stream,
+                            mangle="faithful", sim=sim)
+            assert [len(t.calls) for t in kept] == [1, 1, 0], [t.response for t in kept]
+            for n, t in enumerate(kept):
+                assert t.upstream is not None
+                sent = [m for m in t.upstream["messages"] if m["role"] == "assistant"]
+                assert len(sent) == n and all(m.get("tool_calls") for m in sent), f"request {n}: {sent}"
+                assert _lost(t) == [], f"request {n}: reasoning fields lost {sent}"
+            assert no_records.degrades(mode, model) == before, "nothing to degrade"
+            altered = run_loop(clients, model, f"[[sim:tools=2]] altered fields {mode} {model} {stream}",
+                               stream=stream, mangle="faithful", sim=sim, replay=_tampered)
+            assert [len(t.calls) for t in altered] == [1, 1, 0], [t.response for t in altered]
+            last = altered[-1]
+            assert last.upstream is not None and _lost(last), "altered content carries nothing"
+            assert no_records.degrades(mode, model) > before, "degraded the flavor's way, and counted"
+    finally:
+        for c in clients:
+            c.close()
 
 
 # how the real API fails each replay style thinkgate repairs: (status, simulator rule, the error text's start)

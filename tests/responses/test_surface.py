@@ -177,3 +177,42 @@ def test_previous_response_id_without_records_is_refused_not_answered_from_the_n
         err = _openai_error(resp, 503)
         assert err["message"] == "the conversation store is unavailable"
     assert sim.last() == before, "nothing went upstream"
+
+
+def _stateless(gw: ServerProcess) -> float:
+    return metric_sum(gw, "gateway_stateless_requests_total")
+
+
+@pytest.mark.parametrize("mode", ["state-machine-off", "store-down"])
+def test_a_refused_reference_is_not_counted_as_a_stateless_request(sim: Sim, gateways: GatewayFactory,
+                                                                   mode: str) -> None:
+    """``gateway_stateless_requests_total`` counts requests *served* without state (its help text; the
+    ``ThinkgateStatelessRequests`` alert divides it by all requests and says their histories were not repaired). A
+    ``previous_response_id`` and a bare ``store: false`` item reference that need records there are none of are
+    refused before any upstream request, streamed or not: neither is served, so neither is counted (the previous
+    release counted the first, not the second); the same turn replayed whole is served, and counted once each."""
+    env = {"GATEWAY_STATE_MACHINE_ENABLED": "false"} if mode == "state-machine-off" else \
+        {"GATEWAY_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "GATEWAY_STORE_TIMEOUT_MS": "300"}
+    gw = gateways.start(sim.url, {"GATEWAY_SECRET": "responses-refused-not-served-0123456789", **env})
+    refused = {"state-machine-off": (400, 404), "store-down": (503, 503)}[mode]
+    base = {"model": MODEL, "tools": [WEATHER], "reasoning": REASONING, "include": INCLUDE}
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+        first = create(client, stream=False, input=f"[[sim:tools=1]] counted ({mode})", store=False, **base)
+        before = _stateless(gw)  # (a first turn has nothing to look up: with the store down it may not count)
+        call = first.calls[0]
+        result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+        upstream = sim.last()
+        for stream in (False, True):
+            previous = _post(gw, {**base, "stream": stream, "previous_response_id": first.response["id"],
+                                  "store": True, "input": [result]})
+            _openai_error(previous, refused[0])
+            bare = _post(gw, {**base, "stream": stream, "store": False, "input": [
+                {"role": "user", "content": f"[[sim:tools=1]] counted ({mode})"},
+                *({"type": "item_reference", "id": item["id"]} for item in first.output), result]})
+            _openai_error(bare, refused[1])
+        assert sim.last() == upstream, "nothing refused went upstream"
+        assert _stateless(gw) == before, "a refused request is not served: not counted"
+        for stream in (False, True):  # the same turn replayed whole: served without records, counted once each
+            create(client, stream=stream, input=[{"role": "user", "content": f"[[sim:tools=1]] counted ({mode})"},
+                                                 *first.output, result], store=False, **base)
+        assert _stateless(gw) == before + 2
