@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.reliability.stream_cuts import Cutter, cut_classes
+from tests.reliability.stream_cuts import Cuts, Cutter, HardCutter, cut_classes
 
 _MARKER = re.compile(rb"\[\[sim:conv=([A-Za-z0-9_-]{1,64})\]\]")
 _HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "accept-encoding",
@@ -74,12 +74,14 @@ class _Server(ThreadingHTTPServer):
 class RecordingProxy:
     """A threaded loopback proxy in front of ``target``; ``url`` is what gateways are pointed at. ``split_seed``:
     cut every answer into pieces of at most ``max_piece`` bytes at offsets drawn from the seed (None: each upstream
-    read is written on as it came)."""
+    read is written on as it came). ``hard_cuts``: cut every upstream read at each hard place instead
+    (``stream_cuts.HardCutter``)."""
 
-    def __init__(self, target: str, *, split_seed: int | None = None, max_piece: int = MAX_PIECE,
-                 pause_s: float = PIECE_PAUSE_S) -> None:
+    def __init__(self, target: str, *, split_seed: int | None = None, hard_cuts: bool = False,
+                 max_piece: int = MAX_PIECE, pause_s: float = PIECE_PAUSE_S) -> None:
         self.target = target.rstrip("/")
         self.split_seed = split_seed
+        self.hard_cuts = hard_cuts
         self.max_piece = max_piece
         self.pause_s = pause_s
         self.exchanges: list[Exchange] = []
@@ -135,7 +137,9 @@ class RecordingProxy:
         with self._lock:
             (self._open.add if is_open else self._open.discard)(sock)
 
-    def _cutter(self, method: str, path: str, raw: bytes) -> Cutter | None:
+    def _cutter(self, method: str, path: str, raw: bytes) -> Cuts | None:
+        if self.hard_cuts:
+            return HardCutter()
         if self.split_seed is None:
             return None
         seed = hashlib.sha256(b"%d\0%s\0%s\0" % (self.split_seed, method.encode(), path.encode()) + raw).digest()
@@ -195,7 +199,7 @@ class RecordingProxy:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _relay(self, resp: httpx.Response, exchange: Exchange, cutter: Cutter | None) -> None:
+            def _relay(self, resp: httpx.Response, exchange: Exchange, cutter: Cuts | None) -> None:
                 self.send_response(resp.status_code)
                 for k, v in resp.headers.multi_items():
                     if k.lower() not in _HOP:

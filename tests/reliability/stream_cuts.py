@@ -1,9 +1,9 @@
 """Where a relayed answer is cut into pieces, and what each cut splits (pure: no socket).
 
-The recording proxy (``recording_proxy.py``) sends an upstream answer on in small pieces at seeded pseudo-random byte
-boundaries, so the gateway reads every upstream stream split where a real network may split it. ``Cutter``
-cuts (deterministic per random generator); ``cut_class`` names what a cut at one offset splits, the
-classes a stream decoder must join correctly (``CUT_CLASSES``, most specific first):
+The recording proxy (``recording_proxy.py``) sends an upstream answer on in small pieces at seeded pseudo-random
+byte boundaries, so the gateway reads every upstream stream split where a real network may split it. ``Cutter`` cuts
+(deterministic per random generator), ``HardCutter`` at every hard place at once; ``cut_class`` names what a cut at
+one offset splits, the classes a stream decoder must join correctly (``CUT_CLASSES``, most specific first):
 
 - ``crlf``: between the ``\\r`` and the ``\\n`` of a CRLF line end (Gemini's SSE ends its lines with CRLF);
 - ``utf8``: inside one multi-byte UTF-8 character;
@@ -14,11 +14,19 @@ classes a stream decoder must join correctly (``CUT_CLASSES``, most specific fir
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Iterable
+from typing import Protocol
 
 CUT_CLASSES = ("crlf", "utf8", "json_string", "between_events", "event")
+
+
+class Cuts(Protocol):
+    def cut(self, chunk: bytes) -> list[bytes]:
+        """The pieces to write for one upstream read, in order (joined: the read)."""
+        ...
 
 
 class Cutter:
@@ -47,6 +55,22 @@ class Cutter:
             if self._next == 0:
                 self._next = self._draw()
         return pieces
+
+
+class HardCutter:
+    """Cuts every chunk at each of the hard places, all of them every time: between every ``\\r`` and ``\\n``, inside
+    every multi-byte UTF-8 character (before each continuation byte), just after every backslash (inside a JSON
+    escape) and after the second byte of every line (inside the field name: ``da|ta:``, ``ev|ent:``)."""
+
+    __slots__ = ()
+
+    def cut(self, chunk: bytes) -> list[bytes]:
+        starts = [0, *(k + 1 for k, b in enumerate(chunk) if b == 0x0A)]
+        cuts = {k for k in range(1, len(chunk))
+                if (chunk[k - 1] == 0x0D and chunk[k] == 0x0A) or 0x80 <= chunk[k] <= 0xBF or chunk[k - 1] == 0x5C}
+        cuts |= {s + 2 for s in starts if b"\n" not in chunk[s:s + 2] and b"\r" not in chunk[s:s + 2]}
+        bounds = [0, *sorted(k for k in cuts if 0 < k < len(chunk)), len(chunk)]
+        return [chunk[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _in_json_string(line: bytes) -> bool:

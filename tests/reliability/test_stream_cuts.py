@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tests.reliability.stream_cuts import CUT_CLASSES, Cutter, cut_class, cut_classes
+from tests.reliability.stream_cuts import CUT_CLASSES, Cutter, HardCutter, cut_class, cut_classes
 
 # one Gemini-style event (CRLF line ends) with multi-byte characters and an escaped quote inside a JSON string
 EVENT = 'data: {"text": "a \\" caf\u00e9 \U0001f914", "n": 1}\r\n\r\n'.encode()
@@ -49,3 +49,10 @@ def test_between_events_and_the_counts() -> None:
     assert cut_class(data, len(EVENT)) == "between_events"
     counts = cut_classes([(data, range(1, len(data)))])
     assert set(counts) == set(CUT_CLASSES) and sum(counts.values()) == len(data) - 1
+
+
+def test_the_hard_cutter_cuts_at_every_hard_place() -> None:
+    pieces = HardCutter().cut(EVENT + b"event: x\ndata: 1\n\n")
+    assert pieces[:3] == [b"da", b'ta: {"text": "a \\', b'" caf\xc3']
+    assert pieces[3:7] == [b"\xa9 \xf0", b"\x9f", b"\xa4", b'\x94", "n": 1}\r']
+    assert pieces[7:] == [b"\n\r", b"\nev", b"ent: x\nda", b"ta: 1\n\n"]
