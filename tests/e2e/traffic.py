@@ -208,7 +208,8 @@ class CellResult:
     stateless: int = 0       # requests served without records (access log ``stateful: false``)
     tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
     by_case: dict[str, list[int]] = field(default_factory=dict)  # case -> [kept, replayed]
-    refused_cases: Counter[str] = field(default_factory=Counter)   # case -> conversations refused
+    refused_cases: dict[str, int] = field(default_factory=dict)   # case -> conversations refused (not a Counter:
+    # dataclasses.asdict rebuilds a Counter from its items, counting (key, value) pairs: the bench's --json broke)
     samples: list[str] = field(default_factory=list)  # a few error texts
 
     @property
@@ -345,7 +346,7 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
         r.completed += conv.completed
         if conv.refused is not None:
             r.refused += 1
-            r.refused_cases[conv.case] += 1
+            r.refused_cases[conv.case] = r.refused_cases.get(conv.case, 0) + 1
         r.requests += conv.requests
         if conv.errors:
             r.errors += 1
