@@ -1,10 +1,12 @@
 """Issue 23 item 4, the long form: every mangling of every client surface x upstream pair under realistic traffic.
 
     python bench/mangling_traffic.py [--repeat 1] [--workers 16] [--modes on,off[,store-down]]
-                                     [--gateway-workers 1] [--cells responses->,->responses] [--json out.json]
+                                     [--gateway-workers 1] [--cells responses->,->responses] [--split-seed 23]
+                                     [--json out.json]
 
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
-proxy in front of it (``tests/reliability/recording_proxy.py``) and, per state-machine mode, two gateway
+proxy in front of it (``tests/reliability/recording_proxy.py``: it relays every answer as it arrives, cut into small
+pieces at offsets drawn from ``--split-seed``) and, per state-machine mode, two gateway
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
 ``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
 those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
@@ -16,7 +18,8 @@ circuit breaker).
 Prints per mode and cell: runs (conversations), completed, refused by design (Responses replays that need records,
 without them), requests, upstream 4xx, client errors, thinking kept /
 replayed turns (what the upstream received), stateless fallbacks (the gateways' access log; the run-wide
-``gateway_stateless_requests_total`` in the header line), and what breaks the promise. Exit status 1 if anything
+``gateway_stateless_requests_total`` in the header line; below it the streamed upstream answers, the pieces they
+were relayed in and the cuts by what they split), and what breaks the promise. Exit status 1 if anything
 does (state machine on: any 4xx, error, unfinished conversation, turn without its thinking or stateless
 fallback; off and store-down: any 4xx, error or unfinished conversation).
 """
@@ -32,7 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.traffic import CELLS, plan, run
+from tests.e2e.traffic import CELLS, SPLIT_SEED, plan, run
 from tests.gemini.helpers import gateway_env
 from tests.process_fixtures import GatewayFactory, Sim, free_port, start_process
 from tests.redis_fixtures import RedisServer
@@ -54,6 +57,8 @@ def main() -> int:
     ap.add_argument("--modes", default="on,off", help="state machine modes to run, in order")
     ap.add_argument("--gateway-workers", type=int, default=1, help="worker processes per gateway replica")
     ap.add_argument("--cells", default="", help="play only the cells whose id contains one of these (comma-separated)")
+    ap.add_argument("--split-seed", type=int, default=SPLIT_SEED,
+                    help="where the proxy cuts the upstream answers it relays (-1: as each upstream read came)")
     ap.add_argument("--json", help="write the reports here")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -68,7 +73,7 @@ def main() -> int:
     redis_server.start()
     sim_process = start_process("sim", ["sim"], "/_sim/stats")
     sim = Sim(sim_process)
-    proxy = RecordingProxy(sim.url).start()
+    proxy = RecordingProxy(sim.url, split_seed=None if args.split_seed < 0 else args.split_seed).start()
     gateways = GatewayFactory()
     env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
     env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": SECRET, "GATEWAY_STORE_TIMEOUT_MS": "1000",

@@ -3,7 +3,9 @@
 Every client surface x upstream pair plays ``PER_CELL`` mangled tool-loop conversations (cases in turn, stream
 and header alternating), all cells mixed, ``WORKERS`` conversations in flight at once, two tenants, every
 request on the other replica than the one before: two gateway processes on one real redis-server in front of
-the strict simulator (through the recording proxy). Played once per module and mode, on two pairs of replicas:
+the strict simulator (through the recording proxy, which relays every upstream answer in small pieces cut at
+seeded offsets: the run checks that the replicas read streams cut at every kind of awkward place). Played once per
+module and mode, on two pairs of replicas:
 
 - ``GATEWAY_STATE_MACHINE_ENABLED`` on: per cell zero upstream 4xx, every conversation completes, every replayed
   turn reaches the upstream with its thinking (every turn has a record: the gateway relayed it), no stateless
@@ -24,11 +26,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.e2e.traffic import CELLS, Report, plan, run
+from tests.e2e.traffic import CELLS, SPLIT_SEED, Report, plan, run
 from tests.gemini.helpers import gateway_env
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import RecordingProxy
+from tests.reliability.stream_cuts import CUT_CLASSES
 
 PER_CELL = 4
 WORKERS = 12
@@ -61,7 +64,7 @@ class Traffic:
 
 @pytest.fixture(scope="module")
 def traffic(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Traffic]:
-    proxy = RecordingProxy(sim.url).start()
+    proxy = RecordingProxy(sim.url, split_seed=SPLIT_SEED).start()
     env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
     env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-23-traffic-0123456789abcdef01",
             "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
@@ -85,6 +88,9 @@ def test_the_run_is_realistic_traffic(traffic: Traffic, mode: str) -> None:
     assert report.max_in_flight >= MIN_IN_FLIGHT and report.tenants == 2
     assert all(len(r.tenants) == 2 for r in report.cells.values()), "every cell plays both tenants"
     assert report.foreign == 0, "an upstream request carried another conversation's content"
+    # the replicas read their upstream streams cut at every kind of awkward place
+    assert report.stream.streamed > 0 and report.stream.pieces > 10 * report.stream.streamed, report.stream
+    assert set(report.stream.cuts) == set(CUT_CLASSES), report.stream
     totals = report.totals()
     assert totals.stateless == report.stateless_metric
     if mode == "on":

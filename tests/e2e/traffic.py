@@ -11,7 +11,10 @@ tool-loop conversations, many at once: a thread pool of ``workers`` conversation
 keys, alternating), every request of a conversation on the other replica than the one before, streams and
 non-streams, with and without the conversation-id header. The replicas are two gateway processes on one real
 redis-server; a recording proxy (``tests/reliability/recording_proxy.py``) between them and the strict simulator
-keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and what it answered.
+keeps what the upstream received for each conversation (``[[sim:conv=NAME]]``) and what it answered, and relays
+every answer as it arrives, cut into small pieces at offsets drawn from ``SPLIT_SEED``: the replicas read every
+upstream stream split inside events, JSON strings, multi-byte characters and CRLF line ends (``Report.stream``
+counts the streamed answers, their pieces and the cuts by class).
 
 Measured per cell (``CellResult``): conversations (runs) and how many completed or were refused by design (a
 Responses replay that names what only the records hold, bare ``store: false`` references or ``previous_response_id``
@@ -60,9 +63,10 @@ from tests.manglings import openai as openai_manglings
 from tests.manglings.anthropic import FLOWS, HISTORY_MANGLINGS, MESSAGE_MANGLINGS, NO_KEEP_CHECK
 from tests.process_fixtures import ServerProcess, Sim, scrape
 from tests.reliability.loops import access_lines
-from tests.reliability.recording_proxy import Exchange, RecordingProxy
+from tests.reliability.recording_proxy import Exchange, Figures, RecordingProxy
 from tests.responses.helpers import CASES as RESPONSES_CASES
 
+SPLIT_SEED = 23  # the recording proxy's: where it cuts the upstream answers it relays
 TENANTS = ("sk-traffic-tenant-a-0123456789abcdef0123456789", "sk-traffic-tenant-b-0123456789abcdef0123456789")
 # The access log's endpoint label of each surface (``gateway.surfaces``).
 ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_completions", "responses": "responses",
@@ -205,7 +209,8 @@ class CellResult:
     stateless: int = 0       # requests served without records (access log ``stateful: false``, sent upstream)
     tenants: set[str] = field(default_factory=set)    # the API keys its conversations used
     by_case: dict[str, list[int]] = field(default_factory=dict)  # case -> [kept, replayed]
-    refused_cases: Counter[str] = field(default_factory=Counter)   # case -> conversations refused
+    refused_cases: dict[str, int] = field(default_factory=dict)   # case -> conversations refused (not a Counter:
+    # dataclasses.asdict rebuilds a Counter from its items, counting (key, value) pairs: the bench's --json broke)
     samples: list[str] = field(default_factory=list)  # a few error texts
 
     @property
@@ -225,6 +230,7 @@ class Report:
     foreign: int                   # upstream requests carrying another conversation's content (the oracle)
     stateless_metric: float        # gateway_stateless_requests_total over both replicas, during the run
     requests: int
+    stream: Figures                # the streamed upstream answers: how many, in how many pieces, cut where
 
     def totals(self) -> CellResult:
         t = CellResult("total")
@@ -265,6 +271,8 @@ class Report:
                  f"{self.elapsed:.1f}s, {self.max_in_flight} in flight at most ({self.workers} workers), "
                  f"{self.tenants} tenants; simulator rejections {sum(self.rejections.values())}, foreign "
                  f"{self.foreign}, gateway_stateless_requests_total {self.stateless_metric:.0f}",
+                 f"streamed upstream answers {self.stream.streamed}, relayed in {self.stream.pieces} pieces; cuts "
+                 f"{self.stream.cuts}",
                  "",
                  "| surface -> upstream | runs | completed | refused | requests | upstream 4xx | errors | thinking "
                  "kept / replayed turns | stateless fallbacks |",
@@ -340,7 +348,7 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
         r.completed += conv.completed
         if conv.refused is not None:
             r.refused += 1
-            r.refused_cases[conv.case] += 1
+            r.refused_cases[conv.case] = r.refused_cases.get(conv.case, 0) + 1
         r.requests += conv.requests
         if conv.errors:
             r.errors += 1
@@ -357,4 +365,5 @@ def run(replicas: Sequence[ServerProcess], proxy: RecordingProxy, sim: Sim, conv
                 case[1] += len(turns)
     return Report(mode, cells, elapsed, in_flight[1], workers, len({c.key for c in convs}),
                   {k: v for k, v in rejections.items() if v}, stats["foreign"] - stats0["foreign"],
-                  _stateless_total(replicas) - stateless0, sum(c.requests for c in convs))
+                  _stateless_total(replicas) - stateless0, sum(c.requests for c in convs),
+                  proxy.figures([ex for conv in convs for ex in proxy.of(conv.name)]))

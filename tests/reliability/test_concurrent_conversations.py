@@ -8,7 +8,8 @@ Gemini- and Anthropic-style upstreams; native Gemini clients (function calls car
 drop a tool round or edit their first message (keeping the marker).
 
 A recording proxy (``recording_proxy``) between the replicas and the simulator shows what the upstream
-received for each conversation. Acceptance:
+received for each conversation; it relays every answer as it arrives, cut into small pieces at seeded offsets
+(inside events, JSON strings, multi-byte characters, CRLF line ends). Acceptance:
 
 - the simulator's oracle counts no request carrying another conversation's content (``foreign``);
 - no upstream 4xx (the simulator's rejections unchanged, every proxied exchange 200);
@@ -162,7 +163,7 @@ class Team:
 @pytest.fixture(scope="module")
 def team(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Team]:
     """Two replicas on one redis-server, every upstream kind reached through the recording proxy."""
-    proxy = RecordingProxy(sim.url).start()
+    proxy = RecordingProxy(sim.url, split_seed=20).start()  # every answer relayed in small pieces
     env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
     env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-20-team-0123456789abcdef01",
             "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
@@ -328,11 +329,12 @@ def run_team(team: Team, sim: Sim, waves: int, *, concurrent: bool = True) -> No
         if b.surface == "anthropic" and b.unambiguous and conv.thinking_answers != len(conv.scids):
             problems.append(f"{conv.name} ({b.name}): {conv.thinking_answers} of {len(conv.scids)} answers "
                             f"start with thinking")
+    all_exchanges = [e for conv in convs for e in team.proxy.of(conv.name)]
     vias = Counter(line.get("via") for sp, n in zip(team.replicas, seen, strict=True)
                    for line in access_lines(sp.log_lines())[n:])
     figures = (f"{len(convs)} conversations ({waves} waves of {len(BEHAVIOURS)} behaviours) in {elapsed:.1f}s: "
                f"{sum(c.requests for c in convs)} requests, {sum(len(team.proxy.of(c.name)) for c in convs)} upstream "
-               f"exchanges, "
+               f"exchanges ({team.proxy.figures(all_exchanges)}), "
                f"foreign {foreign}, upstream requests with another conversation's thinking {dict(swapped)}, "
                f"identified via {dict(vias)}, upstream requests without some thinking "
                f"(all behaviours) {dict(lost)}")
