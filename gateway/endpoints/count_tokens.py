@@ -1,33 +1,51 @@
-"""Anthropic ``POST /v1/messages/count_tokens``: a plain passthrough (body and headers forwarded, answer returned).
-
-On a model that binds thinking to its prefix (``routing.ModelCaps.prefix_bound``) the upstream checks the binding
-here too (protocols.md 1.9: "``count_tokens`` answers the same 400"): the body then goes through the same stages as
-``/v1/messages`` (``pipeline.prepare``: the recorded prefix kept, or ``drop_block``), and nothing is recorded."""
+"""Anthropic ``POST /v1/messages/count_tokens``: the body forwarded, the answer returned as it came, through the
+handler every surface runs, so it gets what ``/v1/messages`` gets: no routing; one credential per request
+(``credentials``); a body that is not a request is a 400 in Anthropic's envelope; a binding 400 is retried once without
+the stale thinking blocks (``pipeline.strip_bound``). On a model that binds thinking to its prefix
+(``routing.ModelCaps.prefix_bound``) the upstream checks the binding here too (protocols.md 1.9): the body goes through
+the stages of ``/v1/messages`` (``pipeline.prepare``: the prefix kept, or ``drop_block``). Nothing is recorded."""
 
 from __future__ import annotations
 
-from starlette.requests import Request as HTTPRequest
+from typing import Any
+
 from starlette.responses import Response
 
-from gateway import metrics, pipeline, surfaces
-from gateway.endpoints.common import exchange_from, gateway_of
+from gateway import pipeline, surfaces
+from gateway.endpoints.handler import Codec, endpoint
 from gateway.protocols import anthropic
-from gateway.upstream import forward_request_headers
+from gateway.protocols.canonical import Request
+from gateway.upstream import UpstreamResponse, forward_request_headers
 
 
-async def count_tokens(request: HTTPRequest) -> Response:
-    gw = gateway_of(request)
-    ex = await exchange_from(request, surfaces.COUNT_TOKENS)
-    body = pipeline.parse_json(ex.raw_body)  # reject non-JSON early, in the client's dialect
-    model = body.get("model") if isinstance(body, dict) else None
-    outgoing = ex.raw_body
-    if isinstance(model, str) and gw.router.caps_for(model).prefix_bound:
-        await pipeline.prepare(ex, gw, anthropic.decode_request)  # (not the replay memo's: nothing is kept)
-        pipeline.served(ex)
-        outgoing = ex.outgoing
-    metrics.observe_upstream_tried("anthropic")
-    resp = await gw.upstreams["anthropic"].post("/v1/messages/count_tokens", outgoing,
-                                                forward_request_headers(ex.headers), ex.query)
-    answer = await resp.read()
-    metrics.observe_upstream_body("anthropic", resp.status, answer)
-    return Response(answer, status_code=resp.status, headers=resp.headers)
+class CountTokens(Codec):
+    surface = surfaces.COUNT_TOKENS
+    kinds = None  # not routed: every model goes to the Anthropic upstream
+    hides = frozenset()  # the upstream's answer, with all its headers
+    may_stream = False  # the answer is a count, whatever the body's ``stream`` says
+
+    def decode(self, body: Any) -> Request:
+        return anthropic.decode_request(body)  # (not the replay memo's: nothing of this request is kept)
+
+    def encoder(self) -> None:
+        return None  # ``pipeline.encode``: byte for byte unless a stage changed the request
+
+    async def prepare(self) -> None:
+        ex, gw = self.ex, self.gw
+        pipeline.identify_tenant(ex, gw)  # one credential per request, before anything is forwarded
+        body = pipeline.parse_json(ex.raw_body)
+        if self.caps_of(body).prefix_bound:
+            await super().prepare()
+            return
+        ex.request = self.routed(self.decode(body))  # decoded, so that a binding 400 can be retried; sent as it came
+        ex.outgoing = ex.raw_body
+
+    def target(self) -> tuple[str, dict[str, str], str]:
+        return "/v1/messages/count_tokens", forward_request_headers(self.ex.headers), self.ex.query
+
+    async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:
+        """The count, or the upstream's error, as it came (no conversation id: nothing was recorded)."""
+        return Response(body, status_code=resp.status, headers=self.headers(resp))
+
+
+count_tokens = endpoint(CountTokens)

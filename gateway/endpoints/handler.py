@@ -61,6 +61,7 @@ class Codec:
     hides: ClassVar[frozenset[str] | None] = None  # the client gets the upstream's headers but these (None: none)
     lifts: ClassVar[bool] = True  # the streamed turn comes as canonical events (``records.lift_turn``)
     raw_events: ClassVar[bool] = False  # the stream encoder wants a translated stream's upstream events too
+    may_stream: ClassVar[bool] = True  # False: the answer is read whole, whatever the request's ``stream`` says
     ex: Exchange  # from when the body is read
     call: Call  # the routed request, once it is decoded
 
@@ -182,20 +183,21 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     assert ex.request is not None
     pipeline.served(ex)
     path, headers, query = codec.target()
+    stream = ex.request.is_stream and codec.may_stream
     # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
     with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
         gw.tracing.inject(headers)
-        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
         # (a stream's client that goes away is noticed by the relay, which stops reading the upstream's stream)
-        resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
+        resp, body = await (call if stream else while_client_waits(request, call))
         if span is not None:
             span.set_attribute("http.response.status_code", resp.status)
     if body is not None and codec.call.caps.kind == "anthropic" and pipeline.strip_bound(ex, gw, resp.status, body):
         # a binding 400 (a thinking block bound to a different conversation): one retry without the stale blocks
         encode = codec.encoder()
         ex.outgoing = encode(ex.request) if encode is not None else pipeline.anthropic_body(ex, ex.request, gw)
-        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=ex.request.is_stream)
-        resp, body = await (call if ex.request.is_stream else while_client_waits(request, call))
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+        resp, body = await (call if stream else while_client_waits(request, call))
         metrics.observe_binding_retry(resp.status < 400)
     if body is not None:
         return await codec.answer(resp, body)

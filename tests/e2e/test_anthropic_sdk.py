@@ -101,11 +101,11 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     recorded every replayed turn): one store round trip per request, the record."""
     gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url,
                                        "GATEWAY_SECRET": "sdk-memo-secret-0123456789abcdef"})
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0)
     rejections = sum(sim.stats()["rejections"].values())
     mangle = None if replay == "faithful" else (lambda h: mangle_assistants(h, replay))
-    result = run_tool_loop(client, "[[sim:tools=7]] weather in seven cities, one at a time", stream=stream,
-                           mangle=mangle)
+    with anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-sdk-memo", max_retries=0) as client:
+        result = run_tool_loop(client, "[[sim:tools=7]] weather in seven cities, one at a time", stream=stream,
+                               mangle=mangle)
     assert result.requests == 8 and result.answers[-1].stop_reason == "end_turn"
     assert metric_sum(gateway, "gateway_replay_memo_total", result="hit") == result.requests - 1
     restored = metric_sum(gateway, "gateway_sanitize_actions_total", action="restored")

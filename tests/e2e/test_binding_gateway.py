@@ -267,6 +267,19 @@ def test_a_tool_added_at_a_new_turn(sim: Sim, kept: list[ServerProcess], degrade
     assert counted(degraded, "gateway_prefix_rewrites_total", kind="stripped") - stripped == 2
 
 
+def count_params(first: dict[str, Any], reply: Any) -> dict[str, Any]:
+    """The ``count_tokens`` parameters of the request after ``first`` (a body as the simulator received it) and its
+    tool round ``reply``, from a client that rewrote its system prompt since."""
+    body = {**first, "messages": [*first["messages"],
+                                  {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                                    for b in reply.content]},
+                                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id,
+                                                                "content": "ok"}
+                                                               for b in reply.content if b.type == "tool_use"]}],
+            **rewrites_system(5)}
+    return {k: v for k, v in body.items() if k in ("model", "system", "tools", "messages", "thinking")}
+
+
 def test_count_tokens_of_a_system_rewriting_client(sim: Sim, kept: list[ServerProcess],
                                                    redis_server: RedisServer) -> None:
     """The upstream checks the binding in ``count_tokens`` too (1.9): straight to the simulator the rewritten request
@@ -274,14 +287,7 @@ def test_count_tokens_of_a_system_rewriting_client(sim: Sim, kept: list[ServerPr
     redis_server.flush()
     seen: list[dict[str, Any]] = []
     replies = loop([sp.url for sp in kept], rewrites_system, stream=False, seen=seen, sim=sim, limit=2)
-    body = {**seen[0], "messages": [*seen[0]["messages"],
-                                    {"role": "assistant", "content": [b.model_dump(exclude_none=True)
-                                                                      for b in replies[0].content]},
-                                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id,
-                                                                  "content": "ok"}
-                                                                 for b in replies[0].content if b.type == "tool_use"]}],
-            **rewrites_system(5)}
-    params = {k: v for k, v in body.items() if k in ("model", "system", "tools", "messages", "thinking")}
+    params = count_params(seen[0], replies[0])
     with anthropic.Anthropic(base_url=sim.url, api_key=KEY, max_retries=0) as direct:
         with pytest.raises(anthropic.BadRequestError):
             direct.messages.count_tokens(**params)
@@ -318,6 +324,35 @@ def test_a_system_the_api_refuses_gets_its_400_where_the_prefix_is_kept(
                     call()
                 assert err.value.body["error"] == {"type": "invalid_request_error",  # type: ignore[index]
                                                    "message": message}
+
+
+@pytest.mark.parametrize("model", [BOUND_MODEL, UNKNOWN_BOUND], ids=["bound", "unknown-bound"])
+def test_count_tokens_retries_a_binding_400_once(unknown_binding_sim: Sim, gateways: GatewayFactory,
+                                                 model: str) -> None:
+    """A client that edits its first message after a tool round: the thinking block it replays was produced after
+    the original, and no recorded prefix can put an edited user message back, so ``count_tokens`` answers the binding
+    400 (on a bound model as on one thinkgate does not know to bind). As on ``/v1/messages``, thinkgate removes the
+    named block and every later thinking block and retries once: the client gets its count, never the 400."""
+    sim = unknown_binding_sim
+    sp = gateways.start(sim.url)
+    try:
+        seen: list[dict[str, Any]] = []
+        first = loop([sp.url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1, model=model)[0]
+        params = count_params(seen[0], first)
+        opening = params["messages"][0]
+        params["messages"][0] = {**opening, "content": opening["content"] + " (edited)"}
+        with anthropic.Anthropic(base_url=sim.url, api_key=KEY, max_retries=0) as direct:
+            with pytest.raises(anthropic.BadRequestError) as err:
+                direct.messages.count_tokens(**params)
+        assert err.value.body["error"]["message"].startswith(BOUND_400.format(i=1, j=0))  # type: ignore[index]
+        with anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) as client:
+            assert client.messages.count_tokens(**params).input_tokens > 0
+        assert metric_sum(sp, "gateway_upstream_errors_total", kind="binding_mismatch") == 1
+        assert metric_sum(sp, "gateway_binding_retries_total", outcome="ok") == 1
+        assert metric_sum(sp, "gateway_prefix_rewrites_total", kind="stripped") == 1
+        assert metric_sum(sp, "gateway_requests_total", status="4xx") == 0
+    finally:
+        sp.stop()
 
 
 def test_openai_chat_client_rewriting_its_system_message(sim: Sim, kept: list[ServerProcess],

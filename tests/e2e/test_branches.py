@@ -9,7 +9,7 @@ an edit made as the very next request, before anything answered the original pat
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -70,6 +70,19 @@ def continues(conv: Conversation, history: History, scid: str) -> None:
 
 
 @pytest.fixture()
+def conversations(gateway: ServerProcess, sim: Sim) -> Iterator[Callable[[bool], Conversation]]:
+    """Opens ``Conversation``s (``header``: the client names its SCID); their clients are closed after the test."""
+    opened: list[Conversation] = []
+
+    def open_one(header: bool) -> Conversation:
+        opened.append(Conversation(gateway, sim, header))
+        return opened[-1]
+    yield open_one
+    for conv in opened:
+        conv.client.close()
+
+
+@pytest.fixture()
 def no_rejections(sim: Sim) -> Iterator[None]:
     before = sum(sim.stats()["rejections"].values())
     yield
@@ -89,8 +102,8 @@ def _start(conv: Conversation, prompt: str) -> tuple[History, str, History]:
 
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
 def test_rewind_starts_a_branch_and_the_original_still_repairs(
-        gateway: ServerProcess, sim: Sim, no_rejections: None, header: bool) -> None:
-    conv = Conversation(gateway, sim, header)
+        conversations: Callable[[bool], Conversation], no_rejections: None, header: bool) -> None:
+    conv = conversations(header)
     h2, scid, h1 = _start(conv, f"[[sim:tools=4]] rewind branch ({'scid' if header else 'no-scid'})")
     a3, scid3, _ = conv.send(mangled(h2), scid)
     assert scid3 == scid
@@ -107,9 +120,9 @@ def test_rewind_starts_a_branch_and_the_original_still_repairs(
 
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
 def test_edited_earlier_user_message_starts_a_branch(
-        gateway: ServerProcess, sim: Sim, no_rejections: None, header: bool) -> None:
+        conversations: Callable[[bool], Conversation], no_rejections: None, header: bool) -> None:
     """The original conversation went on before the client edited an earlier message."""
-    conv = Conversation(gateway, sim, header)
+    conv = conversations(header)
     h2, scid, _ = _start(conv, f"[[sim:tools=4]] edit branch ({'scid' if header else 'no-scid'})")
     a3, again, _ = conv.send(mangled(h2), scid)
     assert again == scid
@@ -124,9 +137,10 @@ def test_edited_earlier_user_message_starts_a_branch(
 
 
 @pytest.mark.parametrize("header", [True, False], ids=["scid", "no-scid"])
-def test_edit_at_the_tip_starts_a_branch(gateway: ServerProcess, sim: Sim, no_rejections: None, header: bool) -> None:
+def test_edit_at_the_tip_starts_a_branch(conversations: Callable[[bool], Conversation], no_rejections: None,
+                                         header: bool) -> None:
     """The client edits an earlier message as its very next request: nothing answered the original path yet."""
-    conv = Conversation(gateway, sim, header)
+    conv = conversations(header)
     h2, scid, _ = _start(conv, f"[[sim:tools=4]] edit at the tip ({'scid' if header else 'no-scid'})")
     edited = copy.deepcopy(h2)
     edited[0]["content"] += " (edited: and in Madrid)"

@@ -184,6 +184,28 @@ def test_wrong_types_are_400(gateway: ServerProcess) -> None:
         "messages: Input should be a valid list"
 
 
+COUNT_TOKENS_BAD_BODIES = [  # (body, the 400's message)
+    (b'{"model": "claude-opus-4-5", "messages": [', "Request body is not valid JSON"),
+    (b"", "Request body is empty; expected a JSON object"),
+    (b"[]", "Request body must be a JSON object"),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', "model: Field required"),
+    (b'{"model": 5, "messages": []}', "model: Input should be a valid string"),
+    (b'{"model": "claude-opus-4-5"}', "messages: Field required"),
+    (b'{"model": "claude-opus-4-5", "messages": "nope"}', "messages: Input should be a valid list"),
+    (b'{"model": "claude-opus-4-5", "messages": [], "thinking": "on"}', "thinking: Input should be a valid dictionary"),
+    (b'{"model": "claude-opus-5-5", "messages": {"role": "user"}}', "messages: Input should be a valid list"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), COUNT_TOKENS_BAD_BODIES)
+def test_count_tokens_refuses_what_is_not_a_request(gateway: ServerProcess, raw: bytes, message: str) -> None:
+    """A body that is not a Messages request is a 400 in Anthropic's envelope, before the upstream counts it, whatever
+    the model (the simulator, like an upstream that validates nothing on ``count_tokens``, would count it)."""
+    r = httpx.post(gateway.url + "/v1/messages/count_tokens", content=raw,
+                   headers={**KEY, "content-type": "application/json"})
+    assert _assert_envelope(r, 400, "invalid_request_error")["error"]["message"].startswith(message)
+
+
 def test_unknown_path_is_404_envelope(gateway: ServerProcess) -> None:
     r = httpx.post(gateway.url + "/v1/nothing", json={}, headers=KEY)
     _assert_envelope(r, 404, "not_found_error")

@@ -128,12 +128,12 @@ def test_no_key_signature_or_thinking_text_is_logged(sim: Sim, gateways: Gateway
     gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "DEBUG", "GATEWAY_LOG_FORMAT": "json"})
     secret_part = secrets.token_hex(24)  # no "-" inside: the whole random part is checked below
     key = "sk-ant-api03-" + secret_part
-    client = anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0)
     answers = []
-    for stream in (False, True):
-        result = run_tool_loop(client, "[[sim:tools=3]] weather in Paris, Rome, Oslo?", stream=stream)
-        assert result.requests == 4
-        answers += result.answers
+    with anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0) as client:
+        for stream in (False, True):
+            result = run_tool_loop(client, "[[sim:tools=3]] weather in Paris, Rome, Oslo?", stream=stream)
+            assert result.requests == 4
+            answers += result.answers
     signatures = [b.signature for a in answers for b in a.content if b.type == "thinking"]
     thinking = [b.thinking for a in answers for b in a.content if b.type == "thinking"]
     assert len(signatures) >= 2 and all(signatures) and all(thinking)

@@ -27,6 +27,18 @@ def test_two_keys_on_the_anthropic_surface_are_a_400(gateway: ServerProcess, sim
     assert sim.stats()["requests"] == before
 
 
+@pytest.mark.parametrize("model", ["claude-opus-4-5", "claude-opus-5-5"], ids=["unbound", "bound"])
+def test_two_keys_on_count_tokens_are_a_400(gateway: ServerProcess, model: str) -> None:
+    """``count_tokens`` is billed too: the same rule, before anything is forwarded (the simulator would count)."""
+    with anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-one", max_retries=0,
+                             default_headers={"x-goog-api-key": "gk-two"}) as client, \
+            pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.count_tokens(model=model, messages=PROMPT)  # type: ignore[arg-type]
+    err = e.value.body["error"]  # type: ignore[index]
+    assert err["type"] == "invalid_request_error" and "x-goog-api-key" in err["message"]
+    assert "sk-ant-one" not in err["message"] and "gk-two" not in err["message"]  # the headers, never the keys
+
+
 def test_two_keys_on_the_openai_surface_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
     before = sim.stats()["requests"]
     with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-bearer", max_retries=0,

@@ -102,9 +102,7 @@ def test_bodies_that_are_not_json_objects(seeded: Seeded, endpoint: str) -> None
     judge = Judge(seeded)
     for name, raw in raw_bodies(orjson.dumps(valid)):
         r = judge.check(name, dialect, lambda raw=raw: post(seeded, path, raw))
-        # count_tokens is a passthrough: JSON that is not an object is the upstream's to judge
-        json_ok = endpoint == "count_tokens" and name in ("array", "string", "number", "null")
-        if r.status_code < 400 and name not in ("huge number", "bom") and not json_ok:
+        if r.status_code < 400 and name not in ("huge number", "bom"):
             judge.problems.append(f"{name}: accepted with {r.status_code}")
     judge.done()
     assert judge.refused >= len(raw_bodies(orjson.dumps(valid))) - 6
@@ -117,7 +115,7 @@ def test_wrong_types_in_every_field(seeded: Seeded, endpoint: str) -> None:
     judge.batch(path, dialect, list(wrong_type_bodies({**valid, "stream": False} if dialect in ("anthropic", "openai")
                                                       and endpoint != "chat_stream" else valid)))
     judge.done()
-    assert judge.refused > 0 or endpoint == "count_tokens"  # a passthrough: the upstream judges
+    assert judge.refused > 0
 
 
 @pytest.mark.parametrize("endpoint", sorted(ENDPOINTS))

@@ -229,6 +229,7 @@ def test_a_record_that_failed_is_logged_as_not_recorded(sim: Sim, gateways: Gate
                 assert not changed, f"the failed record wrote {changed}"
     finally:
         undo(private_redis)
+        sdk.close()
     with private_redis.client() as c:  # the background retry's attempts: 0.1 s, 0.5 s, 1 s, 2 s, 4 s after
         deadline = time.monotonic() + 15
         while c.llen(keys.turns) < 2 and time.monotonic() < deadline:

@@ -40,7 +40,12 @@ def adds_a_tool(n: int) -> dict[str, Any]:
 def run(sim: Sim, shape: Shape, *, drop_block: bool = False, stream: bool = False,
         models: Callable[[int], str] = lambda n: BOUND) -> list[Any]:
     """Drive a 3-round tool loop; the replies in order (raises the SDK's error on a 4xx)."""
-    client = anthropic.Anthropic(base_url=sim.url, api_key="sk-test", max_retries=0)
+    with anthropic.Anthropic(base_url=sim.url, api_key="sk-test", max_retries=0) as client:
+        return _run(client, shape, drop_block=drop_block, stream=stream, models=models)
+
+
+def _run(client: anthropic.Anthropic, shape: Shape, *, drop_block: bool, stream: bool,
+         models: Callable[[int], str]) -> list[Any]:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test [[sim:tools=3]]"}]
     thinking: dict[str, Any] = {"type": "adaptive"}
     if drop_block:
