@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
+import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
@@ -194,16 +195,31 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
             span.set_attribute("http.response.status_code", resp.status)
     if body is not None and codec.call.caps.kind == "anthropic" and pipeline.strip_bound(ex, gw, resp.status, body):
         # a binding 400 (a thinking block bound to a different conversation): one retry without the stale blocks
-        encode = codec.encoder()
-        ex.outgoing = encode(ex.request) if encode is not None else pipeline.anthropic_body(ex, ex.request, gw)
-        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
-        resp, body = await (call if stream else while_client_waits(request, call))
-        metrics.observe_binding_retry(resp.status < 400)
+        retry = _retry_body(codec)
+        if retry is None:  # a body forwarded as it came that cannot be written again: the upstream's 400 stands
+            metrics.observe_binding_retry(False)
+        else:
+            ex.outgoing = retry
+            call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+            resp, body = await (call if stream else while_client_waits(request, call))
+            metrics.observe_binding_retry(resp.status < 400)
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()
     return stream_answer(ex, gw, codec.source(resp), encoder, codec.headers(resp), media_type,
                          lift=lift_turn if codec.lifts else None, snapshot=snapshot)
+
+
+def _retry_body(codec: Codec) -> bytes | None:
+    """The request without its stale blocks, encoded for the retry; None when it cannot be encoded (nested deeper
+    than orjson writes: a body the first call forwarded byte for byte)."""
+    ex, gw = codec.ex, codec.gw
+    assert ex.request is not None
+    encode = codec.encoder()
+    try:
+        return encode(ex.request) if encode is not None else pipeline.anthropic_body(ex, ex.request, gw)
+    except (RecursionError, orjson.JSONEncodeError):
+        return None
 
 
 def endpoint(kind: type[Codec]) -> Callable[[HTTPRequest], Awaitable[Response]]:

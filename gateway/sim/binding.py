@@ -82,15 +82,18 @@ def can_read(reader: str, producer: str) -> bool:
 
 # ------------------------------------------------------------------ digests
 
-def _digest(value: object) -> bytes:
+def _canonical(value: object) -> bytes:
     try:
-        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:  # nested deeper than orjson writes (255): valid JSON all the same
         try:
-            raw = repr(value).encode("utf-8", "surrogatepass")
+            return repr(value).encode("utf-8", "surrogatepass")
         except RecursionError:
-            raw = b"<too deep>"
-    return hashlib.sha256(raw).digest()[:BINDING_DIGEST]
+            return b"<too deep>"
+
+
+def _digest(value: object) -> bytes:
+    return hashlib.sha256(_canonical(value)).digest()[:BINDING_DIGEST]
 
 
 def block_id(block: dict[str, Any]) -> bytes:
@@ -153,8 +156,8 @@ def tools_digest(tools: Any, prefix_messages: list[Any]) -> bytes:
             if t.get("defer_loading") is True and t.get("name") not in used:
                 continue
             t = {k: v for k, v in t.items() if k != "cache_control"}
-        kept.append(orjson.dumps(t, option=orjson.OPT_SORT_KEYS))
-    return _digest([k.decode() for k in sorted(kept)])
+        kept.append(_canonical(t))
+    return _digest([k.decode("utf-8", "surrogatepass") for k in sorted(kept)])
 
 
 def prefix_of(body: dict[str, Any], i: int, j: int) -> tuple[list[Any], Binding]:

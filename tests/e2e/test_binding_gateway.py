@@ -416,3 +416,31 @@ def test_a_client_that_replays_no_history(sim: Sim, kept: list[ServerProcess], r
     last = sim.last()["body"]
     assert last["system"] == "S0" and thinking_blocks(last) == 3
     assert [m["content"][0]["text"] for m in last["messages"] if m["role"] == "system"] == ["S1", "S2", "S3"]
+
+
+def test_a_binding_400_on_a_body_too_deep_to_write_again_is_relayed(unknown_binding_sim: Sim,
+                                                                   gateways: GatewayFactory) -> None:
+    """The same edited client, with a tool schema nested 261 levels deep: valid JSON the first call forwards byte for
+    byte, but deeper than the retry can encode (orjson writes 255 levels). The client gets the upstream's binding
+    400 as it came, never a 500, and the retry is counted as failed."""
+    sim = unknown_binding_sim
+    sp = gateways.start(sim.url)
+    try:
+        seen: list[dict[str, Any]] = []
+        first = loop([sp.url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1, model=UNKNOWN_BOUND)[0]
+        params = count_params(seen[0], first)
+        opening = params["messages"][0]
+        params["messages"][0] = {**opening, "content": opening["content"] + " (edited)"}
+        deep: dict[str, Any] = {"type": "object"}
+        for _ in range(130):  # 261 levels: over the 255 orjson writes
+            deep = {"type": "object", "properties": {"a": deep}}
+        params["tools"] = [*params["tools"], {"name": "deep", "input_schema": deep}]
+        with anthropic.Anthropic(base_url=sp.url, api_key=KEY, max_retries=0) as client:
+            with pytest.raises(anthropic.BadRequestError) as err:
+                client.messages.count_tokens(**params)
+        assert err.value.body["error"]["message"].startswith(BOUND_400.format(i=1, j=0))  # type: ignore[index]
+        assert metric_sum(sp, "gateway_binding_retries_total", outcome="failed") == 1
+        assert metric_sum(sp, "gateway_requests_total", status="5xx") == 0
+        assert "Traceback" not in sp.log()
+    finally:
+        sp.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import socket
 from typing import Any
 
@@ -54,7 +55,11 @@ def request(text: str, *, thinking: str | None = "enabled", stream: bool = False
 
 async def post(client: httpx.AsyncClient, body: dict[str, Any],
                headers: dict[str, str] | None = None) -> httpx.Response:
-    return await client.post("/v1/messages", content=orjson.dumps(body), headers={**HEADERS, **(headers or {})})
+    try:
+        raw = orjson.dumps(body)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (255 levels): still valid JSON
+        raw = json.dumps(body).encode()
+    return await client.post("/v1/messages", content=raw, headers={**HEADERS, **(headers or {})})
 
 
 def events_of(raw: bytes) -> list[Event]:

@@ -335,3 +335,17 @@ async def test_a_prefix_deeper_than_the_json_encoder_writes_is_still_bound(clien
     reply = {"role": "assistant", "content": []}
     assert prefix_of({**body, "messages": [*body["messages"], reply]}, 1, 0)[1].messages != \
         prefix_of({**other, "messages": [*other["messages"], reply]}, 1, 0)[1].messages
+
+
+async def test_a_tool_schema_too_deep_to_encode_is_bound_like_any_other(client: httpx.AsyncClient) -> None:
+    """A tool schema nested 261 levels (valid JSON, deeper than orjson writes) is digested like any tool: the loop
+    runs, and adding such a tool later is the binding 400, never the simulator's 500."""
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(130):  # 261 levels: over the 255 orjson writes
+        deep = {"type": "object", "properties": {"a": deep}}
+    nested = {"name": "nested", "description": "deep", "input_schema": deep}
+    _, replies = await run_loop(client, bound_request("q [[sim:tools=2]]", tools=[WEATHER, nested]))
+    assert len(replies) == 3 and all(r["content"][0]["type"] == "thinking" for r in replies)
+    body = await history(client, bound_request("q [[sim:tools=2]]"), 1)
+    body["tools"] = [WEATHER, CLOCK, nested]
+    assert await rejection(client, body) == (400, "invalid_request_error", BOUND_400.format(i=1, j=0) + NEEDS_BETA)
