@@ -44,7 +44,7 @@ from gateway.sim.gemini_rules import (
     turn_start,
 )
 from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import new_id, parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import estimate_tokens, new_id, parse_scenario, scenario_of, thinking_text, tool_input
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -157,8 +157,8 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
 
 def response_body(parts: list[dict[str, Any]], model: str, rid: str, body: dict[str, Any]) -> dict[str, Any]:
     thoughts = sum(len(p["text"]) // 4 for p in parts if p.get("thought"))
-    out = max(1, len(orjson.dumps(parts)) // 4 - thoughts)
-    prompt = max(1, len(orjson.dumps(body)) // 4)
+    out = max(1, estimate_tokens(parts) - thoughts)
+    prompt = estimate_tokens(body)
     return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": out,
                               "thoughtsTokenCount": thoughts, "totalTokenCount": prompt + out + thoughts},

@@ -44,7 +44,7 @@ from starlette.routing import Route
 
 from gateway.sim.compat import has_bearer
 from gateway.sim.responses_stream import sse_frames
-from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import dumps, parse_scenario, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 MEMORY = 100_000  # items and responses the profile remembers (the newest)
@@ -291,8 +291,8 @@ def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMin
     rid = _new_id("resp_")
     if store:
         memory.add_response(rid, [*items, *output])
-    tokens = sum(len(orjson.dumps(it)) for it in items) // 4
-    out_tokens = sum(len(orjson.dumps(it)) for it in output) // 4
+    tokens = sum(len(dumps(it)) for it in items) // 4
+    out_tokens = sum(len(dumps(it)) for it in output) // 4
     return {"id": rid, "object": "response", "created_at": int(time.time()), "status": "completed", "error": None,
             "incomplete_details": None, "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"), "model": model, "output": output,
@@ -322,7 +322,7 @@ def responses_routes(state: Any) -> list[Route]:
     memory = Memory()
 
     def json(status: int, body: Any) -> Response:
-        return Response(orjson.dumps(body), status, media_type="application/json",
+        return Response(dumps(body), status, media_type="application/json",
                         headers={"x-request-id": "req_" + secrets.token_hex(16)})
 
     async def create(request: Request) -> Response:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.sim.render import split_words
+from gateway.sim.scenarios import dumps
 
 
 def _pieces(text: str) -> list[str]:
@@ -64,4 +63,4 @@ def events(response: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def sse_frames(response: dict[str, Any]) -> list[bytes]:
-    return [b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events(response)]
+    return [b"event: " + e["type"].encode() + b"\ndata: " + dumps(e) + b"\n\n" for e in events(response)]

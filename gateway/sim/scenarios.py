@@ -16,6 +16,7 @@ lines, non-ASCII). Without interleaving (``enabled`` and no beta) only round 0 t
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 import string
@@ -202,6 +203,15 @@ def minted_tokens(message: dict[str, Any]) -> list[tuple[str, str]]:
         elif b["type"] == "tool_use":
             out.append(("tool_id", b["id"]))
     return out
+
+
+def dumps(obj: object) -> bytes:
+    """``obj`` as JSON bytes; nested deeper than orjson writes (255 levels: a deep but valid body the simulator echoes,
+    as the Responses API echoes ``tools``) through the standard library's encoder instead, never a 500."""
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def estimate_tokens(obj: object) -> int:
