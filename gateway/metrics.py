@@ -255,7 +255,7 @@ class ObserveMiddleware:
             _finish(obs)
 
 
-def _child(metric: Any, *values: str) -> Any:
+def child(metric: Any, *values: str) -> Any:
     """The labelled child (every label value here comes from a bounded set: ``label``, ``status_class``, closed
     vocabularies). No cache of its own: ``labels()`` costs ~2 us against 0.5 us cached, about 20 us a request,
     well under 1% of thinkgate's added latency (measured with timeit, 2026-11-26)."""
@@ -270,10 +270,10 @@ def _model(obs: Observation | None) -> str:
 
 def _finish(obs: Observation) -> None:
     model = _model(obs)
-    _child(REQUESTS, obs.endpoint, obs.upstream, status_class(obs.status), model).inc()
-    _child(REQUEST_DURATION, obs.endpoint, obs.upstream, model).observe(obs.duration)
+    child(REQUESTS, obs.endpoint, obs.upstream, status_class(obs.status), model).inc()
+    child(REQUEST_DURATION, obs.endpoint, obs.upstream, model).observe(obs.duration)
     if obs.ttfb is not None:
-        _child(TTFB, obs.endpoint, obs.upstream, model).observe(obs.ttfb)
+        child(TTFB, obs.endpoint, obs.upstream, model).observe(obs.ttfb)
     WORKER_REQUESTS.inc()
     logs.log_request(obs)
 
@@ -313,7 +313,7 @@ def observe_stream_error(error: dict[str, Any] | None) -> None:
 
 def _count_upstream_error(upstream: str, kind: str) -> None:
     obs = logs.current.get()
-    _child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS), _model(obs)).inc()
+    child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS), _model(obs)).inc()
     if obs is not None:
         obs.upstream_error = kind
 
@@ -345,21 +345,21 @@ def observe_tokens(usage: object, model: object, tenant: str) -> None:
     m = routing.model_label(model)
     for kind, n in token_counts(usage).items():
         if n:
-            _child(TOKENS, m, tenant, kind).inc(n)
+            child(TOKENS, m, tenant, kind).inc(n)
 
 
 def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     """Pipeline, load stage: how the conversation was found. First turns (nothing to find) are not
     counted, so the hit ratio is over requests that replay history."""
     if via != "none":
-        _child(SCID_LOOKUPS, label(via, VIAS), "hit").inc()
+        child(SCID_LOOKUPS, label(via, VIAS), "hit").inc()
         return
     tried = identity.first_method(query)
     if tried is None:
         return
     outcome = ("foreign" if result.foreign else "ambiguous" if result.ambiguous
                else "expired" if result.unresolved else "miss")
-    _child(SCID_LOOKUPS, tried, outcome).inc()
+    child(SCID_LOOKUPS, tried, outcome).inc()
 
 
 def observe_actions(actions: Iterable[Action], dialect: str) -> None:
@@ -367,37 +367,37 @@ def observe_actions(actions: Iterable[Action], dialect: str) -> None:
     kinds = Tally(map(action_kind, actions))  # (a long replay's actions: read at C level)
     d = label(dialect, DIALECTS)
     for kind, n in kinds.items():
-        _child(SANITIZE_ACTIONS, label(kind.value, ACTIONS), d).inc(n)
+        child(SANITIZE_ACTIONS, label(kind.value, ACTIONS), d).inc(n)
         if kind in TOOL_REPAIRS:
-            _child(TOOL_CHAIN_REPAIRS, TOOL_REPAIRS[kind]).inc(n)
+            child(TOOL_CHAIN_REPAIRS, TOOL_REPAIRS[kind]).inc(n)
     restored = any(k in _RESTORING for k in kinds)
     degraded = any(k in _DEGRADING for k in kinds) and \
         any(a.kind in _DEGRADING and a.detail != "thinking_disabled" for a in actions)
     if restored or degraded:
-        _child(HISTORY_REBUILDS, "partial" if restored and degraded else "restored" if restored
+        child(HISTORY_REBUILDS, "partial" if restored and degraded else "restored" if restored
                else "degraded").inc()
 
 
 def observe_prefix(actions: Iterable[Action]) -> None:
     """Pipeline, prefix stage (binding models): each kind of rewrite once per request."""
     for kind in {a.kind for a in actions if a.kind in PREFIX_REWRITES}:
-        _child(PREFIX_REWRITES_TOTAL, PREFIX_REWRITES[kind]).inc()
+        child(PREFIX_REWRITES_TOTAL, PREFIX_REWRITES[kind]).inc()
 
 
 def observe_binding_drops(transformations: object) -> None:
     """An upstream answer's ``input_transformations``: its ``thinking_dropped`` entries, by reason."""
     for t in transformations if isinstance(transformations, list) else ():
         if isinstance(t, dict) and t.get("type") == "thinking_dropped":
-            _child(BINDING_DROPS, label(t.get("reason"), BINDING_DROP_REASONS)).inc()
+            child(BINDING_DROPS, label(t.get("reason"), BINDING_DROP_REASONS)).inc()
 
 
 def observe_binding_retry(ok: bool) -> None:
-    _child(BINDING_RETRIES, "ok" if ok else "failed").inc()
+    child(BINDING_RETRIES, "ok" if ok else "failed").inc()
 
 
 def observe_replay(hit: bool) -> None:
     """Pipeline, decode stage (Anthropic and OpenAI chat requests, with the replay memo on)."""
-    _child(REPLAY_MEMO, "hit" if hit else "miss").inc()
+    child(REPLAY_MEMO, "hit" if hit else "miss").inc()
 
 
 def stateless_reason(e: BaseException | None, *, credential: bool = True) -> str:
@@ -415,13 +415,13 @@ def stateless_reason(e: BaseException | None, *, credential: bool = True) -> str
 def observe_stateless(reason: str) -> None:
     """Pipeline, once a request that consulted no records goes upstream (``pipeline.served``): one request served
     without state."""
-    _child(STATELESS, label(reason, STATELESS_REASONS)).inc()
+    child(STATELESS, label(reason, STATELESS_REASONS)).inc()
 
 
 def observe_record_retry(outcome: str, n: int = 1) -> None:
     """The background record retry (``gateway.record_retry``)."""
     if n:
-        _child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
+        child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
 
 
 def observe_dropped_params(names: object, route: str) -> None:
@@ -431,7 +431,7 @@ def observe_dropped_params(names: object, route: str) -> None:
         return
     r = label(route, PARAM_ROUTES)
     for name in names:
-        _child(PARAMS_DROPPED, metric_label(str(name)), r).inc()
+        child(PARAMS_DROPPED, metric_label(str(name)), r).inc()
     shown = ", ".join(n if n in DROPPED_PARAMS else repr(str(n)[:40]) for n in names[:20])
     log.info("dropped parameters the %s upstream cannot honour (GATEWAY_DROP_UNSUPPORTED_PARAMS): %s", r, shown)
 

@@ -14,7 +14,7 @@ from gateway.metrics import (
     STORE_ERRORS,
     STORE_OP_SECONDS,
     STORE_ROUND_TRIPS,
-    _child,
+    child,
 )
 from state.store import (
     LoadQuery,
@@ -56,21 +56,21 @@ class InstrumentedStore:
     async def health(self) -> StoreHealth:
         h = await self._call("health", self.inner.health())
         if not h.ok:
-            _child(STORE_ERRORS, "health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
+            child(STORE_ERRORS, "health", "timeout" if "timeout" in h.detail.lower() else "unavailable").inc()
         STORE_CIRCUIT_OPEN.set(0 if h.circuit == "closed" else 1)
         return h
 
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
         # a load the worker answered itself (no round trip) is not a store call's duration
         result = await self._call("load", self.inner.load(tenant, query), timed=lambda r: r.round_trips > 0)
-        _child(STORE_ROUND_TRIPS, "load").inc(result.round_trips)
+        child(STORE_ROUND_TRIPS, "load").inc(result.round_trips)
         return result
 
     async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
         result = await self._call("record", self.inner.record(tenant, write))
-        _child(STORE_ROUND_TRIPS, "record").inc(result.round_trips)
+        child(STORE_ROUND_TRIPS, "record").inc(result.round_trips)
         if result.prompt_capped:
-            _child(STORAGE_LIMITED, "prompt_capped").inc()
+            child(STORAGE_LIMITED, "prompt_capped").inc()
         return result
 
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
@@ -84,14 +84,14 @@ class InstrumentedStore:
             result = await call
             return result
         except TenantOverBudget:  # a limit doing its job, not a store fault (no store-error alert)
-            _child(STORAGE_LIMITED, "tenant_budget").inc()
+            child(STORAGE_LIMITED, "tenant_budget").inc()
             raise
         except (StoreError, ValueError) as e:
-            _child(STORE_ERRORS, op, store_error_kind(e)).inc()
+            child(STORE_ERRORS, op, store_error_kind(e)).inc()
             raise
         finally:
             if result is None or timed is None or timed(result):
-                _child(STORE_OP_SECONDS, op).observe(time.perf_counter() - started)
+                child(STORE_OP_SECONDS, op).observe(time.perf_counter() - started)
             self._circuit()
 
     def _circuit(self) -> None:

@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from gateway.metrics import LABELLED, LABELS, STORE_CIRCUIT_OPEN, UPSTREAMS, _child, label
+from gateway.metrics import LABELLED, LABELS, STORE_CIRCUIT_OPEN, UPSTREAMS, child, label
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MULTIPROCESS = MULTIPROC_ENV in os.environ  # decided at import, as prometheus_client does
@@ -70,7 +70,7 @@ def worker_started(upstreams: Iterable[str] = ()) -> None:
     has a series to read before the first event, and a counter born at 1 would hide its first increase), and drop
     live gauges left by workers that died without cleaning up."""
     for name, values in zero_series(upstreams):
-        _child(LABELLED[name], *values)
+        child(LABELLED[name], *values)
     STORE_CIRCUIT_OPEN.set(0)
     if MULTIPROCESS:
         _reap_dead_workers(os.environ[MULTIPROC_ENV])
