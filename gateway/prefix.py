@@ -156,7 +156,11 @@ class Outcome:
 
 
 def sent_digest(system: Any, tools: Any) -> str:
-    return system_digest(None if system is ABSENT else system) + tools_digest([] if tools is ABSENT else tools)
+    """The prefix a block is bound to: the system and the tools sent, deferred tools left out (the API leaves them
+    out of the binding: a kept prefix's ``tool_addition`` changes nothing a block was produced under)."""
+    bound = [t for t in tools if not (isinstance(t, dict) and t.get("defer_loading") is True)] \
+        if isinstance(tools, list) else tools
+    return system_digest(None if system is ABSENT else system) + tools_digest([] if bound is ABSENT else bound)
 
 
 def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted: Mapping[int, list[dict[str, Any]]],
@@ -180,7 +184,13 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     same_system = cs == system_digest(None if history.system is ABSENT else history.system)
     same_tools = ct == tools_digest([] if history.tools is ABSENT else history.tools)
     instructions = _instructions(system) if cs != history.client_system else []
-    if instructions is None or not (keep and caps.system_messages and (same_tools or caps.tool_changes)):
+    # kept, the recorded prefix is sent: every replayed block must have been produced under it (not so once a tool was
+    # redefined, which no kept form can express: the client's tools went as they were, ``_redefined``)
+    kept = sent_digest(history.system, history.tools)
+    keepable = (same_tools or (caps.tool_changes and not _redefined(tools, history))) and not any(
+        history.produced_under.get(pos, kept) != kept for i, pos in replayed.items()
+        if req.messages[i].role == "assistant" and req.messages[i].has_thinking())
+    if instructions is None or not (keep and caps.system_messages and keepable):
         if not (same_system and same_tools):
             out.note[SENT] = _sent(system, tools, same_system, same_tools)  # sent as the client has it
         now = sent_digest(system, tools)
@@ -257,6 +267,20 @@ def _instructions(system: Any) -> list[dict[str, JSON]] | None:
 def _carried(block: Any) -> bool:
     return (isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
             and bool(block["text"].strip()) and block.keys() <= _TEXT_BLOCK_KEYS)
+
+
+def _redefined(tools: Any, history: Recorded) -> bool:
+    """Whether a tool the client offers under a recorded name has another definition now. Tool changes can only add
+    or remove a name: kept as recorded, the old definition would have the model call the tool with arguments the
+    client's no longer takes. ``cache_control`` and ``defer_loading`` do not define a tool."""
+    offered = history.tools if isinstance(history.tools, list) else ()
+    recorded = {n: _definition(t) for t in offered if (n := _name(t))}
+    return any(n in recorded and recorded[n] != _definition(t)
+               for t in (tools if isinstance(tools, list) else ()) if (n := _name(t)))
+
+
+def _definition(t: Any) -> Any:
+    return {k: v for k, v in t.items() if k not in ("cache_control", "defer_loading")} if isinstance(t, dict) else t
 
 
 def _tool_changes(tools: Any, history: Recorded) -> tuple[list[dict[str, JSON]], list[dict[str, JSON]]]:

@@ -444,3 +444,30 @@ def test_a_binding_400_on_a_body_too_deep_to_write_again_is_relayed(unknown_bind
         assert "Traceback" not in sp.log()
     finally:
         sp.stop()
+
+
+def redefines_a_tool(n: int) -> dict[str, Any]:
+    """From the second request on, ``get_weather`` takes a required ``location`` instead of a ``city``."""
+    weather = WEATHER_TOOL if n == 0 else {**WEATHER_TOOL, "input_schema": {
+        "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}
+    return {"system": "You are a coding assistant.", "tools": [weather, CLOCK_TOOL]}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_tool_redefined_under_its_name_reaches_the_model_as_the_client_has_it(
+        sim: Sim, kept: list[ServerProcess], redis_server: RedisServer, stream: bool) -> None:
+    """Keep-prefix cannot keep a tool whose definition changed under the same name (tool changes only add or remove
+    names): the recorded definition would have the model call ``get_weather`` with a ``city`` the client's tool no
+    longer takes. The upstream gets the client's definition, the model's calls follow it, and the thinking produced
+    under the old tool set is dropped (``drop_block``), never a 4xx."""
+    redis_server.flush()
+    before = sim.stats()["rejections"]
+    seen: list[dict[str, Any]] = []
+    replies = loop([sp.url for sp in kept], redefines_a_tool, stream=stream, seen=seen, sim=sim)
+    assert len(replies) == 4 and sim.stats()["rejections"] == before
+    for body, reply in zip(seen[1:], replies[1:], strict=True):
+        weather = next(t for t in body["tools"] if t["name"] == "get_weather")
+        assert weather["input_schema"]["required"] == ["location"]
+        assert body["thinking"]["block_binding"] == {"prefix_mismatch_behavior": "drop_block"}
+        for call in (b for b in reply.content if b.type == "tool_use" and b.name == "get_weather"):
+            assert set(call.input) == {"location"}, call.input

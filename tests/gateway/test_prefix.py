@@ -215,3 +215,22 @@ def test_a_system_prompt_that_reads_absent_is_a_system_prompt() -> None:
     for req, out in runs[1:]:
         assert not out.changed and out.actions == [] and prefix.SENT not in out.note
         assert body_of(req)["system"] == "absent" and "system" not in {m["role"] for m in body_of(req)["messages"]}
+
+
+def test_a_tool_redefined_under_its_name_is_not_kept_as_recorded() -> None:
+    """The client changed ``get_weather``'s schema: the recorded definition would have the model call it with
+    arguments the client's tool no longer takes (a silent wrong turn), and tool changes can only add or remove a
+    name. So the client's tools go as it has them, and the thinking produced under the old ones is dropped
+    (``drop_block`` here, the open loop's blocks being the stale ones), never sent against a prefix they were not
+    produced under. A definition that differs only in ``cache_control`` or ``defer_loading`` is the same tool."""
+    w2 = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                  "required": ["city"]}}
+    runs = conversation([{"tools": [W, C]}, {"tools": [w2, C]}, {"tools": [w2, C]}])
+    req, out = runs[1]
+    assert body_of(req)["tools"] == [w2, C]
+    assert [a.kind for a in out.actions] == [ActionKind.BINDING_DROP_BLOCK] and out.betas == [prefix.BINDING_BETA]
+    assert out.note[prefix.SENT] == {"tools": [w2, C]}
+    assert body_of(runs[2][0])["tools"] == [w2, C]
+    same = conversation([{"tools": [W, C]}, {"tools": [{**W, "cache_control": {"type": "ephemeral"}},
+                                                         {**C, "defer_loading": False}]}])
+    assert same[1][1].actions == [] and body_of(same[1][0])["tools"] == [W, C]
