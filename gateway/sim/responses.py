@@ -9,7 +9,7 @@ a final ``message`` (``msg_...``). ``store`` defaults to true, as the API's does
 What it rejects (the texts and their sources: docs/upstream-rules.md, "OpenAI Responses"):
 
 * ``responses-1`` a reasoning item whose ``encrypted_content`` is not one it minted for that item, unchanged (its id,
-  its summary text, the model family): 400 ``invalid_encrypted_content``;
+  its summary text, the model family, the caller's organization: its bearer token): 400 ``invalid_encrypted_content``;
 * ``responses-2`` a reasoning item without ``encrypted_content``, an ``item_reference``, or an item id it never
   stored: 404 "Item with id '...' not found." (with "Items are not persisted when `store` is set to false. ..." when
   the request is ``store: false``);
