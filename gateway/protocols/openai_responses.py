@@ -15,8 +15,9 @@ back onto the turn's assistant message); a reasoning item whose content does not
 and is dropped (thinking is never forged from a summary). Which of a turn's items the client kept does not matter
 for a recorded conversation: repair restores the turn from its record.
 
-Output item ids name the recorded turn (``ItemIds``): ``<kind>_<scid>.<position>.<index>``, so ``previous_response_id``
-and bare item references resolve against the store on any replica, per tenant.
+Output item ids name the recorded turn (``ItemIds``): ``<kind>_<scid>.<position>.<place>``, ``place`` the item's place
+in the turn's ``layout`` (the same with ``include`` and without), so ``previous_response_id`` and bare item references
+resolve against the store on any replica, per tenant.
 """
 
 from __future__ import annotations
