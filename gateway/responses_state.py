@@ -100,7 +100,8 @@ async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: l
     """The items bare references name, by id (those the tenant's records do not hold are left out). An id this
     gateway did not mint (a Responses upstream's own reasoning item's) is looked for in the conversations the
     request's other references name."""
-    named = [p for ref in refs if (p := responses.parse_id(ref)) is not None and p.index is not None]
+    parsed = [p if (p := responses.parse_id(ref)) is not None and p.index is not None else None for ref in refs]
+    named = [p for p in parsed if p is not None]
     if not named or store is None or tenant is None:
         return {}
     foreign = {ref for ref in refs if responses.parse_id(ref) is None}  # an upstream's own ids (its reasoning items)
@@ -109,17 +110,17 @@ async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: l
         conv = await _conversation(store, tenant, scid)
         if conv is None:
             continue
-        for p in named:
-            rec = conv.turn_at(p.position) if p.scid == scid else None
-            if rec is None or p.index is None:
-                continue
-            items = recorded_items(rec, responses.ItemIds(scid, p.position), seal)
-            if p.index < len(items) and items[p.index]["id"] == f"{p.kind}_{scid}.{p.position}.{p.index}":
-                out[items[p.index]["id"]] = items[p.index]
-        for rec in conv.turns if foreign - set(out) else ():  # looked for in the conversations the others name
-            for item in recorded_items(rec, responses.ItemIds(scid, rec.position or 0), seal):
-                if item["id"] in foreign:
-                    out[str(item["id"])] = item
+        wanted = {ref: p.position for ref, p in zip(refs, parsed, strict=True) if p is not None and p.scid == scid}
+        turns = conv.turns if foreign - set(out) else \
+            [rec for pos in set(wanted.values()) if (rec := conv.turn_at(pos)) is not None]
+        for rec in turns:
+            ids = responses.ItemIds(scid, rec.position or 0)
+            items = {str(item["id"]): item for item in recorded_items(rec, ids, seal)}
+            out.update((ref, items[ref]) for ref in wanted.keys() & items.keys())
+            # a Responses upstream's own id (an earlier release showed its reasoning items as minted): the
+            # gateway's item, looked for in the conversations the request's other references name
+            aliases = responses.minted_ids([load_block(d) for d in rec.content], ids) if foreign else {}
+            out.update((ref, items[aliases[ref]]) for ref in foreign & set(aliases) if aliases[ref] in items)
     return out
 
 

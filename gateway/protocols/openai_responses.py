@@ -15,8 +15,9 @@ back onto the turn's assistant message); a reasoning item whose content does not
 and is dropped (thinking is never forged from a summary). Which of a turn's items the client kept does not matter
 for a recorded conversation: repair restores the turn from its record.
 
-Output item ids name the recorded turn (``ItemIds``): ``<kind>_<scid>.<position>.<index>``, so ``previous_response_id``
-and bare item references resolve against the store on any replica, per tenant.
+Output item ids name the recorded turn (``ItemIds``): ``<kind>_<scid>.<position>.<place>``, ``place`` the item's place
+in the turn's ``layout`` (the same with ``include`` and without), so ``previous_response_id`` and bare item references
+resolve against the store on any replica, per tenant.
 """
 
 from __future__ import annotations
@@ -399,39 +400,73 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
             "arguments": arguments}
 
 
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One place in a turn's item list: the item's kind and the block it shows (None: the turn's message-level
+    fields). ``own``: a reasoning item of its own for a signature riding on ``block`` (or for the fields), shown only
+    with ``include: ["reasoning.encrypted_content"]`` (without its sealed content it carries nothing)."""
+
+    kind: str
+    block: Block | None
+    own: bool = False
+
+
+def layout(blocks: Sequence[Block], provider: ProviderFields | None = None) -> list[Slot]:
+    """The one rule for a turn's items and their ids: in order, one reasoning item per reasoning block, one message
+    item per text block, one function call item per call, a reasoning item of its own for a signature riding on a
+    call (before it) or a text (after it), and last one for the turn's message-level fields. An item's id names its
+    place here (``ItemIds.item(kind, place)``) whether or not the answer shows the places before it, so its id is
+    the same with ``include`` and without, streamed, answered whole or read back (``GET``, item references)."""
+    out: list[Slot] = []
+    for b in blocks:
+        if isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
+            out.append(Slot(REASONING, b))
+        elif isinstance(b, TextBlock):
+            out.append(Slot(MESSAGE, b))
+            if b.sig is not None:
+                out.append(Slot(REASONING, b, own=True))
+        elif isinstance(b, ToolUseBlock):
+            if b.sig is not None:  # (the call as it starts, before its input: as the stream seals it)
+                out.append(Slot(REASONING, ToolUseBlock(b.id, b.name, {}, sig=b.sig), own=True))
+            out.append(Slot(FUNCTION_CALL, b))
+    if provider is not None:
+        out.append(Slot(REASONING, None, own=True))
+    return out
+
+
 def output_items(blocks: Sequence[Block], ids: ItemIds, seal: Seal, *, include_encrypted: bool,
                  summary: bool, provider: ProviderFields | None = None) -> list[dict[str, JSON]]:
-    """A turn's blocks as output items, in order: one reasoning item per reasoning block, one message item per text
-    block, one function call item per call, and a reasoning item of its own for a signature riding on a call
-    (before it) or a text (after it); last, a reasoning item of its own for the turn's message-level fields
-    (``provider``: a stream has them only at its end). The stream emits the very same items
-    (``openai_responses_stream``), so an item's id (its output index) names the same item whether it was streamed,
-    answered whole or read back."""
+    """A turn's blocks as output items (``layout``; the places of the items of their own left out without
+    ``include``). A Responses upstream's own reasoning item (a thought block whose value is that item) is shown as
+    the gateway's, its id, summary and ``encrypted_content`` sealed in ours, so it opens on any replica without
+    records. The stream emits the very same items (``openai_responses_stream``)."""
     out: list[dict[str, JSON]] = []
-
-    def carrier(b: Block) -> None:
-        if include_encrypted:
-            out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([b]), summary=summary))
-
-    for b in blocks:
-        minted = minted_item(b.sig.value, include_encrypted=include_encrypted) \
-            if isinstance(b, ThoughtBlock) and b.sig is not None else None
-        if minted is not None:  # a Responses upstream's own reasoning item, as it sent it
-            out.append(minted)
+    for place, slot in enumerate(layout(blocks, provider)):
+        if slot.own and not include_encrypted:
+            continue
+        item_id, b = ids.item(slot.kind, place), slot.block
+        if slot.own:
+            out.append(reasoning_item(item_id, None, seal([], provider) if b is None else seal([b]), summary=summary))
         elif isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
             text = b.text if isinstance(b, ThoughtBlock) else b.thinking if isinstance(b, ThinkingBlock) else None
             sealed = seal([b]) if include_encrypted else None
-            out.append(reasoning_item(ids.item(REASONING, len(out)), text, sealed, summary=summary))
+            out.append(reasoning_item(item_id, text, sealed, summary=summary))
         elif isinstance(b, TextBlock):
-            out.append(message_item(ids.item(MESSAGE, len(out)), b.text))
-            if b.sig is not None:
-                carrier(b)
+            out.append(message_item(item_id, b.text))
         elif isinstance(b, ToolUseBlock):
-            if b.sig is not None:  # (the call as it starts, before its input: as the stream seals it)
-                carrier(ToolUseBlock(b.id, b.name, {}, sig=b.sig))
-            out.append(call_item(ids.item(FUNCTION_CALL, len(out)), b.id, b.name, orjson.dumps(b.input).decode()))
-    if provider is not None and include_encrypted:
-        out.append(reasoning_item(ids.item(REASONING, len(out)), None, seal([], provider), summary=summary))
+            out.append(call_item(item_id, b.id, b.name, orjson.dumps(b.input).decode()))
+    return out
+
+
+def minted_ids(blocks: Sequence[Block], ids: ItemIds) -> dict[str, str]:
+    """The ids a Responses upstream minted for a turn's reasoning items (which earlier releases showed clients as
+    they were) -> the gateway's ids of those items."""
+    out: dict[str, str] = {}
+    for place, slot in enumerate(layout(blocks)):
+        b = slot.block
+        minted = minted_item(b.sig.value) if isinstance(b, ThoughtBlock) and b.sig is not None else None
+        if minted is not None:
+            out[str(minted["id"])] = ids.item(REASONING, place)
     return out
 
 

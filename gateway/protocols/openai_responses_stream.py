@@ -44,7 +44,6 @@ from gateway.protocols.openai_responses import (
     reasoning_item,
     response_object,
 )
-from gateway.protocols.responses_upstream import minted_item
 from gateway.streaming.accumulate import Snapshot
 from gateway.streaming.sse import SSEEvent
 
@@ -90,6 +89,7 @@ class StreamEncoder:
         self.output: list[dict[str, JSON]] = []  # the items done so far, in output order
         self._open: dict[int, _Open] = {}  # block index -> its open item
         self._next = 0  # the next output index
+        self._place = 0  # the next item's place in the turn's layout (``openai_responses.layout``): its id's index
 
     @classmethod
     def answering(cls, p: ResponsesRequest, snapshot: Snapshot, ids: ItemIds, seal: SealStored,
@@ -149,6 +149,11 @@ class StreamEncoder:
         start = self._response("in_progress")
         return self._emit("response.created", response=start) + self._emit("response.in_progress", response=start)
 
+    def _id(self, kind: str) -> str:
+        """The next item's id (its place: ``layout``'s rule, the places of items left out counted)."""
+        self._place += 1
+        return self.ids.item(kind, self._place - 1)
+
     def _add(self, idx: int | None, kind: str, item: dict[str, JSON]) -> bytes:
         out = self._next
         self._next += 1
@@ -163,11 +168,12 @@ class StreamEncoder:
     def _carrier(self, block: dict[str, JSON] | None, provider: dict[str, JSON] | None = None) -> bytes:
         """A reasoning item of its own for a signature that rides on a text or tool block, or for the turn's
         message-level fields."""
-        if not self.include_encrypted:
+        item_id = self._id(REASONING)
+        if not self.include_encrypted:  # (shown only with include, its place kept: ``layout``)
             return b""
         k = self._next
         sealed = self.seal([block] if block is not None else [], provider)
-        item = reasoning_item(self.ids.item(REASONING, k), None, sealed, summary=False)
+        item = reasoning_item(item_id, None, sealed, summary=False)
         return self._add(None, REASONING, {**item, "encrypted_content": None}) + self._done(item, k)
 
     def _message_delta(self, data: dict[str, Any]) -> bytes:
@@ -183,8 +189,8 @@ class StreamEncoder:
             return b""
         btype = block.get("type")
         k = self._next
-        if btype in _REASONING_TYPES:  # (a Responses upstream's item keeps its own id: ``item_id``)
-            rid = minted if isinstance(minted := data.get("item_id"), str) else self.ids.item(REASONING, k)
+        if btype in _REASONING_TYPES:
+            rid = self._id(REASONING)
             head = self._add(idx, REASONING, reasoning_item(rid, None, None, summary=False))
             text = block.get("thinking")
             if self.summary:
@@ -194,16 +200,16 @@ class StreamEncoder:
                     head += self._summary_delta(idx, text)
             return head
         if btype == "text":
-            head = self._add(idx, MESSAGE, message_item(self.ids.item(MESSAGE, k), "", "in_progress"))
-            head += self._emit("response.content_part.added", item_id=self.ids.item(MESSAGE, k), output_index=k,
+            mid = self._id(MESSAGE)
+            head = self._add(idx, MESSAGE, message_item(mid, "", "in_progress"))
+            head += self._emit("response.content_part.added", item_id=mid, output_index=k,
                                content_index=0, part={"type": "output_text", "text": "", "annotations": []})
             text = block.get("text")
             return head + (self._text_delta(idx, text) if isinstance(text, str) and text else b"")
         if btype == "tool_use":
             head = self._carrier(block) if isinstance(block.get("_provider"), dict) and \
                 "value" in block["_provider"] else b""
-            k = self._next
-            item = call_item(self.ids.item(FUNCTION_CALL, k), str(block.get("id")), str(block.get("name")), "",
+            item = call_item(self._id(FUNCTION_CALL), str(block.get("id")), str(block.get("name")), "",
                              "in_progress")
             return head + self._add(idx, FUNCTION_CALL, item)
         return b""
@@ -217,7 +223,7 @@ class StreamEncoder:
     def _text_delta(self, idx: int, text: str) -> bytes:
         op = self._open[idx]
         op.text += text
-        return self._emit("response.output_text.delta", item_id=self.ids.item(MESSAGE, op.output_index),
+        return self._emit("response.output_text.delta", item_id=op.item_id,
                           output_index=op.output_index, content_index=0, delta=text, logprobs=[])
 
     def _block_delta(self, data: dict[str, Any]) -> bytes:
@@ -237,7 +243,7 @@ class StreamEncoder:
                 return b""
             op.text += part
             return self._emit("response.function_call_arguments.delta",
-                              item_id=self.ids.item(FUNCTION_CALL, op.output_index), output_index=op.output_index,
+                              item_id=op.item_id, output_index=op.output_index,
                               delta=part)
         return b""
 
@@ -256,15 +262,10 @@ class StreamEncoder:
                                   summary_index=0, text=op.text)
                 out += self._emit("response.reasoning_summary_part.done", item_id=item_id, output_index=k,
                                   summary_index=0, part={"type": "summary_text", "text": op.text})
-            prov = block.get("_provider")
-            minted = minted_item(prov.get("value"), include_encrypted=self.include_encrypted) \
-                if isinstance(prov, dict) else None
-            if minted is not None and minted["id"] == item_id:  # a Responses upstream's own item, as it sent it
-                return out + self._done(minted, k)
             sealed = self.seal([block]) if self.include_encrypted else None
             return out + self._done(reasoning_item(item_id, op.text, sealed, summary=self.summary), k)
         if op.kind == MESSAGE:
-            item_id = self.ids.item(MESSAGE, k)
+            item_id = op.item_id
             part: dict[str, JSON] = {"type": "output_text", "text": op.text, "annotations": [], "logprobs": []}
             out = self._emit("response.output_text.done", item_id=item_id, output_index=k, content_index=0,
                              text=op.text, logprobs=[])
@@ -274,7 +275,7 @@ class StreamEncoder:
             signed = isinstance(block.get("_provider"), dict) and "value" in block["_provider"]
             return out + (self._carrier(block) if signed else b"")
         args = op.text or orjson.dumps(block.get("input") or {}).decode()
-        item_id = self.ids.item(FUNCTION_CALL, k)
+        item_id = op.item_id
         out = self._emit("response.function_call_arguments.done", item_id=item_id, output_index=k,
                          name=str(block.get("name")), arguments=args)
         return out + self._done(call_item(item_id, str(block.get("id")), str(block.get("name")), args), k)
@@ -288,7 +289,7 @@ class StreamEncoder:
 
 
 def _renamed(item: dict[str, JSON], ids: ItemIds) -> dict[str, JSON]:
-    """An item of ours named where its turn was recorded (an upstream's own item keeps its id)."""
+    """An item named where its turn was recorded."""
     named = parse_id(item.get("id"))
     return {**item, "id": ids.item(named.kind, named.index)} if named is not None and named.index is not None else item
 

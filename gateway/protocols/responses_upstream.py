@@ -82,14 +82,13 @@ def reasoning_block(item: dict[str, Any], nxt: dict[str, Any] | None, origin: st
     return ThoughtBlock(summary_text(item), origin, ProviderSig(origin, {"item": item, "next": following(nxt)}))
 
 
-def minted_item(value: JSON, *, include_encrypted: bool = True) -> dict[str, JSON] | None:
+def minted_item(value: JSON) -> dict[str, JSON] | None:
     """The reasoning item a Responses upstream minted, as it sent it (its id, summary and ``encrypted_content``), from
-    a thought block's provider value (``reasoning_block``); None: the value is not one. ``include_encrypted`` False:
-    without its ``encrypted_content`` (a client that did not ask for it)."""
+    a thought block's provider value (``reasoning_block``); None: the value is not one."""
     item = value.get("item") if isinstance(value, dict) else None
     if not isinstance(item, dict) or item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
         return None
-    return item if include_encrypted else {k: v for k, v in item.items() if k != "encrypted_content"}
+    return item
 
 
 def decode_items(items: list[Any], origin: str) -> list[Block]:

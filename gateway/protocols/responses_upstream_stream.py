@@ -148,8 +148,6 @@ class ResponsesTranslator:
             events = self._flush_reasoning(None)
             events += self._start({"type": "thought", "thinking": "", "_provider": {"origin": self.origin}},
                                   ("thought", item.get("id")))
-            if isinstance(item.get("id"), str):  # (a Responses client is shown the upstream's own item)
-                events[-1]["item_id"] = item["id"]
             self.thought, self.summary_part, self.summary_streamed = self.index, None, False
             return events
         events = self._flush_reasoning(item)

@@ -9,7 +9,7 @@ a final ``message`` (``msg_...``). ``store`` defaults to true, as the API's does
 What it rejects (the texts and their sources: docs/upstream-rules.md, "OpenAI Responses"):
 
 * ``responses-1`` a reasoning item whose ``encrypted_content`` is not one it minted for that item, unchanged (its id,
-  its summary text, the model family): 400 ``invalid_encrypted_content``;
+  its summary text, the model family, the caller's organization: its bearer token): 400 ``invalid_encrypted_content``;
 * ``responses-2`` a reasoning item without ``encrypted_content``, an ``item_reference``, or an item id it never
   stored: 404 "Item with id '...' not found." (with "Items are not persisted when `store` is set to false. ..." when
   the request is ``store: false``);
@@ -79,13 +79,14 @@ class ResponsesMinter:
     def __init__(self, secret: bytes) -> None:
         self._key = hashlib.sha256(b"thinkgate-sim-responses\0" + secret).digest()
 
-    def encrypt(self, item_id: str, model: str, summary: str) -> str:
-        payload = orjson.dumps({"id": item_id, "m": model_family(model),
+    def encrypt(self, item_id: str, model: str, summary: str, org: str = "") -> str:
+        """``org``: whose credential the item was minted for (``organization``): another's does not verify."""
+        payload = orjson.dumps({"id": item_id, "m": model_family(model), "o": org,
                                 "s": hashlib.sha256(summary.encode()).hexdigest()[:16]})
         mac = hmac.new(self._key, payload, hashlib.sha256).digest()[:16]
         return "gAAAAAB" + base64.urlsafe_b64encode(payload + mac).decode()
 
-    def verify(self, blob: object, item_id: str | None, model: str, summary: str) -> str | None:
+    def verify(self, blob: object, item_id: str | None, model: str, summary: str, org: str = "") -> str | None:
         """The reasoning id ``blob`` was minted for, when it is unchanged and matches the item; else None."""
         if not isinstance(blob, str) or not blob.startswith("gAAAAAB"):
             return None
@@ -100,12 +101,20 @@ class ResponsesMinter:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return None
-        if data.get("m") != model_family(model) or data.get("s") != hashlib.sha256(summary.encode()).hexdigest()[:16]:
+        if data.get("m") != model_family(model) or data.get("s") != hashlib.sha256(summary.encode()).hexdigest()[:16] \
+                or data.get("o", "") != org:
             return None
         if item_id is not None and data.get("id") != item_id:
             return None
         rid = data.get("id")
         return rid if isinstance(rid, str) else None
+
+
+def organization(request: Request) -> str:
+    """Whose the request is: the API binds a reasoning item's ``encrypted_content`` to the organization that minted
+    it; here one bearer token is one organization (docs/upstream-rules.md, ``responses-1``)."""
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def _summary_text(item: dict[str, Any]) -> str:
@@ -145,9 +154,10 @@ def _item_type(item: dict[str, Any]) -> str:
     return t if isinstance(t, str) else ("message" if "role" in item else "")
 
 
-def check(body: Any, minter: ResponsesMinter, memory: Memory) -> tuple[int, Any, str] | list[dict[str, Any]]:
+def check(body: Any, minter: ResponsesMinter, memory: Memory,
+          org: str = "") -> tuple[int, Any, str] | list[dict[str, Any]]:
     """The first violation (status, error body, rule), or the effective input (a previous response's chain first,
-    item references resolved)."""
+    item references resolved). ``org``: the caller's (``organization``)."""
     items = input_items(body) if isinstance(body, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("model"), str) or items is None:
         return _error(400, "Missing required parameter: 'model'." if isinstance(body, dict) and items is not None
@@ -181,7 +191,7 @@ def check(body: Any, minter: ResponsesMinter, memory: Memory) -> tuple[int, Any,
         iid = item.get("id") if isinstance(item.get("id"), str) else None
         if kind == "reasoning":
             if "encrypted_content" in item and item["encrypted_content"] is not None:
-                rid = minter.verify(item["encrypted_content"], iid, model, _summary_text(item))
+                rid = minter.verify(item["encrypted_content"], iid, model, _summary_text(item), org)
                 if rid is None:
                     blob = str(item["encrypted_content"])
                     return _error(400, f"The encrypted content {abbreviate(blob)} could not be verified.", None,
@@ -256,9 +266,9 @@ def _new_id(prefix: str) -> str:
 
 
 def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMinter, memory: Memory,
-         default_tools: int = 0) -> dict[str, Any]:
+         default_tools: int = 0, org: str = "") -> dict[str, Any]:
     """The Response object answering ``body`` (its output minted and remembered; stored when ``store``);
-    ``default_tools``: ``scenarios.scenario_of`` (``thinkgate sim --tools N``)."""
+    ``default_tools``: ``scenarios.scenario_of`` (``thinkgate sim --tools N``); ``org``: the caller's."""
     model: str = body["model"]
     store = body.get("store") is not False
     scenario = scenario_of(body, _first_user_text(items), default_tools)
@@ -283,7 +293,7 @@ def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMin
         follow.append({"id": _new_id("msg_"), "type": "message", "status": "completed", "role": "assistant",
                        "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}]})
     rs_item = {"id": rs_id, "type": "reasoning", "summary": summary,
-               "encrypted_content": minter.encrypt(rs_id, model, thought if summary else "")}
+               "encrypted_content": minter.encrypt(rs_id, model, thought if summary else "", org)}
     output = [rs_item, *follow]
     memory.add_item(rs_id, Minted("reasoning", rs_id, follow[0]["id"], follow[0]["type"], store, rs_item))
     for it in follow:
@@ -334,12 +344,13 @@ def responses_routes(state: Any) -> list[Route]:
             state.stats.unauthorized += 1
             return json(401, {"error": {"message": "Missing bearer authentication in header",
                                         "type": "invalid_request_error", "param": None, "code": None}})
-        checked = check(body, minter, memory)
+        org = organization(request)
+        checked = check(body, minter, memory, org)
         if isinstance(checked, tuple):
             state.stats.rejections[checked[2]] += 1
             return json(checked[0], checked[1])
         state.stats.accepted += 1
-        response = plan(body, checked, minter, memory, state.config.tools)
+        response = plan(body, checked, minter, memory, state.config.tools, org)
         state.remember(conv, minted_tokens(response))
         if not body.get("stream"):
             return json(200, response)

@@ -125,11 +125,14 @@ def test_a_responses_client_s_fields_reach_a_responses_upstream_as_sent(provider
                 answer.id, include=["reasoning.encrypted_content"]).output[0].model_dump(exclude_none=True))
     for client in clients:
         client.close()
-    # the client did not ask for encrypted_content: the upstream's own item without it; read back with it
+    # the client did not ask for encrypted_content: the gateway's item without it; read back with it (sealed, the
+    # same id), and the upstream gets its own item back as minted, with the summary the client was shown
     assert shown[0]["type"] == "reasoning" and "encrypted_content" not in shown[0]
-    assert read[0]["encrypted_content"].startswith("gAAAA") and {**read[0], "encrypted_content": None} == {
+    assert read[0]["encrypted_content"].startswith("tg1.") and {**read[0], "encrypted_content": None} == {
         **shown[0], "encrypted_content": None}
-    assert read[0] == next(i for i in bodies[1]["input"] if i.get("type") == "reasoning")  # as minted
+    minted = next(i for i in bodies[1]["input"] if i.get("type") == "reasoning")
+    assert minted["encrypted_content"].startswith("gAAAA") and minted["id"] != shown[0]["id"]
+    assert [p["text"] for p in minted["summary"]] == [p["text"] for p in shown[0]["summary"]]
     for body in bodies:
         for key, value in {**sent, **unknown}.items():
             if key != "include":

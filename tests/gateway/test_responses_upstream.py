@@ -66,6 +66,28 @@ def test_reasoning_items_go_back_exactly_as_received_followed_by_the_call_they_p
     assert isinstance(check({"model": "gpt-5", "input": history, "store": False}, minter, memory), list)
 
 
+def test_the_simulator_refuses_reasoning_minted_for_another_organization_or_model() -> None:
+    """``responses-1``: the API binds a reasoning item's encrypted_content to the organization (here: the bearer
+    token) and model family that minted it; replayed by another, or to another family, it does not verify."""
+    memory, minter = Memory(), ResponsesMinter(b"s" * 32)
+    prompt = "weather? [[sim:tools=1]]"
+    body = {"model": "gpt-5", "input": [{"role": "user", "content": prompt}], "tools": TOOLS, "store": False,
+            "reasoning": {"effort": "low", "summary": "auto"}}
+    checked = check(body, minter, memory, "org-a")
+    assert isinstance(checked, list)
+    rs, fc = plan(body, checked, minter, memory, org="org-a")["output"]
+    replay = {**body, "input": [*body["input"], rs, fc,
+                                {"type": "function_call_output", "call_id": fc["call_id"], "output": "sunny"}]}
+    assert isinstance(check(replay, minter, memory, "org-a"), list)
+    for other, org in ((replay, "org-b"), ({**replay, "model": "o3"}, "org-a")):
+        refused = check(other, minter, memory, org)
+        assert isinstance(refused, tuple) and refused[0] == 400 and refused[2] == "responses-1", refused
+        assert refused[1]["error"]["code"] == "invalid_encrypted_content"
+        blob = rs["encrypted_content"]
+        message = f"The encrypted content {blob[:4]}...{blob[-4:]} could not be verified."
+        assert refused[1]["error"]["message"] == message
+
+
 def test_a_reasoning_item_whose_follower_changed_is_left_out_and_no_id_is_sent() -> None:
     memory, minter = Memory(), ResponsesMinter(b"s" * 32)
     response = _answer("weather? [[sim:tools=1]]", memory, minter)

@@ -16,6 +16,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather fo
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 REASONING = {"effort": "medium", "summary": "auto"}
 INCLUDE = ["reasoning.encrypted_content"]
+KEY = "sk-responses-acceptance-0123456789abcdef"  # the tests' API key (its tenant)
 Items = list[dict[str, Any]]
 
 

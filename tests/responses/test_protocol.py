@@ -210,10 +210,11 @@ def test_a_turn_cut_by_the_token_limit_is_incomplete() -> None:
 
 # ---------------------------------------------------------------- the stream
 
-def encode_stream(raw: bytes, *, final: responses.ItemIds = IDS) -> tuple[list[dict[str, Any]], Snapshot]:
+def encode_stream(raw: bytes, *, final: responses.ItemIds = IDS,
+                  include: bool = True) -> tuple[list[dict[str, Any]], Snapshot]:
     snap = Snapshot()
     enc = StreamEncoder(snap, ids=IDS, final=lambda: (final, final.scid), seal=SEAL.seal_stored, model="m",
-                        created_at=1, echo=dict(responses.ECHOED), include_encrypted=True, summary=True,
+                        created_at=1, echo=dict(responses.ECHOED), include_encrypted=include, summary=True,
                         scid=IDS.scid)
     out = b""
     for ev in SSEDecoder().feed(raw):
@@ -272,13 +273,12 @@ def _sse(*events: dict[str, Any]) -> bytes:
     return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
 
 
-def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_back_have() -> None:
+def _gemini_stream() -> bytes:
     """Signed thought, two text blocks (the second signed), a signed call and an unsigned one, as the Gemini
-    translator streams them: the streamed items, their ids and their sealed content are those ``output_items``
-    gives the recorded turn (what GET and item references read back)."""
+    translator streams them."""
     sig = {"origin": "gemini-3", "value": "c2lnLXRleHQ="}
     call_sig = {"origin": "gemini-3", "value": "c2lnLWNhbGw="}
-    raw = _sse(
+    return _sse(
         {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "g",
                                               "content": [], "stop_reason": None, "usage": {}}},
         {"type": "content_block_start", "index": 0, "content_block": {
@@ -300,6 +300,13 @@ def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_
         {"type": "content_block_stop", "index": 4},
         {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
         {"type": "message_stop"})
+
+
+def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_back_have() -> None:
+    """Signed thought, two text blocks (the second signed), a signed call and an unsigned one, as the Gemini
+    translator streams them: the streamed items, their ids and their sealed content are those ``output_items``
+    gives the recorded turn (what GET and item references read back)."""
+    raw = _gemini_stream()
     events, snap = encode_stream(raw)
     done = events[-1]["response"]["output"]
     turn = finished_turn(snap)
@@ -313,6 +320,28 @@ def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_
     replayed = decode({"model": "g", "input": [{"role": "user", "content": "q"}, *done]}).request.messages[1].content
     assert [getattr(b, "sig", None) for b in replayed] == [None, None, ProviderSig("gemini-3", "c2lnLXRleHQ="),
                                                            ProviderSig("gemini-3", "c2lnLWNhbGw="), None]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_item_s_id_is_the_same_with_include_and_without(stream: bool) -> None:
+    """Without ``include`` the signatures' own reasoning items are left out, but every other item keeps the id it
+    has with ``include`` (its place in ``layout``), streamed or answered whole: a later reference names the item
+    the client saw."""
+    def items(include: bool) -> list[dict[str, Any]]:
+        events, snap = encode_stream(_gemini_stream(), include=include)
+        turn = finished_turn(snap)
+        assert turn is not None
+        whole = responses.output_items(lift_turn(turn).content, IDS, SEAL.seal, include_encrypted=include,
+                                       summary=True)
+        return list(events[-1]["response"]["output"]) if stream else whole
+
+    with_include = {i["id"]: i for i in items(True)}
+    without = items(False)
+    assert [i["type"] for i in without] == ["reasoning", "message", "message", "function_call", "function_call"]
+    assert len(with_include) == len(without) + 2
+    for item in without:
+        assert {k: v for k, v in with_include[item["id"]].items() if k != "encrypted_content"} == item
+    assert [i["id"].rsplit(".", 1)[1] for i in without] == ["0", "1", "2", "5", "6"]
 
 
 def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -18,24 +17,13 @@ import pytest
 
 from tests.e2e.traffic import thinking_lost
 from tests.gemini.helpers import COPILOT, DEEPSEEK, OPENROUTER, OPENROUTER_CLAUDE, RESPONSES, Rejections, gateway_env
-from tests.gemini.matrix import Pair
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, metric_sum
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import Exchange
-from tests.responses.helpers import INCLUDE, REASONING, Items, create, run_loop
+from tests.responses.helpers import INCLUDE, KEY, REASONING, Items, create, run_loop
 
 CLAUDE, GEMINI = "claude-opus-4-5", "gemini-3-pro-preview"
 BYPASS = "skip_thought_signature_validator"
-KEY = "sk-responses-acceptance-0123456789abcdef"
-
-
-@pytest.fixture()
-def clients(provider_pair: Pair) -> Iterator[list[openai.OpenAI]]:
-    made = [openai.OpenAI(base_url=g.url + "/v1", api_key=KEY, max_retries=0)
-            for g in (provider_pair.a, provider_pair.b)]
-    yield made
-    for c in made:
-        c.close()
 
 
 def _claude_kept(body: dict[str, Any]) -> None:
@@ -66,13 +54,15 @@ def _responses_kept(body: dict[str, Any]) -> None:
             "rs_"), items
 
 
-def _shown_as_minted(turns: list[Any], body: dict[str, Any]) -> None:
-    """The client saw the upstream's own reasoning items (its ids, its encrypted_content), the very items the
-    upstream gets back."""
+def _shown_sealed(turns: list[Any], body: dict[str, Any]) -> None:
+    """The client saw the gateway's reasoning items (its ids, the upstream's item sealed in ``encrypted_content``,
+    the upstream's summary text), the upstream gets back its own items (its ids, its encrypted_content)."""
     minted = [i for i in body["input"] if i.get("type") == "reasoning"]
     shown = [i for t in turns if t.calls for i in t.output if i["type"] == "reasoning"]
-    assert shown == minted and all(i["encrypted_content"].startswith("gAAAA") and "." not in i["id"]
-                                   for i in shown), (shown, minted)
+    assert len(shown) == len(minted) and all(
+        i["encrypted_content"].startswith("tg1.") and re.fullmatch(r"rs_[\w-]+\.\d+\.\d+", i["id"]) for i in shown
+    ) and all(m["encrypted_content"].startswith("gAAAA") and "." not in m["id"] for m in minted), (shown, minted)
+    assert [[p["text"] for p in i["summary"]] for i in shown] == [[p["text"] for p in m["summary"]] for m in minted]
 
 
 KEPT = {CLAUDE: _claude_kept, GEMINI: _gemini_kept, RESPONSES: _responses_kept}
@@ -94,7 +84,7 @@ def test_a_responses_tool_loop_keeps_its_reasoning_on_every_turn(
     body = sim.last()["body"]  # the last request: the whole loop replayed
     KEPT[model](body)
     if model == RESPONSES:
-        _shown_as_minted(turns, body)
+        _shown_sealed(turns, body)
         for t in turns if stream else ():  # each streamed item has one id, from added to done and in the response
             assert [i for e, i in t.streamed if e == "added"] == [i for e, i in t.streamed if e == "done"] == [
                 i["id"] for i in t.output], t.streamed
@@ -313,16 +303,53 @@ def test_previous_response_id_naming_an_earlier_response_branches_there(
 
 
 @pytest.mark.parametrize("mangle", ["faithful", "drop_reasoning", "drop_encrypted"])
-def test_to_a_responses_upstream_with_the_records_gone_turns_degrade_never_fail(
+def test_to_a_responses_upstream_with_the_records_gone_sealed_items_carry_the_turn(
         sim: Sim, clients: list[openai.OpenAI], redis_server: RedisServer, mangle: str) -> None:
-    """Redis flushed before every request: the upstream's own reasoning items cannot be vouched for (they are not
-    the gateway's sealed content), so the calls go without them and without item ids: no 4xx, never a forged or
-    mismatched reasoning item (docs/responses-api.md, "To an OpenAI Responses upstream")."""
+    """Redis flushed before every request: replayed as received, the gateway's reasoning items carry the upstream's
+    own (sealed in their ``encrypted_content``), so every call goes back after the reasoning item minted before it.
+    Without them (dropped, or ``encrypted_content`` dropped) the calls go without reasoning and without item ids:
+    no 4xx, never a forged or mismatched reasoning item (docs/responses-api.md, "To an OpenAI Responses upstream")."""
     rejected = sum(sim.stats()["rejections"].values())
     turns = run_loop(clients, RESPONSES, f"[[sim:tools=2]] records gone ({mangle})", stream=False, mangle=mangle,
                      sim=sim, before=redis_server.flush)
     assert [len(t.calls) for t in turns] == [1, 1, 0]
     last = turns[-1].upstream
     assert last is not None
-    assert all("id" not in i for i in last["input"] if i.get("type") == "function_call"), last["input"]
+    if mangle == "faithful":
+        _responses_kept(last)
+        _shown_sealed(turns, last)
+    else:
+        assert all("id" not in i for i in last["input"] if i.get("type") == "function_call"), last["input"]
+        assert not any(i.get("type") == "reasoning" for i in last["input"]), last["input"]
     assert sum(sim.stats()["rejections"].values()) == rejected, sim.stats()["rejections"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("mode", ["off", "redis_down"])
+def test_without_records_sealed_items_carry_a_responses_upstream_s_reasoning(
+        sim: Sim, no_records: NoRecords, mode: str, stream: bool) -> None:
+    """No record to restore from (the state machine off, Redis not there), two replicas alternating: a client that
+    replays the output items as received gets every earlier call to the Responses upstream right after the
+    reasoning item the upstream minted before it (its id, its encrypted_content, opened from the gateway's sealed
+    item), on every request, with no upstream 4xx. The same loop with the sealed content altered: the items are
+    dropped (never forwarded), the calls go without reasoning and without ids, still no 4xx."""
+    clients = no_records.clients(mode)
+    try:
+        with Rejections(sim):
+            kept = run_loop(clients, RESPONSES, f"[[sim:tools=2]] sealed upstream items {mode} {stream}",
+                            stream=stream, mangle="faithful", sim=sim)
+            assert [len(t.calls) for t in kept] == [1, 1, 0], [t.response for t in kept]
+            for n, t in enumerate(kept[1:], 1):
+                assert t.upstream is not None
+                assert len([i for i in t.upstream["input"] if i.get("type") == "function_call"]) == n
+                _responses_kept(t.upstream)
+            _shown_sealed(kept, kept[-1].upstream or {})
+            altered = run_loop(clients, RESPONSES, f"[[sim:tools=2]] altered upstream items {mode} {stream}",
+                               stream=stream, mangle="faithful", sim=sim, replay=_tampered)
+            assert [len(t.calls) for t in altered] == [1, 1, 0], [t.response for t in altered]
+            last = altered[-1].upstream
+            assert last is not None and not any(i.get("type") == "reasoning" for i in last["input"]), last["input"]
+            assert all("id" not in i for i in last["input"] if i.get("type") == "function_call"), last["input"]
+    finally:
+        for c in clients:
+            c.close()
