@@ -326,6 +326,17 @@ def test_a_system_the_api_refuses_gets_its_400_where_the_prefix_is_kept(
                                                    "message": message}
 
 
+def edited_after_a_round(sp: ServerProcess, sim: Sim, model: str) -> dict[str, Any]:
+    """The ``count_tokens`` parameters of a client that ran one tool round through ``sp`` and then edited its first
+    message (no recorded prefix can put an edited user message back: the replayed block is bound to the original)."""
+    seen: list[dict[str, Any]] = []
+    first = loop([sp.url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1, model=model)[0]
+    params = count_params(seen[0], first)
+    opening = params["messages"][0]
+    params["messages"][0] = {**opening, "content": opening["content"] + " (edited)"}
+    return params
+
+
 @pytest.mark.parametrize("model", [BOUND_MODEL, UNKNOWN_BOUND], ids=["bound", "unknown-bound"])
 def test_count_tokens_retries_a_binding_400_once(unknown_binding_sim: Sim, gateways: GatewayFactory,
                                                  model: str) -> None:
@@ -336,11 +347,7 @@ def test_count_tokens_retries_a_binding_400_once(unknown_binding_sim: Sim, gatew
     sim = unknown_binding_sim
     sp = gateways.start(sim.url)
     try:
-        seen: list[dict[str, Any]] = []
-        first = loop([sp.url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1, model=model)[0]
-        params = count_params(seen[0], first)
-        opening = params["messages"][0]
-        params["messages"][0] = {**opening, "content": opening["content"] + " (edited)"}
+        params = edited_after_a_round(sp, sim, model)
         with anthropic.Anthropic(base_url=sim.url, api_key=KEY, max_retries=0) as direct:
             with pytest.raises(anthropic.BadRequestError) as err:
                 direct.messages.count_tokens(**params)
@@ -426,11 +433,7 @@ def test_a_binding_400_on_a_body_too_deep_to_write_again_is_relayed(unknown_bind
     sim = unknown_binding_sim
     sp = gateways.start(sim.url)
     try:
-        seen: list[dict[str, Any]] = []
-        first = loop([sp.url], rewrites_system, stream=False, seen=seen, sim=sim, limit=1, model=UNKNOWN_BOUND)[0]
-        params = count_params(seen[0], first)
-        opening = params["messages"][0]
-        params["messages"][0] = {**opening, "content": opening["content"] + " (edited)"}
+        params = edited_after_a_round(sp, sim, UNKNOWN_BOUND)
         deep: dict[str, Any] = {"type": "object"}
         for _ in range(130):  # 261 levels: over the 255 orjson writes
             deep = {"type": "object", "properties": {"a": deep}}

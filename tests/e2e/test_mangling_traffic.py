@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.e2e.traffic import CELLS, SPLIT_SEED, Report, plan, run
-from tests.gemini.helpers import gateway_env
+from tests.e2e.traffic import CELLS, SPLIT_SEED, Report, plan, replica_env, run
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import RecordingProxy
@@ -61,9 +60,7 @@ class Traffic:
 @pytest.fixture(scope="module")
 def traffic(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Traffic]:
     proxy = RecordingProxy(sim.url, split_seed=SPLIT_SEED).start()
-    env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
-    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "issue-23-traffic-0123456789abcdef01",
-            "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
+    env = replica_env(sim, proxy, redis_server.url, "issue-23-traffic-0123456789abcdef01")
     off = {**env, "GATEWAY_STATE_MACHINE_ENABLED": "false"}
     started = [gateways.start(proxy.url, e) for e in (env, env, off, off)]
     try:

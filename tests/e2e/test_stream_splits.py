@@ -18,8 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.traffic import CELLS, Report, plan, run
-from tests.gemini.helpers import gateway_env
+from tests.e2e.traffic import CELLS, Report, plan, replica_env, run
 from tests.process_fixtures import GatewayFactory, Sim
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import RecordingProxy
@@ -28,9 +27,7 @@ from tests.reliability.recording_proxy import RecordingProxy
 @pytest.fixture(scope="module")
 def report(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Report]:
     proxy = RecordingProxy(sim.url, hard_cuts=True).start()
-    env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
-    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": "stream-splits-0123456789abcdef0123456",
-            "GATEWAY_STORE_TIMEOUT_MS": "1000", "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
+    env = replica_env(sim, proxy, redis_server.url, "stream-splits-0123456789abcdef0123456")
     replicas = [gateways.start(proxy.url, env) for _ in range(2)]
     try:
         convs = [dataclasses.replace(c, stream=True, header=c.index % 2 == 0) for c in plan(per_cell=2)]

@@ -56,6 +56,7 @@ from tests.gemini.helpers import (
     OPENROUTER,
     OPENROUTER_CLAUDE,
     RESPONSES,
+    gateway_env,
 )
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
@@ -87,6 +88,14 @@ CELLS: tuple[Cell, ...] = (
     Cell("gemini", "gemini", GEMINI, tuple(sorted(gemini_manglings.MANGLINGS))),
     *(Cell("augment", up, model, _AUGMENT_CASES) for up, (model, _) in _UPSTREAMS.items()),
 )
+
+
+def replica_env(sim: Sim, proxy: RecordingProxy, redis_url: str, secret: str) -> dict[str, str]:
+    """A replica's environment in the matrix: every upstream of ``gateway_env`` reached through ``proxy``, one
+    redis-server, JSON access lines (``run`` reads them)."""
+    env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
+    return env | {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": secret, "GATEWAY_STORE_TIMEOUT_MS": "1000",
+                  "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
 
 
 def plan(cells: Sequence[Cell] = CELLS, *, per_cell: int | None = None, repeat: int = 1, offset: int = 0,
