@@ -3,7 +3,8 @@
 URLs:
 
 - ``None`` / ``""``: the embedded ``MemoryStore`` (one process only).
-- ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS): a single Redis node.
+- ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS; redis-py's ``ssl_*`` settings in the
+  query, e.g. ``?ssl_ca_certs=/etc/redis-tls/ca.pem``): a single Redis node.
 - ``redis+cluster://[[user]:password@]host:port[,host:port...]`` (``rediss+cluster://`` for TLS): a
   Redis Cluster through ``redis.asyncio.cluster.RedisCluster``; the hosts are startup nodes.
 - ``redis+sentinel://[[user]:password@]host:port[,host:port...]/<service>[/db]``: the master of

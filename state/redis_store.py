@@ -2,9 +2,9 @@
 
 - One ``_roundtrip`` = one pipeline (``transaction=False``): EVALSHA for the scripts (conversation
   updates and reads, index reads batched per hash-tag bucket), SET EX for index writes and EXISTS for
-  the SCID marker. On a single node reached over plain TCP or a unix socket the pipeline goes through
+  the SCID marker. On a single node reached over plain TCP, TLS or a unix socket the pipeline goes through
   ``state.resp.RespNode`` (one write, replies parsed by hiredis, no per-command Python of redis-py);
-  TLS and Sentinel go through redis-py's pipeline. On a
+  Sentinel goes through redis-py's pipeline. On a
   cluster the pipeline is split by node and sent to all nodes concurrently; it is still one round
   trip of latency. Scripts are loaded on ``start()`` (SCRIPT LOAD, every primary); a NOSCRIPT reply
   (restarted node, failover) reloads them and replays the pipeline once: every op in it is idempotent.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -51,7 +52,7 @@ from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, Arg, EngineStore, Eval, Exists, Op, StorageLimits
 from state.errors import CircuitOpen, StoreError, StoreTimeout, StoreUnavailable
-from state.resp import ReplyTimeout, RespNode
+from state.resp import ReplyTimeout, RespNode, tls_reason
 from state.scripts import ALL_SCRIPTS
 from state.store import StoreHealth
 
@@ -76,6 +77,18 @@ _TRANSIENT = (RedisConnectionError, ClusterDownError, TryAgainError, AttributeEr
 def budget_seconds(timeout_ms: int) -> float:
     """The bound of a whole store call (see module doc) for a store timeout of ``timeout_ms``."""
     return max(MIN_BUDGET_SECONDS, BUDGET_TIMEOUTS * timeout_ms / 1000)
+
+
+def failure(exc: BaseException) -> str:
+    """What a failed call reports (``StoreUnavailable``, ``StoreHealth.detail``, the start warning): the exception's
+    class, and for a TLS failure its reason too (a wrong CA, a missing client certificate: configuration to fix,
+    which the class alone does not name). Other messages are not repeated (they can carry reply data)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return f"{type(exc).__name__}: TLS: {tls_reason(cause)}"
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 def _log_unexpected(backend: str, exc: BaseException) -> None:
@@ -125,8 +138,7 @@ class RedisStore(EngineStore):
             async with asyncio.timeout(max(self.timeout_s, START_TIMEOUT_SECONDS)), self._slots:
                 await self._load_scripts()
         except Exception as exc:  # _BACKEND_ERRORS, or whatever else the client leaks
-            log.warning("state store %s not reachable at start (%s); will retry on use",
-                        self.backend, type(exc).__name__)
+            log.warning("state store %s not reachable at start (%s); will retry on use", self.backend, failure(exc))
 
     async def close(self) -> None:
         if not self._closed:
@@ -152,7 +164,7 @@ class RedisStore(EngineStore):
             self.breaker.on_failure()
             if not isinstance(exc, _BACKEND_ERRORS):
                 _log_unexpected(self.backend, exc)
-            return StoreHealth(False, self.backend, self.breaker.state, type(exc).__name__)
+            return StoreHealth(False, self.backend, self.breaker.state, failure(exc))
         except BaseException:
             self.breaker.on_abandon()
             raise
@@ -173,7 +185,7 @@ class RedisStore(EngineStore):
             raise StoreTimeout(f"{self.backend}: timeout") from exc
         except _BACKEND_ERRORS as exc:
             self.breaker.on_failure()
-            raise StoreUnavailable(f"{self.backend}: {type(exc).__name__}") from exc
+            raise StoreUnavailable(f"{self.backend}: {failure(exc)}") from exc
         except StoreError:  # raised on purpose by the engine (e.g. CodecError): not the backend's fault
             self.breaker.on_abandon()
             raise

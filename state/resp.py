@@ -8,19 +8,24 @@ packed commands (packed by ``pack``) and one future that an ``asyncio.Protocol``
 has parsed as many replies as commands were sent.
 
 What it keeps of redis-py: the client's connection settings (host and port or unix socket path, db,
-username, password; ``RespNode.for_client``), redis-py's exception classes (error replies become the
-same ``ResponseError``/``NoScriptError``/... instances redis-py's hiredis parser makes (``reply_error``,
-from its public exception classes), returned in place as with ``raise_on_error=False``; a lost or refused
-connection is its ``ConnectionError``), so
-``RedisStore``'s retry, NOSCRIPT reload and error handling are unchanged. TLS, Sentinel and Cluster stay
-on redis-py (``for_client`` answers None). The replies are those of ``execute_command``: no response
-callbacks (a SET answers ``b"OK"``, not ``True``).
+username, password, and for ``rediss://`` the TLS context redis-py would connect with, ``state.tls``;
+``RespNode.for_client``), redis-py's exception classes (error replies become the same
+``ResponseError``/``NoScriptError``/... instances redis-py's hiredis parser makes (``reply_error``, from its
+public exception classes), returned in place as with ``raise_on_error=False``; a lost or refused connection,
+a failed TLS handshake, is its ``ConnectionError``), so ``RedisStore``'s retry, NOSCRIPT reload and error
+handling are unchanged. Sentinel and Cluster stay on redis-py (``for_client`` answers None), and so does a
+TLS client with a setting ``state.tls`` does not mirror. The replies are those of ``execute_command``: no
+response callbacks (a SET answers ``b"OK"``, not ``True``).
 
 The store timeout is measured here, from the moment a round trip's commands are written (``reply_timeout``):
 time spent before (waiting for a connection, for the worker's event loop) is not Redis's. And when the timer
 fires but the reply is already waiting in the socket, unread because the worker's event loop was busy (a
 saturated replica runs its timers late and its reads later still), the reply is not given up on: the timer is
 set again (``ReplyTimeout`` only for a reply that has not arrived). The caller's own budget bounds the rest.
+On TLS "waiting" also counts what the TLS layer holds: bytes it took from the socket but has not decrypted
+and handed over (``get_read_buffer_size``: the transport goes on reading into it while the application side
+is paused), and plaintext OpenSSL decrypted but nobody read (``SSLObject.pending``): the socket's readability
+alone misses a reply that is already off the wire, whenever the loop's TLS layer has taken it in.
 
 A connection serves one round trip at a time and goes back to the pool only after all its replies were
 read; a round trip that does not finish (cancelled, timed out, protocol error) closes its connection,
@@ -32,17 +37,19 @@ from __future__ import annotations
 
 import asyncio
 import select
-from collections.abc import Sequence
+import ssl
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import hiredis
 from redis import exceptions as rx
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection, ConnectionPool, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
 from state.engine import Arg
+from state.tls import client_context
 
 
 class ReplyTimeout(TimeoutError):
@@ -107,6 +114,14 @@ def reply_error(message: str) -> rx.RedisError:
     return cls(rest) if cls is not None else ResponseError(message)
 
 
+def tls_reason(exc: ssl.SSLError) -> str:
+    """What an ``SSLError`` says in one line, e.g. ``SSLCertVerificationError: certificate verify failed: unable
+    to get local issuer certificate``."""
+    reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+    detail = f"certificate verify failed: {reason}" if isinstance(exc, ssl.SSLCertVerificationError) else reason
+    return f"{type(exc).__name__}: {detail}"
+
+
 class _Connection(asyncio.Protocol):
     """One socket to the node; ``roundtrip`` writes a batch and awaits that many replies."""
 
@@ -114,6 +129,8 @@ class _Connection(asyncio.Protocol):
         self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
         self._transport: asyncio.Transport | None = None
         self._fd = -1
+        self._tls: ssl.SSLObject | None = None
+        self._tls_buffered: Callable[[], int] | None = None
         self._waiter: asyncio.Future[list[Any]] | None = None
         self._expected = 0
         self._replies: list[Any] = []
@@ -123,6 +140,9 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
         sock = transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
+        self._tls = transport.get_extra_info("ssl_object")
+        if self._tls is not None:  # (a TLS transport's own method, on asyncio's and uvloop's, not on Transport)
+            self._tls_buffered = getattr(transport, "get_read_buffer_size", None)
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
@@ -148,14 +168,25 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(RedisConnectionError("Connection closed by server."))
+            if isinstance(exc, ssl.SSLError):  # e.g. the server's alert: "tlsv13 alert certificate required"
+                lost = RedisConnectionError(f"Connection closed over TLS: {tls_reason(exc)}")
+                lost.__cause__ = exc
+                waiter.set_exception(lost)
+            else:
+                waiter.set_exception(RedisConnectionError("Connection closed by server."))
 
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost follows
 
     def close(self) -> None:
         self.closed = True
-        if self._transport is not None:
+        if self._transport is None:
+            return
+        if self._tls is not None:
+            # no TLS close_notify exchange: a connection given up on may face a hung server, and the shutdown
+            # would keep the socket open (up to 30 s) waiting for its answer; Redis needs none
+            self._transport.abort()
+        else:
             self._transport.close()
 
     async def roundtrip(self, payload: bytes, count: int, reply_timeout: float | None = None) -> list[Any]:
@@ -189,7 +220,14 @@ class _Connection(asyncio.Protocol):
         waiter.set_exception(ReplyTimeout(f"no reply within {timeout * 1000:.0f} ms of the write"))
 
     def _unread(self) -> bool:
-        """Bytes waiting in the socket that the event loop has not read yet."""
+        """Bytes that arrived and were not handed to ``data_received`` yet: in the socket, or inside the TLS layer
+        (see the module doc)."""
+        return self._unread_in_tls() or self._unread_in_socket()
+
+    def _unread_in_tls(self) -> bool:
+        return self._tls is not None and bool(self._tls.pending() or (self._tls_buffered and self._tls_buffered()))
+
+    def _unread_in_socket(self) -> bool:
         if self._fd < 0:
             return False
         poller = select.poll()
@@ -202,11 +240,13 @@ class RespNode:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 6379, path: str | None = None, db: int = 0,
                  username: str | None = None, password: str | None = None,
-                 reply_timeout: float | None = None) -> None:
-        """``reply_timeout``: seconds Redis has to answer a round trip once it is written (None: no bound here)."""
+                 reply_timeout: float | None = None, tls: ssl.SSLContext | None = None) -> None:
+        """``reply_timeout``: seconds Redis has to answer a round trip once it is written (None: no bound here).
+        ``tls``: connect over TLS with this context (``state.tls.client_context``), ``host`` as the server name."""
         self.reply_timeout = reply_timeout
         self._address = (host, port)
         self._path = path
+        self._tls = tls
         auth: list[Arg] | None = ["AUTH", *([username] if username else []), password] if password else None
         choose_db: list[Arg] | None = ["SELECT", db] if db else None
         self._handshake: list[list[Arg]] = [c for c in (auth, choose_db) if c is not None]
@@ -216,16 +256,21 @@ class RespNode:
 
     @classmethod
     def for_client(cls, client: Redis, reply_timeout: float | None = None) -> RespNode | None:
-        """The node ``client`` talks to, for a plain TCP or unix-socket connection; None for anything else
-        (TLS, Sentinel, credential providers...), which stays on redis-py."""
+        """The node ``client`` talks to, for a plain TCP, TLS or unix-socket connection; None for anything else
+        (Sentinel, credential providers, a TLS setting ``state.tls`` does not mirror...), which stays on redis-py."""
         pool = client.connection_pool
         kw = pool.connection_kwargs
         if kw.get("credential_provider") is not None or kw.get("protocol") not in (None, 2, "2"):
             return None
         common: dict[str, Any] = {"db": int(kw.get("db") or 0), "username": kw.get("username"),
                                   "password": kw.get("password"), "reply_timeout": reply_timeout}
-        if pool.connection_class is Connection and type(pool) is ConnectionPool:  # not Sentinel's subclass
-            return cls(host=kw.get("host", "localhost"), port=int(kw.get("port", 6379)), **common)
+        tcp = type(pool) is ConnectionPool  # (not Sentinel's subclass)
+        host, port = kw.get("host", "localhost"), int(kw.get("port", 6379))
+        if pool.connection_class is Connection and tcp:
+            return cls(host=host, port=port, **common)
+        if pool.connection_class is SSLConnection and tcp:
+            context = client_context(kw)
+            return cls(host=host, port=port, tls=context, **common) if context is not None else None
         if pool.connection_class is UnixDomainSocketConnection and kw.get("path"):
             return cls(path=kw["path"], **common)
         return None
@@ -234,28 +279,39 @@ class RespNode:
         """Send ``commands`` in one write; their replies in order (error replies as exception instances).
         ``reply_timeout``: this round trip's, instead of the node's."""
         payload = pack_commands(commands)
-        conn = await self._acquire()
-        replies = await conn.roundtrip(payload, len(commands), reply_timeout or self.reply_timeout)
+        timeout = reply_timeout or self.reply_timeout
+        conn = await self._acquire(timeout)
+        replies = await conn.roundtrip(payload, len(commands), timeout)
         if self._closed:
             conn.close()
         else:
             self._idle.append(conn)
         return replies
 
-    async def _acquire(self) -> _Connection:
+    async def _acquire(self, reply_timeout: float | None) -> _Connection:
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn
-        return await self._connect()
+        return await self._connect(reply_timeout)
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, reply_timeout: float | None) -> _Connection:
+        """A new connection; over TLS its handshake is a round trip Redis must answer within ``reply_timeout``
+        (a hung server accepts the TCP connection in its kernel, and then says nothing)."""
         loop = asyncio.get_running_loop()
+        handshake = asyncio.timeout(reply_timeout if self._tls is not None else None)
         try:
-            if self._path is not None:
-                _, conn = await loop.create_unix_connection(_Connection, self._path)
-            else:
-                _, conn = await loop.create_connection(_Connection, *self._address)
+            async with handshake:
+                if self._path is not None:
+                    _, conn = await loop.create_unix_connection(_Connection, self._path)
+                else:
+                    _, conn = await loop.create_connection(_Connection, *self._address, ssl=self._tls)
+        except TimeoutError as exc:
+            if handshake.expired():
+                raise ReplyTimeout(f"no TLS handshake within {(reply_timeout or 0) * 1000:.0f} ms") from None
+            raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from exc
+        except ssl.SSLError as exc:  # (an OSError) the reason: a configuration error to name, not a "connection error"
+            raise RedisConnectionError(f"Error connecting to Redis over TLS: {tls_reason(exc)}") from exc
         except OSError as exc:
             raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from exc
         self.connections_made += 1
@@ -274,4 +330,4 @@ class RespNode:
             self._idle.pop().close()
 
 
-__all__ = ["ReplyTimeout", "RespNode", "ResponseError", "pack", "pack_commands"]
+__all__ = ["ReplyTimeout", "RespNode", "ResponseError", "pack", "pack_commands", "tls_reason"]

@@ -24,9 +24,12 @@ def pytest_configure(config: pytest.Config) -> None:
     Every ``httpx.Client`` (so every ``httpx.get``, and every anthropic / openai / google-genai SDK
     client, which are httpx clients) builds ``ssl.create_default_context()`` when it is created, and
     loading the CA bundle into it costs ~20 ms, even for the plain-http loopback URLs that are all the
-    tests ever reach: thousands of clients, over a minute of the suite. A context is only read by the
-    connections that use it, so handing every caller the same one (built with the same arguments)
-    changes nothing they do. Child processes (gateways, simulators) are not affected.
+    tests ever reach: thousands of clients, over a minute of the suite. httpx only reads the context
+    it made, so handing every such caller the same one (built with the same arguments) changes nothing
+    they do. A call that names no trust anchors gets a context of its own, as before: it is made to be
+    configured (redis-py's ``rediss://`` connections and ``state.tls`` set its verify mode, load their CA
+    and client certificate into it; aiohttp turns verification off in one), and one shared context would
+    carry one caller's CA and certificate into every other's. Child processes are not affected.
     """
     original = ssl.create_default_context
 
@@ -36,6 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def create_default_context(purpose: Any = ssl.Purpose.SERVER_AUTH, *, cafile: Any = None,
                                capath: Any = None, cadata: Any = None) -> ssl.SSLContext:
+        if cafile is None and capath is None and cadata is None:
+            return original(purpose)
         return shared(purpose, cafile, capath, cadata)
 
     ssl.create_default_context = create_default_context  # type: ignore[assignment]
@@ -49,8 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # starts a process fails (``_unit_guard``): the tier cannot quietly grow slow.
 PROCESS_FIXTURES = frozenset({
     "sim", "gateways", "gateway", "redis_server", "redis_url", "redis_cluster", "redis_cluster_url", "cluster6",
-    "restartable_redis", "provider_gateway", "provider_pair", "private_redis", "hostile_gw", "seeded"})
-PROCESS_BACKENDS = frozenset({"redis", "cluster"})
+    "restartable_redis", "provider_gateway", "provider_pair", "private_redis", "hostile_gw", "seeded",
+    "redis_tls_server", "redis_tls_url", "restartable_tls_redis"})
+PROCESS_BACKENDS = frozenset({"redis", "cluster", "tls"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

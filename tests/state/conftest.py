@@ -1,7 +1,8 @@
 """Fixtures for the state tests: one ``make_store`` factory parametrised over every backend.
 
-``backend`` is "memory" (embedded), "redis" (real single redis-server) or "cluster" (real 3-master
-Redis Cluster); the Redis servers come from ``tests/redis_fixtures.py`` and are flushed per test.
+``backend`` is "memory" (embedded), "redis" (real single redis-server), "cluster" (real 3-master
+Redis Cluster) or "tls" (real single redis-server reached by ``rediss://`` only); the Redis servers come from
+``tests/redis_fixtures.py`` and are flushed per test.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from state.factory import open_store
 from state.store import Store
 
 MakeStore = Callable[..., Awaitable[Store]]
-BACKENDS = ["memory", "redis", "cluster"]
+BACKENDS = ["memory", "redis", "cluster", "tls"]
 # Generous per-call timeout for functional tests on a busy CI box; the fault test uses 100 ms.
 FUNCTIONAL_TIMEOUT_MS = 3000
 
@@ -32,6 +33,8 @@ def store_url(request: pytest.FixtureRequest, backend: str) -> str | None:
         return str(request.getfixturevalue("redis_url"))
     if backend == "cluster":
         return str(request.getfixturevalue("redis_cluster_url"))
+    if backend == "tls":
+        return str(request.getfixturevalue("redis_tls_url"))
     return None
 
 
@@ -67,6 +70,9 @@ def raw_nodes(request: pytest.FixtureRequest, backend: str) -> Iterator[list[red
     elif backend == "cluster":
         request.getfixturevalue("redis_cluster_url")
         clients = [n.client() for n in request.getfixturevalue("redis_cluster").nodes]
+    elif backend == "tls":
+        request.getfixturevalue("redis_tls_url")
+        clients = [request.getfixturevalue("redis_tls_server").client()]
     yield clients
     for c in clients:
         c.close()

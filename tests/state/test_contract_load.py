@@ -172,7 +172,7 @@ async def test_a_scid_held_by_another_tenant_is_foreign_and_returns_nothing(
 async def test_health_reports_ok(store: Store, backend: str) -> None:
     health = await store.health()
     assert health.ok and health.circuit == "closed"
-    assert health.backend == {"memory": "memory", "redis": "redis", "cluster": "redis-cluster"}[backend]
+    assert health.backend == {"memory": "memory", "redis": "redis", "cluster": "redis-cluster", "tls": "redis"}[backend]
 
 
 async def test_an_index_entry_two_turns_wrote_is_no_evidence(store: Store) -> None:

@@ -3,7 +3,8 @@
 A saturated replica runs its event loop late: a request's CPU (parsing, repair) holds the loop while
 Redis's reply already waits in the socket. The timeout is measured from the write and a reply that has
 arrived is read, however late the loop gets to it; a Redis that really does not answer (SIGSTOP) still
-times out, and a timed-out round trip is retried once before the call fails. Real redis-server.
+times out, and a timed-out round trip is retried once before the call fails. Real redis-server, reached
+over plain TCP and over TLS (``rediss://``: the same fast path, ``state.resp``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from state.store import LoadQuery, TurnWrite
 from tests.redis_fixtures import RedisServer
 from tests.state.factories import TENANT_A, turn
 
+pytestmark = pytest.mark.process  # (the servers come through the ``server`` fixture's parameter)
 T = TypeVar("T")
 TIMEOUT_MS = 100
 LAG_S = 0.4  # the event loop held this long right after the write: four times the store timeout
@@ -35,9 +37,15 @@ def hold_the_loop(seconds: float) -> None:
         pass
 
 
+@pytest.fixture(params=["tcp", "tls"])
+def server(request: pytest.FixtureRequest) -> RedisServer:
+    """A private redis-server the test may SIGSTOP, reached over plain TCP or TLS."""
+    return request.getfixturevalue("restartable_redis" if request.param == "tcp" else "restartable_tls_redis")
+
+
 @pytest.fixture()
-async def lagged(restartable_redis: RedisServer) -> AsyncIterator[RedisStore]:
-    store = open_store(restartable_redis.url, timeout_ms=TIMEOUT_MS)
+async def lagged(server: RedisServer) -> AsyncIterator[RedisStore]:
+    store = open_store(server.url, timeout_ms=TIMEOUT_MS)
     assert isinstance(store, RedisStore)
     await store.start()
     yield store
@@ -71,32 +79,34 @@ async def test_a_late_event_loop_is_not_a_slow_redis(lagged: RedisStore) -> None
 
 
 async def test_a_redis_that_does_not_answer_still_times_out_after_one_retry(
-        lagged: RedisStore, restartable_redis: RedisServer) -> None:
+        lagged: RedisStore, server: RedisServer) -> None:
     await lagged.record(TENANT_A, TurnWrite(turn(0)))
     connections = lagged._node.connections_made if lagged._node else 0
-    restartable_redis.pause()
+    server.pause()
     try:
         t0 = time.monotonic()
         with pytest.raises(StoreTimeout):
             await lagged.load(TENANT_A, LoadQuery(scid=new_scid(), tool_ids=["toolu_x"]))
         elapsed = time.monotonic() - t0
     finally:
-        restartable_redis.resume()
+        server.resume()
     # the round trip's TIMEOUT_MS, then its retry's RETRY_PATIENCE x TIMEOUT_MS on a fresh connection, inside the
     # call's budget
     assert (1 + RETRY_PATIENCE) * TIMEOUT_MS / 1000 <= elapsed < lagged.budget_s, elapsed
-    assert lagged._node is not None and lagged._node.connections_made == connections + 1
+    # the retry went to a fresh connection (over TLS: the one whose handshake the hung server never answered, which
+    # the same timeout bounds, so it is not counted as made)
+    assert lagged._node is not None and lagged._node.connections_made == connections + (server.tls is None)
     assert lagged.breaker.state == "closed"  # one slow call is not an outage
 
 
 async def test_a_pause_shorter_than_two_timeouts_is_ridden_through(
-        lagged: RedisStore, restartable_redis: RedisServer) -> None:
+        lagged: RedisStore, server: RedisServer) -> None:
     """Redis SIGSTOPped for 300 ms (a fork, a slow disk): the call's retry gets the answer."""
     scid = new_scid()
     await lagged.record(TENANT_A, TurnWrite(turn(0), scid=scid, expected_position=0))
-    restartable_redis.pause()
+    server.pause()
     loop = asyncio.get_running_loop()
-    loop.call_later(0.3, restartable_redis.resume)
+    loop.call_later(0.3, server.resume)
     res = await lagged.record(TENANT_A, TurnWrite(turn(1), scid=scid, expected_position=1))
     assert res.status in ("appended", "duplicate") and res.position == 1  # (the first write ran on SIGCONT)
     conv = await lagged.get_conversation(TENANT_A, scid)

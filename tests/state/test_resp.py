@@ -224,13 +224,6 @@ async def test_closing_the_node_closes_connections_in_use_when_their_round_trip_
     assert node._idle == []
 
 
-@pytest.mark.parametrize("url", ["rediss://127.0.0.1:6390/0"])
-def test_tls_stays_on_redis_py(url: str) -> None:
-    assert RespNode.for_client(Redis.from_url(url)) is None
-    store = open_store(url)
-    assert isinstance(store, RedisStore) and store._node is None
-
-
 async def test_sentinel_stays_on_redis_py() -> None:
     store = open_store("redis+sentinel://127.0.0.1:26379/tgmaster/0")
     assert isinstance(store, RedisStore) and store._node is None
