@@ -56,10 +56,16 @@ def client_context(connection_kwargs: Mapping[str, Any]) -> ssl.SSLContext | Non
         context.verify_flags |= flag
     for flag in opt["ssl_exclude_verify_flags"] or ():
         context.verify_flags &= ~flag
-    if opt["ssl_certfile"] or opt["ssl_keyfile"]:
-        context.load_cert_chain(certfile=opt["ssl_certfile"], keyfile=opt["ssl_keyfile"], password=opt["ssl_password"])
-    if opt["ssl_ca_certs"] or opt["ssl_ca_data"] or opt["ssl_ca_path"]:
-        context.load_verify_locations(cafile=opt["ssl_ca_certs"], capath=opt["ssl_ca_path"], cadata=opt["ssl_ca_data"])
+    try:
+        if opt["ssl_certfile"] or opt["ssl_keyfile"]:
+            context.load_cert_chain(certfile=opt["ssl_certfile"], keyfile=opt["ssl_keyfile"],
+                                    password=opt["ssl_password"])
+        if opt["ssl_ca_certs"] or opt["ssl_ca_data"] or opt["ssl_ca_path"]:
+            context.load_verify_locations(cafile=opt["ssl_ca_certs"], capath=opt["ssl_ca_path"],
+                                          cadata=opt["ssl_ca_data"])
+    except (OSError, ssl.SSLError) as e:  # a configuration error (a Secret key misspelt, a mount missing)
+        named = ", ".join(k for k in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_ca_path") if opt[k])
+        raise ValueError(f"cannot read the TLS files it names ({named}): {e.strerror or e}") from None
     if opt["ssl_min_version"] is not None:
         context.minimum_version = opt["ssl_min_version"]
     if opt["ssl_ciphers"] is not None:

@@ -238,11 +238,18 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
     if settings.redis_url:
         settings.check_production()
         assert "$(" not in settings.redis_url
-        open_store(settings.redis_url)  # parses (no connection is made)
+        # parses (no connection is made); the TLS files it names are the mounted Secret's, not here
+        # (tests/deploy/test_chart_redis_tls.py starts a gateway on them)
+        tls = values.get("redis", {}).get("tls", {})
+        files = re.findall(r"[?&]ssl_(?:ca_certs|certfile|keyfile)=([^&]*)", settings.redis_url)
+        assert all(f.startswith(tls.get("mountPath", "/etc/thinkgate/redis-tls") + "/") for f in files), files
+        assert bool(files) == bool(tls.get("existingSecret"))
+        url = re.sub(r"[?&]ssl_(?:ca_certs|certfile|keyfile)=[^&]*", "", settings.redis_url)
+        open_store(url)
         wanted = values.get("redis", {}).get("url")
         if wanted:
-            assert settings.redis_url.split("://", 1)[1].split("@")[-1] == wanted.split("://", 1)[1]
-            assert settings.redis_url.split("://")[0] == wanted.split("://")[0]
+            assert url.split("://", 1)[1].split("@")[-1] == wanted.split("://", 1)[1]
+            assert url.split("://")[0] == wanted.split("://")[0]
         if values.get("redis", {}).get("password") or values.get("redis", {}).get("existingSecretPassword"):
             assert f":{env['THINKGATE_REDIS_PASSWORD']}@" in settings.redis_url
     assert settings.secret and settings.secret != "thinkgate-dev-secret"

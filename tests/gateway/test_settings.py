@@ -114,6 +114,21 @@ def test_a_store_that_refuses_the_credentials_stops_the_server_with_one_line(red
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("files", ["ssl_ca_certs=/nonexistent/ca.crt",
+                                   "ssl_certfile=/nonexistent/tls.crt&ssl_keyfile=/nonexistent/tls.key"])
+def test_tls_files_the_url_names_but_cannot_be_read_stop_the_server_with_one_line(files: str) -> None:
+    """A CA bundle or client certificate the URL names that is not there (a Secret key misspelt, a mount missing)
+    was a traceback at start; it is a configuration error, named by its URL parameter."""
+    env = {**os.environ, "GATEWAY_REDIS_URL": f"rediss://127.0.0.1:{free_port()}/0?{files}", "GATEWAY_SECRET": "s" * 32}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-800:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("thinkgate: GATEWAY_REDIS_URL: cannot read the TLS files it names (")
+    assert files.split("=", 1)[0] in line and "No such file or directory" in line
+
+
+@pytest.mark.process
 def test_an_unreachable_store_at_start_is_an_outage_not_a_configuration_error() -> None:
     """The probe does not stop a start whose Redis is down: the gateway serves statelessly until it is back."""
     from state.probe import check_credentials

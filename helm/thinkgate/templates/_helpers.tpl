@@ -126,10 +126,18 @@ from the env var defined just before it (never written into the ConfigMap or the
 {{- end }}
 {{- if and $url (include "thinkgate.redisPassword.enabled" .) }}
 {{- $user := ternary "" .Values.redis.username .Values.bundledRedis.enabled }}
-{{- regexReplaceAll "^([a-z+]+)://" $url (printf "${1}://%s:$(THINKGATE_REDIS_PASSWORD)@" $user) }}
-{{- else }}
-{{- $url }}
+{{- $url = regexReplaceAll "^([a-z+]+)://" $url (printf "${1}://%s:$(THINKGATE_REDIS_PASSWORD)@" $user) }}
 {{- end }}
+{{- with .Values.redis.tls.existingSecret }}
+{{- $tls := $.Values.redis.tls }}
+{{- $files := list (printf "ssl_ca_certs=%s/%s" $tls.mountPath $tls.caKey) }}
+{{- if $tls.certKey }}
+{{- $files = append $files (printf "ssl_certfile=%s/%s" $tls.mountPath $tls.certKey) }}
+{{- $files = append $files (printf "ssl_keyfile=%s/%s" $tls.mountPath $tls.keyKey) }}
+{{- end }}
+{{- $url = printf "%s%s%s" $url (ternary "&" "?" (contains "?" $url)) (join "&" $files) }}
+{{- end }}
+{{- $url }}
 {{- end }}
 
 {{/*
@@ -142,6 +150,14 @@ Checks that fail the render with a clear message.
 {{- end }}
 {{- if and .Values.redis.url (regexMatch "^[a-z+]+://[^/]*@" .Values.redis.url) }}
 {{- fail "redis.url must not carry credentials: set redis.password (or auth.existingSecret with redis.existingSecretPassword)" }}
+{{- end }}
+{{- if .Values.redis.tls.existingSecret }}
+{{- if or .Values.bundledRedis.enabled (not (regexMatch "^rediss(\\+cluster)?://" .Values.redis.url)) }}
+{{- fail "redis.tls.existingSecret needs a rediss:// or rediss+cluster:// redis.url (TLS to the Redis it names)" }}
+{{- end }}
+{{- if ne (empty .Values.redis.tls.certKey) (empty .Values.redis.tls.keyKey) }}
+{{- fail "redis.tls.certKey and redis.tls.keyKey: both (a client certificate and its key) or neither" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.tracing.enabled (not .Values.tracing.endpoint) }}
 {{- fail "tracing.enabled needs tracing.endpoint (the collector's OTLP URL, e.g. http://otel-collector:4318)" }}
