@@ -119,6 +119,8 @@ async def readyz(request: HTTPRequest) -> Response:
     if gw.store is not None:
         h = await gw.store.health()
         store = {"backend": h.backend, "ok": h.ok, "circuit": h.circuit}
+        if not h.ok and h.detail:  # why (the error's class, a TLS reason: ``redis_store.failure``), never a reply
+            store["detail"] = h.detail
     if gw.draining:
         return JSONResponse({"status": "draining", "store": store}, status_code=503)
     return JSONResponse({"status": "ready", "store": store})
