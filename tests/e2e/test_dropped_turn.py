@@ -170,40 +170,21 @@ def test_two_turns_merged_into_one_message_go_upstream_as_recorded(
     assert line["actions"].get("turns_separated") == 2, line
 
 
+@pytest.mark.parametrize("calls_first", [False, True], ids=["thinking-first", "call-first"])
 def test_a_turn_split_into_two_messages_goes_upstream_as_one(
-        sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
-    """The client replays the turn's thinking and text as one assistant message and its tool call as another: the
-    upstream receives the turn as recorded, in one message, thinking on."""
+        sim: Sim, dropped_gw: ServerProcess, no_rejections: None, calls_first: bool) -> None:
+    """The client replays the turn's thinking and text as one assistant message and its tool call as another, in
+    either order (``call-first``: trailing fragments, a client that shows calls first): the upstream receives the
+    turn as recorded, in one message, thinking on; the fragments never go upstream as a turn of their own."""
     uid = uuid.uuid4().hex[:10]
     key = f"sk-issue23-{uid}"
     with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
                              default_headers=BETA) as client:
         history, scid = play(client, f"[[sim:tools=1]] [[sim:conv=j-{uid}]] What's the weather?", 1)
         blocks = history[1]["content"]
-        calls = [b for b in blocks if b["type"] == "tool_use"]
-        split = [history[0], {"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]},
-                 {"role": "assistant", "content": calls}, history[2]]
-        answer, again = create(client, split)
-        sent = sim.last()["body"]
-        line = tenant_access(dropped_gw, SECRET, key, 2)
-    assert sent["messages"] == history and sent.get("thinking") == THINKING
-    assert answer.stop_reason == "end_turn" and again == scid
-    assert line["actions"].get("turn_joined") == 1, line
-
-
-def test_a_turn_split_with_its_thinking_and_text_after_its_call_goes_upstream_as_one(
-        sim: Sim, dropped_gw: ServerProcess, no_rejections: None) -> None:
-    """Trailing fragments: the client replays the turn's tool call first and its thinking and text after it, in an
-    assistant message of their own (a client that shows calls first): the upstream receives the turn as recorded,
-    in one message, thinking on; the fragments do not go upstream as a turn of their own."""
-    uid = uuid.uuid4().hex[:10]
-    key = f"sk-issue23-{uid}"
-    with anthropic.Anthropic(base_url=dropped_gw.url, api_key=key, max_retries=0,
-                             default_headers=BETA) as client:
-        history, scid = play(client, f"[[sim:tools=1]] [[sim:conv=t-{uid}]] What's the weather?", 1)
-        blocks = history[1]["content"]
-        split = [history[0], {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]},
-                 {"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]}, history[2]]
+        calls = {"role": "assistant", "content": [b for b in blocks if b["type"] == "tool_use"]}
+        rest = {"role": "assistant", "content": [b for b in blocks if b["type"] != "tool_use"]}
+        split = [history[0], *((calls, rest) if calls_first else (rest, calls)), history[2]]
         answer, again = create(client, split)
         sent = sim.last()["body"]
         line = tenant_access(dropped_gw, SECRET, key, 2)
