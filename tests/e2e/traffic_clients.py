@@ -18,7 +18,7 @@ import openai
 
 from tests.augment.client import TOOL_DEFINITIONS, chat, exchange, tool_result_nodes
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
-from tests.gemini.helpers import CLAUDE, ask, function_responses, native_round, tool_messages
+from tests.gemini.helpers import CLAUDE, Answer, ask, function_responses, native_round, run_loop
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
@@ -128,20 +128,17 @@ def play_openai(conv: Conv, urls: Sequence[str]) -> None:
                                 default_headers=BETA) for u in urls}
     params: dict[str, Any] = {"extra_body": {"thinking": THINKING}} if conv.cell.model == CLAUDE \
         else {"reasoning_effort": "low"}
-    mangle = openai_manglings.MANGLINGS[conv.case]
-    history: list[dict[str, Any]] = [{"role": "user", "content": conv.prompt}]
+
+    def send(history: list[dict[str, Any]]) -> Answer:
+        client, headers = clients[conv.url(urls)], conv.header_scid()
+        conv.requests += 1
+        answer = ask(client, conv.cell.model, history, stream=conv.stream, headers=headers, **params)
+        conv.scids.append(answer.scid)
+        return answer
+
     try:
-        for _ in range(MAX_REQUESTS):
-            client = clients[conv.url(urls)]
-            headers = conv.header_scid()
-            conv.requests += 1
-            answer = ask(client, conv.cell.model, mangle(history), stream=conv.stream, headers=headers, **params)
-            conv.scids.append(answer.scid)
-            history.append(answer.message)
-            if answer.finish_reason != "tool_calls":
-                conv.completed = True
-                return
-            history += tool_messages(answer)
+        run_loop(send, conv.prompt, mangle=openai_manglings.MANGLINGS[conv.case], max_rounds=MAX_REQUESTS)
+        conv.completed = True
     finally:
         for c in clients.values():
             c.close()

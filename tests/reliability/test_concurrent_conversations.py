@@ -51,11 +51,12 @@ from tests.gemini.helpers import (
     DEEPSEEK,
     GEMINI,
     OPENROUTER,
+    Answer,
     ask,
     function_responses,
     gateway_env,
     native_round,
-    tool_messages,
+    run_loop,
 )
 from tests.manglings.gemini import MANGLINGS as NATIVE
 from tests.manglings.openai import MANGLINGS as OPENAI
@@ -212,20 +213,19 @@ def play_openai(conv: Conv, urls: list[str], key: str) -> None:
                for u in urls]
     params: dict[str, Any] = {"extra_body": {"thinking": THINKING}} if b.model == CLAUDE \
         else {"reasoning_effort": "low"}
-    history: list[dict[str, Any]] = [{"role": "user", "content": conv.prompt}]
+
+    def send(history: list[dict[str, Any]]) -> Answer:
+        client = clients[(conv.index + conv.requests) % 2]
+        headers = {SCID: conv.scids[-1]} if b.header and conv.scids else {}
+        conv.requests += 1
+        answer = ask(client, b.model, history, stream=b.stream, headers=headers, **params)
+        assert answer.scid, "every response carries the conversation id"
+        conv.scids.append(answer.scid)
+        return answer
+
     try:
-        for _ in range(MAX_REQUESTS):
-            client = clients[(conv.index + conv.requests) % 2]
-            headers = {SCID: conv.scids[-1]} if b.header and conv.scids else {}
-            conv.requests += 1
-            answer = ask(client, b.model, OPENAI[b.mangle](history), stream=b.stream, headers=headers, **params)
-            assert answer.scid, "every response carries the conversation id"
-            conv.scids.append(answer.scid)
-            history.append(answer.message)
-            if answer.finish_reason != "tool_calls":
-                conv.completed = True
-                return
-            history += tool_messages(answer)
+        run_loop(send, conv.prompt, mangle=OPENAI[b.mangle], max_rounds=MAX_REQUESTS)
+        conv.completed = True
     finally:
         for c in clients:
             c.close()
