@@ -48,13 +48,14 @@ from gateway.sim import context
 from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
 from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
+from gateway.sim.deep_json import estimate_tokens
 from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini import gemini_routes
 from gateway.sim.oracle import ConversationOracle
 from gateway.sim.render import first_delta_position, stream_events
 from gateway.sim.responses import responses_routes
 from gateway.sim.rules import check_messages_request, thinking_mode
-from gateway.sim.scenarios import Fault, Reply, estimate_tokens, minted_tokens, new_id, parse_scenario, plan_reply
+from gateway.sim.scenarios import Fault, Reply, minted_tokens, new_id, parse_scenario, plan_reply
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
 

@@ -28,10 +28,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from gateway.sim.context import compaction_positions, cut_at_compaction
 from gateway.sim.convo import THINKING_TYPES
+from gateway.sim.deep_json import dumps
 from gateway.sim.rules import BINDING_BETA
 from gateway.sim.signing import BINDING_DIGEST, Binding, Minter, MintInfo, model_family
 from gateway.sim.system_messages import added_tools
@@ -82,18 +81,8 @@ def can_read(reader: str, producer: str) -> bool:
 
 # ------------------------------------------------------------------ digests
 
-def _canonical(value: object) -> bytes:
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes (255): valid JSON all the same
-        try:
-            return repr(value).encode("utf-8", "surrogatepass")
-        except RecursionError:
-            return b"<too deep>"
-
-
 def _digest(value: object) -> bytes:
-    return hashlib.sha256(_canonical(value)).digest()[:BINDING_DIGEST]
+    return hashlib.sha256(dumps(value, sort_keys=True)).digest()[:BINDING_DIGEST]
 
 
 def block_id(block: dict[str, Any]) -> bytes:
@@ -156,7 +145,7 @@ def tools_digest(tools: Any, prefix_messages: list[Any]) -> bytes:
             if t.get("defer_loading") is True and t.get("name") not in used:
                 continue
             t = {k: v for k, v in t.items() if k != "cache_control"}
-        kept.append(_canonical(t))
+        kept.append(dumps(t, sort_keys=True))
     return _digest([k.decode("utf-8", "surrogatepass") for k in sorted(kept)])
 
 

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.sim.deep_json import estimate_tokens
 from gateway.sim.dropped import DroppedResponse
 from gateway.sim.gemini_rules import (
     AISTUDIO,
@@ -44,7 +45,7 @@ from gateway.sim.gemini_rules import (
     turn_start,
 )
 from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import estimate_tokens, new_id, parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import new_id, parse_scenario, scenario_of, thinking_text, tool_input
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}

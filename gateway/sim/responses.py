@@ -43,8 +43,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.sim.compat import has_bearer
+from gateway.sim.deep_json import dumps
 from gateway.sim.responses_stream import sse_frames
-from gateway.sim.scenarios import dumps, parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 MEMORY = 100_000  # items and responses the profile remembers (the newest)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.sim.deep_json import dumps
 from gateway.sim.render import split_words
-from gateway.sim.scenarios import dumps
 
 
 def _pieces(text: str) -> list[str]:

@@ -16,7 +16,6 @@ lines, non-ASCII). Without interleaving (``enabled`` and no beta) only round 0 t
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
 import string
@@ -28,6 +27,7 @@ import orjson
 from gateway.sim.binding import Outcome, block_id, reply_binding
 from gateway.sim.context import Plan
 from gateway.sim.convo import first_user_text, tool_round, turn_number, view
+from gateway.sim.deep_json import estimate_tokens
 from gateway.sim.oracle import NAME, conversation_line
 from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
 from gateway.sim.signing import Minter
@@ -203,24 +203,6 @@ def minted_tokens(message: dict[str, Any]) -> list[tuple[str, str]]:
         elif b["type"] == "tool_use":
             out.append(("tool_id", b["id"]))
     return out
-
-
-def dumps(obj: object) -> bytes:
-    """``obj`` as JSON bytes; nested deeper than orjson writes (255 levels: a deep but valid body the simulator echoes,
-    as the Responses API echoes ``tools``) through the standard library's encoder instead, never a 500."""
-    try:
-        return orjson.dumps(obj)
-    except orjson.JSONEncodeError:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-
-
-def estimate_tokens(obj: object) -> int:
-    """About 4 bytes a token. JSON nested deeper than the encoder writes (255) is estimated from
-    its repr length, so a deep but valid body still gets an answer, never a 500."""
-    try:
-        return max(1, len(orjson.dumps(obj)) // 4)
-    except (orjson.JSONEncodeError, RecursionError):
-        return 1024
 
 
 def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,

@@ -65,3 +65,24 @@ async def test_a_body_nested_past_255_levels_is_answered(client: httpx.AsyncClie
     resp = await client.post(path, content=json.dumps(body), headers=HEADERS)
     assert resp.status_code == 200, resp.text[:300]
     assert resp.content
+
+
+def _text_schema(pairs: int) -> str:
+    """A schema ``2 * pairs + 1`` levels deep as JSON text (deeper than Python's own encoder recurses by default)."""
+    return '{"type":"object","properties":{"a":' * pairs + '{"type":"object"}' + "}}" * pairs
+
+
+@pytest.mark.parametrize("path", ["/openai/v1/responses", "/v1/messages", "/v1beta/models/gemini-3-pro-preview:"
+                                  "generateContent"])
+async def test_a_body_near_the_1024_levels_orjson_reads_is_answered(client: httpx.AsyncClient, path: str) -> None:
+    """1,015 levels: orjson reads it, but neither orjson (255) nor the standard library at its default recursion
+    limit writes it back; the simulator still answers (the Responses profile echoes the tool)."""
+    schema = _text_schema(505)
+    body = {"/openai/v1/responses": '{"model":"gpt-5","input":"hi","tools":[{"type":"function","name":"t",'
+                                    '"parameters":%s}]}',
+            "/v1/messages": '{"model":"claude-opus-4-5","max_tokens":256,"messages":[{"role":"user","content":"hi"}],'
+                            '"tools":[{"name":"t","description":"d","input_schema":%s}]}',
+            }.get(path, '{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":'
+                        '[{"name":"t","description":"d","parameters":%s}]}]}') % schema
+    resp = await client.post(path, content=body.encode(), headers=HEADERS)
+    assert resp.status_code == 200, resp.text[:300]
