@@ -42,6 +42,11 @@ def tool_results(message: anthropic.types.Message) -> list[dict[str, Any]]:
             for b in message.content if b.type == "tool_use"]
 
 
+def next_round(message: anthropic.types.Message) -> list[dict[str, Any]]:
+    """What a tool loop's history gains from an answer that called tools: the answer as received, and its results."""
+    return [{"role": "assistant", "content": block_dicts(message)}, {"role": "user", "content": tool_results(message)}]
+
+
 def run_tool_loop(client: anthropic.Anthropic, prompt: str, *, stream: bool = False, max_rounds: int = 10,
                   mangle: Mangle | None = None, **kwargs: Any) -> LoopResult:
     """Play a tool loop to its final answer, replaying history (optionally mangled)."""

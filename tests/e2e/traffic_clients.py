@@ -17,7 +17,7 @@ import httpx
 import openai
 
 from tests.augment.client import TOOL_DEFINITIONS, chat, exchange, tool_result_nodes
-from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
+from tests.e2e.helpers import THINKING, WEATHER_TOOL, next_round, send
 from tests.gemini.helpers import CLAUDE, Answer, ask, function_responses, native_round, run_loop
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
@@ -116,8 +116,7 @@ def play_anthropic(conv: Conv, urls: Sequence[str]) -> None:
             if answer.stop_reason != "tool_use":
                 conv.completed = True
                 return
-            history += [{"role": "assistant", "content": block_dicts(answer)},
-                        {"role": "user", "content": tool_results(answer)}]
+            history += next_round(answer)
     finally:
         for c in clients.values():
             c.close()

@@ -43,7 +43,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.helpers import THINKING, WEATHER_TOOL, block_dicts, send, tool_results
+from tests.e2e.helpers import THINKING, WEATHER_TOOL, next_round, send
 from tests.e2e.rewrites import ANTHROPIC, EDIT, strings
 from tests.e2e.traffic import thinking_lost
 from tests.gemini.helpers import (
@@ -200,8 +200,7 @@ def play_anthropic(conv: Conv, urls: list[str], key: str) -> None:
             if answer.stop_reason != "tool_use":
                 conv.completed = True
                 return
-            history += [{"role": "assistant", "content": block_dicts(answer)},
-                        {"role": "user", "content": tool_results(answer)}]
+            history += next_round(answer)
     finally:
         for c in clients:
             c.close()
