@@ -32,11 +32,11 @@ class CountTokens(Codec):
 
     async def prepare(self) -> None:
         ex, gw = self.ex, self.gw
-        pipeline.identify_tenant(ex, gw)  # one credential per request, before anything is forwarded
         body = pipeline.parse_json(ex.raw_body)
         if self.caps_of(body).prefix_bound:
-            await super().prepare()
+            await super().prepare()  # (which identifies the tenant first, as below)
             return
+        pipeline.identify_tenant(ex, gw)  # one credential per request, before anything is forwarded
         ex.request = self.routed(self.decode(body))  # decoded, so that a binding 400 can be retried; sent as it came
         ex.outgoing = ex.raw_body
 
