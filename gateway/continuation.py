@@ -37,6 +37,8 @@ from gateway.repair_state import RepairPrior, RepairResult, put_restored
 from gateway.replay_memo import Carried, Ticket
 from gateway.sanitize import Sanitized, SanitizeResult
 from gateway.splice import SplicePrior
+from state.coherence import Head
+from state.store import LoadResult
 
 # Actions after which the replay memo may keep the request and ``encode`` may splice the messages' kept JSON:
 # each leaves every message as decoded, or gives it a new content list or puts a new message in its place,
@@ -95,6 +97,23 @@ def changes_in_place(kinds: Collection[ActionKind]) -> bool:
     return not MESSAGES_KEPT.issuperset(kinds)
 
 
+def admit(ticket: Ticket | None, result: LoadResult | None) -> None:
+    """The coherence rule (``state.coherence``) for what the previous request carried: it serves this request
+    only when this request's load read the conversation at the head the previous request's record left, else
+    every stage starts afresh (``Carried.at``). Call before any prior is handed in."""
+    if ticket is None:
+        return
+    held = ticket.carried.head
+    conv = result.conversations.get(held.scid) if held is not None and result is not None else None
+    ticket.carried = ticket.carried.at(conv.head if conv is not None else None)
+
+
+def stamp(ticket: Ticket, head: Head | None) -> None:
+    """The head the conversation has once this worker recorded the ticket's answer: what the ticket carries
+    serves the next request only at that head (``admit``)."""
+    ticket.carried = replace(ticket.carried, head=head)
+
+
 def repair_prior(ticket: Ticket | None, off: Collection[str] = ()) -> RepairPrior | None:
     """What repair may start from: the previous request's restorations, and its ``Repaired`` when the memo gave
     back every message it covers as it was."""
@@ -127,7 +146,7 @@ def carry(ticket: Ticket, msgs: list[Message], fixed: RepairResult, repaired: Re
     same = _same_objects(msgs, _restored_in(ticket.messages, fixed.restored))
     previous = ticket.carried.encoded
     json_only = replace(previous, prefix=None) if previous is not None else None
-    ticket.carried = Carried(ticket.carried.replayed, repaired.repaired if same else None,
+    ticket.carried = Carried(None, repaired.repaired if same else None,
                              sanitized if same else None, json_only, repaired.restorations)
     if sanitized is not None and previous is not None and previous.prefix is not None and \
             cleaned.continued == len(previous.prefix.messages):

@@ -49,42 +49,10 @@ def prefix_before_last_assistant(msgs: list[Message]) -> list[Message]:
 RECENT_TURNS = 3  # replayed assistant turns looked up through the indexes
 
 
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """What the load query reads of every assistant message of a request, in order: replay digests and tool
-    ids (``LoadQuery.replayed``, ``replayed_tool_ids``). A function of the messages' bytes alone, so the next
-    request of the conversation, which starts with the same bytes (``replay_memo``), starts from it."""
-
-    count: int                   # the messages it covers, ``messages[:count]``
-    digests: list[bytes]         # of every assistant message, while each has one (``every``)
-    tool_ids: list[list[str]]    # of every assistant message, while ``every``
-    every: bool                  # every assistant message has a replay digest
-
-
-def replayed_of(msgs: list[Message], prior: Replayed | None = None) -> Replayed:
-    """``msgs``' ``Replayed``, continuing ``prior`` (that of ``msgs[:prior.count]``, left as it is)."""
-    if prior is None or prior.count > len(msgs):
-        prior = Replayed(0, [], [], True)
-    if not prior.every:
-        return Replayed(len(msgs), [], [], False)
-    digests, tool_ids = list(prior.digests), list(prior.tool_ids)
-    for i in range(prior.count, len(msgs)):
-        m = msgs[i]
-        if m.role == "assistant":
-            if not m.replay_digest:
-                return Replayed(len(msgs), [], [], False)
-            digests.append(m.replay_digest)
-            tool_ids.append(m.tool_use_ids())
-    return Replayed(len(msgs), digests, tool_ids, True)
-
-
-def build_query(msgs: list[Message], scid: str | None, known: Known | None = None,
-                replayed: Replayed | None = None) -> LoadQuery:
+def build_query(msgs: list[Message], scid: str | None, known: Known | None = None) -> LoadQuery:
     """Index lookups for the most recent replayed assistant turns only: they identify the
     conversation, which is loaded whole in the same (or the next) round trip; older turns are
-    matched against it in memory. The query stays small however long the history is. With it go the
-    replay digests of all replayed assistant turns (``LoadQuery.replayed``: a worker that holds all of
-    them answers without a round trip); ``replayed``: ``msgs``' own, when the caller has it."""
+    matched against it in memory. The query stays small however long the history is."""
     tool_ids: list[str] = []
     exact: list[str] = []
     for i in assistant_indexes(msgs, RECENT_TURNS, from_end=True):
@@ -97,12 +65,7 @@ def build_query(msgs: list[Message], scid: str | None, known: Known | None = Non
     fp = path_fingerprint(prefix, known) if prefix else None
     if fp:
         fps.append(fp)
-    if replayed is None or replayed.count != len(msgs):
-        replayed = replayed_of(msgs)
-    every = replayed.every
-    return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact),
-                     fingerprints=fps, replayed=replayed.digests if every else (),
-                     replayed_tool_ids=replayed.tool_ids if every else ())
+    return LoadQuery(scid=scid, tool_ids=_dedup(tool_ids), exact_hashes=_dedup(exact), fingerprints=fps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,10 +124,7 @@ async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
         return None
     assert ex.request is not None
     ticket = ex.continuation.ticket
-    replayed = identity.replayed_of(ex.request.messages, ticket.carried.replayed if ticket is not None else None)
-    if ticket is not None:  # for the next request, which starts with these messages' bytes
-        ticket.carried = dataclasses.replace(ticket.carried, replayed=replayed)
-    query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None, replayed)
+    query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None)
     ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:
@@ -172,6 +169,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     req = ex.request
     cont = ex.continuation
     ticket, off = cont.ticket, gw.settings.continuations_off
+    continuation.admit(ticket, result)  # what the previous request carried serves only at its head
     client = list(req.messages)  # as the client sent them (``context_edits`` compares)
     with gw.tracing.span("repair"):
         recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
@@ -426,6 +424,7 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ex.scid, ex.position = res.scid, res.position
     ex.recorded = True
     if ticket is not None and gw.replay_memo is not None:
+        continuation.stamp(ticket, res.head)
         gw.replay_memo.keep(ticket)
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:

@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.identity import Replayed
 from gateway.paths import Known, PathHash
 from gateway.protocols.canonical import Message
+from state.coherence import Head, serves
 from state.sizing import held
 
 if TYPE_CHECKING:
@@ -95,12 +95,14 @@ def entry_cost(body: bytes, parsed_held: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Carried:
     """What the stages found of a request's messages, for the conversation's next request, which starts with
-    them; each covers the messages it counts. The load query's reading is of the messages' bytes (the next
-    request repeats them); repair's and sanitize's are of the message objects as those stages left them, so
-    only a request that takes every one of them back as it was (none decoded again) may start from them, and
-    only where each stage checks the rest holds (``repair_state.Repaired``, ``sanitize.Sanitized``)."""
+    them; each covers the messages it counts. Repair's and sanitize's findings are of the message objects as
+    those stages left them, so only a request that takes every one of them back as it was (none decoded again)
+    may start from them, and only where each stage checks the rest holds (``repair_state.Repaired``,
+    ``sanitize.Sanitized``). All of it rests on the conversation as it was: it serves only while the
+    conversation's head in Redis is ``head``, the one this worker's record of the request's answer left
+    (``state.coherence``; ``at``)."""
 
-    replayed: Replayed | None = None
+    head: Head | None = None  # the conversation's head once the request's answer was recorded
     repaired: Repaired | None = None
     sanitized: Sanitized | None = None
     # the messages' JSON as the request's body carried them, and each message's (``gateway.splice``)
@@ -114,7 +116,16 @@ class Carried:
         if not redecoded:
             return self
         encoded = replace(self.encoded, prefix=None) if self.encoded is not None else None
-        return Carried(self.replayed, encoded=encoded, restorations=self.restorations)
+        return Carried(self.head, encoded=encoded, restorations=self.restorations)
+
+    def at(self, now: Head | None) -> Carried:
+        """What may serve a request whose load read the conversation at ``now`` (``state.coherence.serves``):
+        all of it at the head it was stamped with, else only each message's own JSON (a function of the message
+        object, which ``splice`` checks): another replica recorded in between, or the store was not read."""
+        if serves(self.head, now):
+            return self
+        encoded = replace(self.encoded, prefix=None) if self.encoded is not None else None
+        return Carried(encoded=encoded)
 
 
 @dataclass(slots=True)

@@ -11,7 +11,15 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gateway.actions import ActionKind
-from gateway.protocols.canonical import Block, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from gateway.protocols.canonical import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from gateway.recorded import ConversationView, RecordedTurn, tool_ids
 
 
@@ -62,6 +70,14 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
             if id(m) in as_is or not m.tool_use_ids():
                 i += 1
                 continue
+            calls_split = _split_calls(msgs, i, conv)
+            if calls_split is not None and calls_split[1].position not in taken:
+                k, whole, results = calls_split
+                msgs[i:k + 1] = [Message("assistant", []), results]
+                out[i] = (whole, ActionKind.TURN_JOINED)
+                taken.add(whole.position)
+                i += 2
+                continue
             split = _split_around(msgs, i, conv) if msgs[i - 1].role == "assistant" or (
                 i + 1 < len(msgs) and msgs[i + 1].role == "assistant") else None
             if split is not None and split[2].position not in taken:  # (its calls are this message's)
@@ -73,6 +89,12 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
                 continue
             if len(m.tool_use_ids()) > 1:
                 turns = _merged(m, conv)
+        elif m.role == "user" and msgs[i - 1].role == "assistant" and (split_at := _results_of_another(msgs, i, conv)):
+            # the results of the turn before it, then a dropped turn's, in one message (an OpenAI chat client's
+            # consecutive ``tool`` messages decode to one): two messages, so the dropped turn goes between them
+            msgs[i:i + 1] = split_at
+            i += 1
+            continue
         elif m.role == "user" and msgs[i - 1].role == "user":
             ids = m.result_shape().result_ids
             named = _named_by(ids, conv) if ids else None
@@ -97,6 +119,33 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
                 continue
         i += 1
     return out
+
+
+def _results_of_another(msgs: list[Message], i: int, conv: ConversationView) -> list[Message] | None:
+    """``msgs[i]``, a user message right after an assistant message, holds that message's tool results and then
+    the results of another turn of ``conv`` (all of them naming that one turn, none of its calls in the request):
+    the two user messages it is split into, the first with the results of ``msgs[i - 1]``'s calls; None
+    otherwise."""
+    m = msgs[i]
+    ids = m.result_shape().result_ids
+    own = set(msgs[i - 1].tool_use_ids())
+    if not ids or not own:
+        return None
+    others = [t for t in ids if t not in own]
+    if not others or len(others) == len(ids):
+        return None
+    turn = _named_by(others, conv)
+    if turn is None:
+        return None
+    recorded = set(tool_ids(turn.content))
+    if any(t in recorded for x in msgs if x.role == "assistant" for t in x.tool_use_ids()):
+        return None  # the turn's calls are in the request: merged or moved, not dropped
+    blocks = m.content
+    first: list[Block] = [b for b in blocks if isinstance(b, ToolResultBlock) and b.tool_use_id in own]
+    rest: list[Block] = [b for b in blocks if not (isinstance(b, ToolResultBlock) and b.tool_use_id in own)]
+    if len(first) + len(rest) != len(blocks) or not any(isinstance(b, ToolResultBlock) for b in rest):
+        return None
+    return [Message("user", first, extra=dict(m.extra)), Message("user", rest)]
 
 
 def _opening(msgs: list[Message], conv: ConversationView) -> tuple[list[Message], RecordedTurn] | None:
@@ -153,6 +202,50 @@ def _split_around(msgs: list[Message], i: int, conv: ConversationView) -> tuple[
     return (j, k, turn) if (j, k) != (i, i) else None
 
 
+def _split_calls(msgs: list[Message], i: int, conv: ConversationView) -> tuple[int, RecordedTurn, Message] | None:
+    """A turn with parallel calls the client split into one assistant message per call (each repeating the turn's
+    thinking; LiteLLM-style splitting), its results one per user message, after each call or after all of them:
+    from ``msgs[i]`` on, assistant messages whose calls together are exactly the turn's, in order, each holding
+    nothing else but blocks of that turn, and user messages holding only those calls' results (the last may go on
+    with more: the user's words). (The index of the span's last message, the turn, one user message with the results
+    in the recorded calls' order and then the rest); None otherwise."""
+    ids = msgs[i].tool_use_ids()
+    turn = _named_by(ids, conv)
+    if turn is None:
+        return None
+    recorded = tool_ids(turn.content)
+    if len(recorded) < 2 or ids == recorded:
+        return None
+    own = set(recorded)
+    parts = {_part_key(b) for b in turn.content}
+    seen: list[str] = []
+    results: dict[str, Block] = {}
+    rest: list[Block] = []
+    last = i - 1
+    for j in range(i, len(msgs)):
+        x = msgs[j]
+        if x.role == "assistant":
+            xs = x.tool_use_ids()
+            if rest or not xs or len(seen) + len(xs) > len(recorded) or \
+                    any(not isinstance(b, ToolUseBlock) and _part_key(b) not in parts for b in x.peek_content()):
+                break
+            seen += xs
+        else:
+            blocks = x.content
+            got = [b for b in blocks if isinstance(b, ToolResultBlock)]
+            if not got or any(b.tool_use_id not in own or b.tool_use_id in results for b in got):
+                break
+            results.update((b.tool_use_id, b) for b in got)
+            rest = [b for b in blocks if not isinstance(b, ToolResultBlock)]
+        last = j
+        if rest:
+            break
+    if seen != recorded or last <= i or not results:
+        return None
+    gathered: list[Block] = [results[t] for t in recorded if t in results]
+    return last, turn, Message("user", gathered + rest)
+
+
 def _part_key(b: Block) -> tuple[str, str] | None:
     """What identifies a block as part of a recorded turn when a client split the turn (``_split_around``)."""
     if isinstance(b, ThinkingBlock):
@@ -200,6 +293,9 @@ def dropped_result_ids(msgs: list[Message]) -> list[str]:
             break
         if m.role == "user" and (i == 0 or msgs[i - 1].role == "user"):
             out += m.result_shape().result_ids
+        elif m.role == "user" and msgs[i - 1].role == "assistant":  # results of a dropped turn after the last one's
+            own = set(msgs[i - 1].tool_use_ids())
+            out += [t for t in m.result_shape().result_ids if t not in own]
     return out
 
 

@@ -18,9 +18,11 @@ undecodable count) the whole list gives.
 
 A worker also keeps the turns it records itself (``appended``): when RECORD appended a turn right after
 the turns this worker knew of the same incarnation, the entry grows by that turn (RECORD replies with the
-new ``start`` and meta's ``created``), so the worker knows the conversation up to its latest turn without
-reading it back. ``state`` is the conversation as this worker last knew it, which answers a load that
-only replays turns this worker holds (``replayed``; see ``state.engine``) without a round trip.
+new ``start`` and meta's ``created``), so its next load transfers nothing it wrote itself. ``state`` is the
+conversation as this worker last knew it. It never serves a request by itself: every load goes to Redis, whose
+LOAD script extends the entry with what was recorded since, by any replica, in the request's own round trip (the
+coherence rule, ``state.coherence``; a worker that answered from its entry alone served a conversation whose newest
+turn another replica had recorded as if it were current: issue 31).
 
 Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.sizing``), least recently
 used first out; a conversation over half the bound is not kept (it loads the full way). The default bound is
@@ -34,10 +36,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
-import operator
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from state.records import ConversationState, TurnRecord
@@ -63,22 +62,6 @@ class CachedConversation:
     @property
     def nbytes(self) -> int:
         return sum(self.sizes)
-
-    def replayed(self, digests: Sequence[bytes],
-                 tool_ids: Sequence[Sequence[str]] = ()) -> list[TurnRecord] | None:
-        """The turns whose recorded replay digests these are, in order; None unless every one is here. With
-        ``tool_ids`` (each turn's, in the same order) a turn whose digest is none of these is the held turn
-        with exactly those tool ids, when there is one."""
-        if self.state is None:
-            return None
-        out = self.state.turns_by_digest(digests)
-        if all(map(operator.is_not, out, itertools.repeat(None))):
-            return out  # type: ignore[return-value]
-        if len(tool_ids) != len(out):
-            return None
-        by_ids = self.state.turns_by_tool_ids(tool_ids)
-        found = [r if r is not None else f for r, f in zip(out, by_ids, strict=True)]
-        return found if all(map(operator.is_not, found, itertools.repeat(None))) else None  # type: ignore[return-value]
 
 
 def appended(known: CachedConversation | None, scid: str, rec: TurnRecord, size: int, *, position: int,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from state import codec, keys
+from state.coherence import Head, continues
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError, TenantOverBudget
 from state.lru import Lru
@@ -136,18 +137,8 @@ class EngineStore:
             return None
         return await self._guarded(self._get_conversation, tenant, scid)
 
-    def _backend_up(self) -> bool:
-        """Whether calls reach the backend now (no open circuit): only then may this worker answer a load
-        from what it holds (``_local_load``), as the backend would."""
-        return True
-
     async def load(self, tenant: str, query: LoadQuery) -> LoadResult:
         keys.check_tenant(tenant)
-        if query.replayed and self._backend_up():
-            first, hinted = _first_read(query)
-            local = self._local_load(tenant, first, query, hinted) if first else None
-            if local is not None:
-                return local
         return await self._guarded(self._load, tenant, query)
 
     async def record(self, tenant: str, write: TurnWrite) -> RecordResult:
@@ -289,39 +280,6 @@ class EngineStore:
         if entry is not None:
             cache.put(tenant, scid, entry)
 
-    def _local_load(self, tenant: str, scid: str, query: LoadQuery, hinted: bool) -> LoadResult | None:
-        """A load this worker answers without a round trip: every assistant turn the request replays
-        (``query.replayed``) is a turn of the conversation it knows (its cache entry, kept up to date by
-        its own appends): byte for byte, or, changed by the client, with exactly the tool ids of one
-        (``query.replayed_tool_ids``; the caller matches such a turn by its tool ids, and they name the
-        same record here as in a loaded conversation). A round trip could only add turns after them or
-        drop old ones, and changes nothing about how those turns are matched, so the caller gets the same
-        answer for every turn of the request. The query's tool ids are resolved among those turns (a
-        hinted conversation must be named by one of them, as a loaded one must by an index hit).
-        Nothing is refreshed: the TTLs are the record's to refresh."""
-        entry = self.conversation_cache.get(tenant, scid)
-        if entry is None or entry.state is None:
-            return None
-        recs = entry.replayed(query.replayed, query.replayed_tool_ids)
-        if recs is None:
-            return None
-        conv = entry.state
-        if hinted and conv.forked_at is not None and recs and _position(recs[-1]) < conv.forked_at:
-            # every replayed turn is one the fork copied from its parent: the index says whose they are
-            return None
-        wanted = set(query.tool_ids)
-        tool_hits: dict[str, Location] = {}
-        for rec in reversed(recs):  # the query's tool ids are the latest turns'
-            if len(tool_hits) == len(wanted):
-                break
-            for tid in rec.tool_use_ids():
-                if tid in wanted and tid not in tool_hits:
-                    tool_hits[tid] = Location(scid, rec.turn_id, rec.position)
-        if hinted and not tool_hits:
-            return None
-        return LoadResult(conversation=None if hinted else conv, conversations={scid: conv}, tool_hits=tool_hits,
-                          round_trips=0)
-
     def _index_ops(self, tenant: str, scid: str, write: TurnWrite, hint: int | None) -> list[Op]:
         """The record's index entries, one ``INDEX_PUT`` per bucket: an entry another turn (or, for a
         fingerprint, another conversation) wrote already becomes ambiguous instead of being taken over."""
@@ -371,7 +329,8 @@ class EngineStore:
                 rounds = 2
             return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id,
                                 status="duplicate" if status == "dup" else "appended",
-                                version=int(reply[2]), created=bool(int(reply[3])), round_trips=rounds)
+                                version=int(reply[2]), created=bool(int(reply[3])), round_trips=rounds,
+                                head=_head_after(scid, reply) if status == "ok" else None)
         # Another turn holds ``expected`` (or ``write.fork``): fork = retained prefix [start, pos) + this turn.
         pos, start = int(reply[1]), int(reply[4])
         blobs, tids = list(reply[5]), list(reply[6])
@@ -415,6 +374,13 @@ def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -
     return hits, bad, ambiguous
 
 
+def _head_after(scid: str, reply: Any) -> Head | None:
+    """The conversation's head after RECORD appended (its reply: position, version, ..., meta's created)."""
+    if len(reply) < 6:
+        return None
+    return Head(scid, int(_text(reply[5])), int(reply[2]), int(reply[1]) + 1)
+
+
 def _position(rec: TurnRecord) -> int:
     return -1 if rec.position is None else rec.position
 
@@ -452,8 +418,8 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
     sizes: list[int] = []
     undecodable: list[int] = []
     if offset:
-        if (type(offset) is not int or offset < 0 or known is None or known.created != created_raw
-                or known.next != start + offset or known.start > start):
+        if (type(offset) is not int or offset < 0 or known is None or known.next != start + offset
+                or known.start > start or not continues(known.created, known.next, created_raw, start, nxt)):
             raise CodecError("LOAD replied from a list index that does not continue the cached turns")
         kept = bisect.bisect_left(known.turns, start, key=_position)
         turns += known.turns[kept:]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from state.coherence import Head
 from state.hashing import IndexEntries, compute_turn_id, index_entries, last_thinking_pair, tool_use_ids
 from state.keys import is_valid_turn_id
 
@@ -126,6 +127,11 @@ class ConversationState:
                 add(found, rec)
             object.__setattr__(self, name, found)
         return found  # type: ignore[no-any-return]
+
+    @property
+    def head(self) -> Head:
+        """The head this state was read at (``state.coherence``)."""
+        return Head(self.scid, round(self.created_at * 1000), self.version, self.next_position)
 
     def turn_at(self, position: int) -> TurnRecord | None:
         return (self._by_position or self._lookup("_by_position")).get(position)

@@ -171,9 +171,6 @@ class RedisStore(EngineStore):
         self.breaker.on_success()
         return StoreHealth(True, self.backend, self.breaker.state)
 
-    def _backend_up(self) -> bool:
-        return self.breaker.state == "closed"
-
     async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         if not self.breaker.acquire():
             raise CircuitOpen(f"{self.backend}: circuit open")

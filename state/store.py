@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from state.coherence import Head
 from state.errors import CircuitOpen, CodecError, StoreError, StoreTimeout, StoreUnavailable, TenantOverBudget
 from state.records import ConversationState, Location, TurnRecord
 
@@ -69,14 +70,6 @@ class LoadQuery:
       of earlier answers, never trusted): loaded speculatively in the first round trip, and kept only
       if an index hit names it, so a correct hint saves the second round trip and a wrong one costs
       nothing but the bytes read.
-    - ``replayed``: ``hashing.replay_digest`` of every assistant turn the request replays, in order, when
-      every one has one (else empty). When each is a turn of the conversation named by ``scid`` (or
-      ``hint_scid``) as this worker already holds it, the load is answered without a round trip
-      (``round_trips == 0``): a round trip could not change how those turns are matched.
-    - ``replayed_tool_ids``: with ``replayed``, each of those turns' tool_use ids, in order. A turn the
-      client changed (its digest is no turn's: thinking trimmed, signatures dropped) is still a turn this
-      worker holds when the ids are exactly those of one held turn (ids are unique per answer): the
-      client kept the ids, and repair restores the turn from that record.
     """
 
     scid: str | None = None
@@ -84,8 +77,6 @@ class LoadQuery:
     exact_hashes: Sequence[str] = ()
     fingerprints: Sequence[str] = ()
     hint_scid: str | None = None
-    replayed: Sequence[bytes] = ()
-    replayed_tool_ids: Sequence[Sequence[str]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +172,7 @@ class RecordResult:
     forked_from: str | None = None
     round_trips: int = 1
     prompt_capped: bool = False  # stored without its prompt (``StorageLimits.max_prompt_bytes``)
+    head: Head | None = None  # the conversation's head right after this append, when the reply says it exactly
 
 
 @runtime_checkable
@@ -208,8 +200,8 @@ class Store(Protocol):
         SCID's conversation), ONE more pipelined round trip fetches at most ``max_fetch`` of them, the
         most referenced first (fingerprint hits only count when no conversation was loaded). So: 1 round
         trip when the SCID is known and matches, at most 2 otherwise. Refreshes the TTL of every loaded
-        conversation and of every index entry found (a lookup is a use). No round trip at all (``round_trips == 0``)
-        when this worker holds every turn of ``query.replayed`` (see ``LoadQuery``); nothing is refreshed then.
+        conversation and of every index entry found (a lookup is a use). Always at least one round trip: what a
+        worker holds of a conversation serves only as of the head this round trip reads (``state.coherence``).
         """
         ...
 

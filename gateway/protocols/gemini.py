@@ -39,6 +39,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.gemini_parts import (
     Mint,
+    PrefixHash,
     blocks_from_parts,
     camel_part,
     deterministic_ids,
@@ -170,20 +171,22 @@ def decode_request(body: Any, model: str, *, stream: bool) -> Request:
     if not isinstance(contents, list) or not contents:
         raise bad_request("* GenerateContentRequest.contents: contents is not specified")
     msgs: list[Message] = []
+    before = PrefixHash()  # the user side of ``msgs``, hashed once per message
     for i, c in enumerate(contents):
         if not isinstance(c, dict) or not isinstance(c.get("parts"), list):
             raise bad_request(f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty")
         role = c.get("role", "user")
         if role not in ("user", "model", "function"):
             raise bad_request(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.")
-        msgs.append(_native_message(c["parts"], role, msgs))
+        msgs.append(_native_message(c["parts"], role, msgs, before))
+        before.add(msgs[-1])
     native = {k: v for k, v in body.items() if k != "contents"}
     return Request(model, msgs, None, stream, {NATIVE: native})
 
 
-def _native_message(parts: list[Any], role: str, before: list[Message]) -> Message:
+def _native_message(parts: list[Any], role: str, before: list[Message], prefix: PrefixHash) -> Message:
     if role == "model":
-        return Message("assistant", blocks_from_parts(parts, CLIENT, deterministic_ids(before)))
+        return Message("assistant", blocks_from_parts(parts, CLIENT, deterministic_ids(prefix)))
     prev = before[-1] if before and before[-1].role == "assistant" else None
     calls = [b for b in prev.content if isinstance(b, ToolUseBlock)] if prev is not None else []
     parts = [camel_part(p) if isinstance(p, dict) else p for p in parts]
@@ -196,7 +199,7 @@ def _native_message(parts: list[Any], role: str, before: list[Message]) -> Messa
             response = p["functionResponse"].get("response")
             blocks.append(ToolResultBlock(next(ids), orjson.dumps(response if response is not None else {}).decode()))
         else:
-            blocks += blocks_from_parts([p], CLIENT, deterministic_ids(before))
+            blocks += blocks_from_parts([p], CLIENT, deterministic_ids(prefix))
     return Message("user", blocks)
 
 

@@ -144,29 +144,50 @@ def part_from_block(b: Block, names: dict[str, str]) -> dict[str, JSON] | None:
 
 # ---------------------------------------------------------------- tool-call ids
 
-def prefix_digest(prefix: Sequence[Message]) -> bytes:
-    """The user side of the conversation before an answer (text and result counts)."""
-    h = hashlib.sha256(b"tg-gemini-call/1")
-    for m in prefix:
+class PrefixHash:
+    """The user side of a conversation as it grows message by message (text and result counts): each message is
+    hashed once, so a request's every answer gets its prefix's digest in time linear in the request (issue 32: a
+    digest per content, each over every earlier message, kept a worker busy for 32 s on 16,000 contents)."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256(b"tg-gemini-call/1")
+
+    def add(self, m: Message) -> None:
         if m.role != "user":
-            continue
+            return
+        h = self._h
         h.update(b"\x1eU")
         for b in m.content:
             if isinstance(b, TextBlock):
                 h.update(b"\x1f" + b.text.encode("utf-8", "surrogatepass"))
             elif isinstance(b, ToolResultBlock):
                 h.update(b"\x1dR")
+
+    def digest(self) -> bytes:
+        return self._h.copy().digest()
+
+
+def prefix_digest(prefix: Sequence[Message]) -> bytes:
+    """The user side of the conversation before an answer (text and result counts)."""
+    h = PrefixHash()
+    for m in prefix:
+        h.add(m)
     return h.digest()
 
 
-def deterministic_ids(prefix: Sequence[Message]) -> Mint:
+def deterministic_ids(prefix: Sequence[Message] | PrefixHash) -> Mint:
     """Ids that a client replaying the same conversation (without ids) gets again: the answer's
-    user-side prefix, the call's position, name and arguments."""
-    digest = prefix_digest(prefix)
+    user-side prefix, the call's position, name and arguments. The prefix's digest is taken on the first call
+    only (most parts call nothing)."""
+    digest: list[bytes] = []
 
     def mint(k: int, name: str, args: JSON) -> str:
+        if not digest:
+            digest.append(prefix.digest() if isinstance(prefix, PrefixHash) else prefix_digest(prefix))
         args_bytes = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
-        h = hashlib.sha256(digest + b"%d\0" % k + name.encode() + b"\0" + args_bytes)
+        h = hashlib.sha256(digest[0] + b"%d\0" % k + name.encode() + b"\0" + args_bytes)
         return "call_" + h.hexdigest()[:24]
     return mint
 

@@ -97,8 +97,9 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
     upstream as recorded, and the restored request is still kept for the next one. From the fourth request on,
     repair, sanitize and the body's message JSON continue from the request before (``repair_state.Repaired``), which
-    must still give each restored turn its ``restored`` action. The worker answers every load itself (it
-    recorded every replayed turn): one store round trip per request, the record."""
+    must still give each restored turn its ``restored`` action. Each request loads in one round trip (by the SCID
+    its tool ids' hint names: the worker's cache hands its head to Redis, which sends back nothing new) and records
+    in one: what a worker holds serves only as of the head its own round trip reads (``state.coherence``)."""
     gateway = gateways.start(sim.url, {"GATEWAY_REDIS_URL": redis_url,
                                        "GATEWAY_SECRET": "sdk-memo-secret-0123456789abcdef"})
     rejections = sum(sim.stats()["rejections"].values())
@@ -111,8 +112,7 @@ def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
     restored = metric_sum(gateway, "gateway_sanitize_actions_total", action="restored")
     # only a tool loop's first turn thinks (no interleaved thinking): it is restored on every later request
     assert restored == (0 if replay == "faithful" else result.requests - 1)
-    # every replayed turn is one this worker recorded (verbatim, or trimmed with its tool ids kept): only
-    # the records go to Redis, no load does
-    assert metric_sum(gateway, "gateway_store_round_trips_total", op="load") == 0
+    # every load reads the head in Redis (the first request has nothing to look up: no round trip)
+    assert metric_sum(gateway, "gateway_store_round_trips_total", op="load") == result.requests - 1
     assert metric_sum(gateway, "gateway_store_round_trips_total", op="record") == result.requests
     assert sum(sim.stats()["rejections"].values()) == rejections

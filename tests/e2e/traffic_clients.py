@@ -22,7 +22,7 @@ from tests.gemini.helpers import CLAUDE, Answer, ask, function_responses, native
 from tests.manglings import augment as augment_manglings
 from tests.manglings import gemini as gemini_manglings
 from tests.manglings import openai as openai_manglings
-from tests.manglings.anthropic import CASE_THINKING, REDACTED, as_sent
+from tests.manglings.anthropic import CASE_THINKING, PARALLEL, REDACTED, as_sent
 from tests.responses import helpers as responses_helpers
 
 Surface = Literal["anthropic", "openai", "responses", "gemini", "augment"]
@@ -70,7 +70,8 @@ class Conv:
 
     @property
     def prompt(self) -> str:
-        parallel = "" if self.cell.surface == "anthropic" else " [[sim:parallel=2]]"
+        parallel = " [[sim:parallel=3]]" if self.case in PARALLEL else \
+            "" if self.cell.surface == "anthropic" else " [[sim:parallel=2]]"
         redacted = " [[sim:redacted]]" if self.cell.surface == "anthropic" and self.case in REDACTED else ""
         return (f"[[sim:tools={ROUNDS}]]{parallel}{redacted} [[sim:conv={self.name}]] weather? "
                 f"{self.cell.id} case {self.case}")

@@ -14,7 +14,6 @@ from gateway.identity import (
     RECENT_TURNS,
     build_query,
     identify_conversation,
-    replayed_of,
     scid_from_header,
     tenant_of,
 )
@@ -151,27 +150,6 @@ def test_query_covers_recent_turns_and_the_prefix_before_the_last_assistant() ->
     last_assistant = max(i for i, m in enumerate(msgs) if m.role == "assistant")
     assert q.fingerprints == [path_fingerprint(msgs[:last_assistant])]
     assert build_query(_msgs({"role": "user", "content": "hi"}), None).fingerprints == []
-
-
-def test_the_replayed_turns_continued_from_a_prefix_are_those_of_the_whole_history() -> None:
-    msgs = _loop([f"toolu_{n}" for n in range(4)], "think", "say")
-    whole = replayed_of(msgs)
-    assert whole.every and whole.count == len(msgs) and len(whole.digests) == 4
-    assert whole.tool_ids == [[f"toolu_{n}"] for n in range(4)]
-    query = build_query(msgs, None)
-    assert list(query.replayed) == whole.digests and list(query.replayed_tool_ids) == whole.tool_ids
-    for k in range(len(msgs) + 1):
-        before = replayed_of(msgs[:k])
-        went_on = replayed_of(msgs, before)
-        assert went_on == whole, k
-        assert before == replayed_of(msgs[:k])  # the prefix's own is left as it was
-        assert build_query(msgs, None, replayed=went_on) == query
-    # an assistant message without a replay digest (an OpenAI surface's, say): no turn list to answer from
-    msgs[3].replay_digest = b""
-    for k in range(len(msgs) + 1):
-        partial = replayed_of(msgs, replayed_of(msgs[:k]))
-        assert partial == replayed_of(msgs) and not partial.every
-    assert build_query(msgs, None).replayed == ()
 
 
 def test_a_fingerprint_continued_from_a_known_prefix_is_the_whole_fingerprint() -> None:

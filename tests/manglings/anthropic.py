@@ -145,10 +145,66 @@ def rewrite_tool_ids(history: History) -> History:
     return out
 
 
+def drop_latest_assistant(history: History) -> History:
+    """The latest assistant message left out, the tool results after it kept (history trimmers that cut at message
+    granularity: OpenHands, gemini-cli and Kilo Code compaction bugs). Works on OpenAI chat messages too."""
+    out = copy.deepcopy(history)
+    last = max((i for i, m in enumerate(out) if m["role"] == "assistant"), default=None)
+    return out if last is None else out[:last] + out[last + 1:]
+
+
+def collapse_text_blocks(history: History) -> History:
+    """Each message's text blocks joined into one text block, where the first of them was."""
+    out = copy.deepcopy(history)
+    for m in out:
+        content = m["content"]
+        texts = [b for b in content if b.get("type") == "text"] if isinstance(content, list) else []
+        if len(texts) < 2:
+            continue
+        joined = {"type": "text", "text": "".join(b["text"] for b in texts)}
+        first = content.index(texts[0])
+        m["content"] = [joined if i == first else b for i, b in enumerate(content) if b.get("type") != "text"]
+        if not any(b is joined for b in m["content"]):
+            m["content"].insert(first, joined)
+    return out
+
+
+def split_parallel_calls(grouped: bool) -> Callable[[History], History]:
+    """An assistant message with N tool calls replayed as N assistant messages, each repeating its thinking and
+    carrying one call (the text with the first), its N results one per user message: each right after its call,
+    or (``grouped``) all N after the N calls (LiteLLM / any-llm message splitting; openai-agents-python #3215,
+    kimi-cli #1975)."""
+    def mangle(history: History) -> History:
+        out: History = []
+        msgs = copy.deepcopy(history)
+        i = 0
+        while i < len(msgs):
+            m = msgs[i]
+            calls = [b for b in m["content"] if b.get("type") == "tool_use"] if m["role"] == "assistant" and \
+                isinstance(m["content"], list) else []
+            if len(calls) < 2 or i + 1 >= len(msgs):
+                out.append(m)
+                i += 1
+                continue
+            thinking = [b for b in m["content"] if b.get("type") in ("thinking", "redacted_thinking")]
+            text = [b for b in m["content"] if b.get("type") == "text"]
+            results = {b["tool_use_id"]: b for b in msgs[i + 1]["content"] if b.get("type") == "tool_result"}
+            parts = [({"role": "assistant", "content": [*thinking, *(text if k == 0 else []), call]},
+                      {"role": "user", "content": [results[call["id"]]]}) for k, call in enumerate(calls)]
+            out += [a for a, _ in parts] + [u for _, u in parts] if grouped else [x for p in parts for x in p]
+            i += 2
+        return out
+    return mangle
+
+
 HISTORY_MANGLINGS: dict[str, Callable[[History], History]] = {
     "tool_result_missing": drop_one_tool_result,
     "orphan_tool_result_at_start": orphan_result_at_start,
     "rewrite_tool_ids": rewrite_tool_ids,
+    "drop_latest_assistant": drop_latest_assistant,
+    "collapse_text_blocks": collapse_text_blocks,
+    "split_parallel_calls": split_parallel_calls(grouped=False),
+    "split_parallel_calls_grouped": split_parallel_calls(grouped=True),
 }
 
 
@@ -158,7 +214,9 @@ FLOWS = ["thinking_off_mid_loop", "thinking_on_mid_loop", "retry_twice", "rewind
 # flows where thinking legitimately cannot be on for every turn
 NO_KEEP_CHECK = {"thinking_off_mid_loop", "thinking_on_mid_loop"}
 # cases whose conversations carry redacted_thinking after the thinking block (``[[sim:redacted]]``)
-REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking"}
+REDACTED = {"drop_redacted", "faithful", "thinking_to_tag_text", "text_before_thinking", "collapse_text_blocks"}
+# cases whose conversations call three tools per round (``[[sim:parallel=3]]``)
+PARALLEL = {"split_parallel_calls", "split_parallel_calls_grouped"}
 # cases played with a thinking configuration of their own
 CASE_THINKING: dict[str, dict[str, Any]] = {
     "drop_empty_signed_thinking": {"type": "adaptive", "display": "omitted"},

@@ -14,6 +14,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from tests.manglings.anthropic import drop_latest_assistant
+
 History = list[dict[str, Any]]
 
 # Every provider reasoning field an assistant message may carry (besides ``extra_content``).
@@ -76,6 +78,37 @@ def _content(empty: Any) -> Callable[[dict[str, Any]], None]:
     return f
 
 
+def split_parallel_calls(history: History) -> History:
+    """An assistant message with N tool calls replayed as N assistant messages with one call each, every one
+    repeating its reasoning fields (the content with the first), each followed by its tool message (LiteLLM /
+    any-llm message splitting)."""
+    out: History = []
+    msgs = copy.deepcopy(history)
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        calls = m.get("tool_calls") or [] if m["role"] == "assistant" else []
+        if len(calls) < 2:
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        results = {}
+        while j < len(msgs) and msgs[j]["role"] == "tool":
+            results[msgs[j]["tool_call_id"]] = msgs[j]
+            j += 1
+        for k, call in enumerate(calls):
+            one = {**m, "tool_calls": [call]}
+            if k:
+                one["content"] = None
+            out.append(one)
+            if call["id"] in results:
+                out.append(results.pop(call["id"]))
+        out += list(results.values())
+        i = j
+    return out
+
+
 def rewrite_tool_ids(history: History) -> History:
     """The client numbers tool calls itself (call_1, call_2, ...), consistently on both sides."""
     out = copy.deepcopy(history)
@@ -118,6 +151,8 @@ MANGLINGS: dict[str, Callable[[History], History]] = {
     "tool_ids_rewritten": rewrite_tool_ids,
     "tool_ids_rewritten_no_reasoning": lambda h: rewrite_tool_ids(_assistants(_drop_all_reasoning)(h)),
     "tool_results_reordered": reorder_tool_messages,
+    "drop_latest_assistant": drop_latest_assistant,
+    "split_parallel_calls": split_parallel_calls,
 }
 
 # The manglings played per upstream behind the OpenAI surface (in the acceptance matrix's row order): those
@@ -126,18 +161,22 @@ BY_UPSTREAM: dict[str, tuple[str, ...]] = {
     "anthropic": ("content_empty_list", "content_empty_string", "content_empty_string_no_reasoning",
                   "drop_all_reasoning", "drop_reasoning_content", "drop_reasoning_details", "faithful",
                   "text_entries_only", "text_entries_only_no_content", "tool_ids_rewritten",
-                  "tool_ids_rewritten_no_reasoning", "tool_results_reordered"),
+                  "tool_ids_rewritten_no_reasoning", "tool_results_reordered", "drop_latest_assistant",
+                  "split_parallel_calls"),
     "gemini": ("faithful", "drop_extra_content", "copy_signature_to_parallel_calls", "drop_reasoning_content",
                "drop_all_reasoning", "content_empty_list", "content_empty_string", "tool_ids_rewritten",
                "tool_results_reordered", "tool_ids_rewritten_no_reasoning"),
     "openrouter": ("faithful", "drop_reasoning_details", "text_entries_only", "drop_all_reasoning",
-                   "content_empty_list", "content_empty_string", "tool_ids_rewritten", "tool_results_reordered"),
+                   "content_empty_list", "content_empty_string", "tool_ids_rewritten", "tool_results_reordered",
+                   "drop_latest_assistant", "split_parallel_calls"),
     "copilot": ("faithful", "drop_reasoning_opaque", "drop_all_reasoning", "content_empty_list",
-                "content_empty_string", "tool_ids_rewritten_no_reasoning"),
+                "content_empty_string", "tool_ids_rewritten_no_reasoning", "drop_latest_assistant",
+                "split_parallel_calls"),
     "deepseek": ("faithful", "drop_reasoning_content", "drop_all_reasoning", "content_empty_string",
                  "tool_ids_rewritten_no_reasoning"),
     # Gemini through its OpenAI-compatibility layer (the ``generic`` flavor)
-    "generic": ("faithful", "drop_extra_content", "copy_signature_to_parallel_calls", "drop_all_reasoning"),
+    "generic": ("faithful", "drop_extra_content", "copy_signature_to_parallel_calls", "drop_all_reasoning",
+                "drop_latest_assistant", "split_parallel_calls"),
     # an OpenAI Responses upstream: the chat client never holds its reasoning items, only their summary text
     "responses": ("faithful", "drop_reasoning_content", "drop_all_reasoning", "content_empty_list",
                   "content_empty_string", "tool_ids_rewritten", "tool_results_reordered",

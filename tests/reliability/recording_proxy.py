@@ -52,6 +52,8 @@ class Exchange:
     answer: bytearray = field(default_factory=bytearray)  # the upstream's answer body, as relayed so far
     cuts: list[int] = field(default_factory=list)  # offsets in ``answer`` between two pieces written to the gateway
     complete: bool = False    # the whole answer reached the gateway (False: the upstream or the gateway dropped it)
+    key: str | None = None    # the credential the gateway forwarded (the client's: which tenant asked)
+    replayed: bool = False    # answered from the proxy's answers (``answers=True``), the upstream not asked
 
     @property
     def pieces(self) -> int:
@@ -78,8 +80,13 @@ class RecordingProxy:
     (``stream_cuts.HardCutter``)."""
 
     def __init__(self, target: str, *, split_seed: int | None = None, hard_cuts: bool = False,
-                 max_piece: int = MAX_PIECE, pause_s: float = PIECE_PAUSE_S) -> None:
+                 max_piece: int = MAX_PIECE, pause_s: float = PIECE_PAUSE_S, answers: bool = False) -> None:
+        """``answers``: keep every complete answer by (method, path, body) and give it again, byte for byte and
+        without asking the upstream, to a request with the same method, path and body (the query aside: it may
+        carry the key), so conversations played again get the very answers the first play got."""
         self.target = target.rstrip("/")
+        self.answers: dict[tuple[str, str, bytes], tuple[int, list[tuple[str, str]], bytes]] | None = \
+            {} if answers else None
         self.split_seed = split_seed
         self.hard_cuts = hard_cuts
         self.max_piece = max_piece
@@ -114,10 +121,11 @@ class RecordingProxy:
         self._server.server_close()
         self._client.close()
 
-    def of(self, conversation: str) -> list[Exchange]:
-        """The exchanges of one conversation, in the order the upstream answered them."""
+    def of(self, conversation: str, key: str | None = None) -> list[Exchange]:
+        """The exchanges of one conversation (of one credential's, when given), in the order the upstream answered
+        them."""
         with self._lock:
-            return [e for e in self.exchanges if e.conversation == conversation]
+            return [e for e in self.exchanges if e.conversation == conversation and (key is None or e.key == key)]
 
     def figures(self, exchanges: list[Exchange] | None = None) -> Figures:
         """Streamed exchanges, the pieces their answers came in and the cuts by class (of ``exchanges``, default
@@ -177,13 +185,31 @@ class RecordingProxy:
                 conversation = marker.group(1).decode() if marker else None
                 cutter = proxy._cutter(self.command, self.path, raw)
                 exchange: Exchange | None = None
+                key = _credential(headers, self.path)
+                known = (self.command, self.path.split("?")[0], raw)
+                if proxy.answers is not None and known in proxy.answers:
+                    status, answer_headers, body = proxy.answers[known]
+                    proxy._record(Exchange(conversation, self.path, parsed, status, "text/event-stream" in dict(
+                        answer_headers).get("content-type", ""), bytearray(body), complete=True, key=key,
+                        replayed=True))
+                    self.send_response(status)
+                    for k, v in answer_headers:
+                        self.send_header(k, v)
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 try:
                     with proxy._client.stream(self.command, proxy.target + self.path, content=raw,
                                               headers=headers) as resp:
                         exchange = Exchange(conversation, self.path, parsed, resp.status_code,
-                                            "text/event-stream" in resp.headers.get("content-type", ""))
+                                            "text/event-stream" in resp.headers.get("content-type", ""), key=key)
                         proxy._record(exchange)
                         self._relay(resp, exchange, cutter)
+                        if proxy.answers is not None and exchange.complete:
+                            kept = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _HOP
+                                    and k.lower() not in ("content-length", "date")]
+                            proxy.answers[known] = (resp.status_code, kept, bytes(exchange.answer))
                 except httpx.HTTPError as exc:
                     if exchange is None:  # the simulator dropped the connection before answering (a fault): say so
                         proxy._record(Exchange(conversation, self.path, parsed, 502))
@@ -226,6 +252,19 @@ class RecordingProxy:
             do_GET = do_POST = _forward
 
         return Handler
+
+
+def _credential(headers: dict[str, str], path: str) -> str | None:
+    """The client credential a gateway forwarded: x-api-key, a bearer token, x-goog-api-key or ``?key=``."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    for name in ("x-api-key", "x-goog-api-key"):
+        if lower.get(name):
+            return lower[name]
+    auth = lower.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:]
+    found = re.search(r"[?&]key=([^&]+)", path)
+    return found.group(1) if found else None
 
 
 @contextmanager
