@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 from gateway.errors import ClientError
 
+# the headers a credential comes in: each may be sent once (or repeated with the same value)
+CREDENTIAL_HEADERS = frozenset({"x-api-key", "x-goog-api-key", "authorization"})
 CONFLICTING = ("the request carries different API keys in {names}; send one credential "
                "(x-api-key, x-goog-api-key or Authorization: Bearer)")
 

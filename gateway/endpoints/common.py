@@ -15,7 +15,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
 from gateway import metrics, pipeline
-from gateway.credentials import CONFLICTING, credential_of
+from gateway.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError
 from gateway.exchange import Exchange
@@ -72,6 +72,10 @@ def client_headers(request: HTTPRequest) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in request.headers.items():  # starlette lowercases names and keeps repeats
         check_header_value(name, value)
+        if name in CREDENTIAL_HEADERS and name in out:  # one credential: a repeat only when it is the same
+            if value.strip() != out[name].strip():
+                raise ClientError(400, CONFLICTING.format(names=f"two {name} header lines"), "invalid_request_error")
+            continue
         out[name] = f"{out[name]}, {value}" if name in out else value
     return out
 
@@ -93,6 +97,9 @@ async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     if surface.key_query is not None and (key := request.query_params.get(surface.key_query[0])):
         param, header = surface.key_query  # (Gemini's ?key=): the tenant comes from it, and it is forwarded
         check_header_value(param, key)
+        if len(set(request.query_params.getlist(param))) > 1:  # forwarded as it is: both would reach Google
+            raise ClientError(400, CONFLICTING.format(names=f"two ?{param}= query parameters"),
+                              "invalid_request_error")
         cred = credential_of(headers)
         if cred is None:
             headers[header] = key

@@ -76,3 +76,36 @@ def test_a_gemini_key_query_that_differs_from_the_header_key_is_a_400(gateway: S
                    json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
     assert r.status_code == 400 and "?key= query and the headers" in r.json()["error"]["message"]
     assert sim.stats()["requests"] == before
+
+
+@pytest.mark.parametrize("name", ["x-api-key", "authorization", "x-goog-api-key"])
+def test_two_lines_of_one_credential_header_with_different_keys_are_a_400(
+        gateway: ServerProcess, sim: Sim, name: str) -> None:
+    """Issue 32, item 2: two lines of one header were joined and forwarded as ``kA, kB``."""
+    before = sim.stats()["requests"]
+    value = (lambda k: f"Bearer {k}") if name == "authorization" else (lambda k: k)
+    raw = [(name.encode(), value("kA").encode()), (name.encode(), value("kB").encode())]
+    r = httpx.post(f"{gateway.url}/v1/messages", headers=httpx.Headers(raw),
+                   json={"model": "claude-opus-4-5", "max_tokens": 16, "messages": PROMPT})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and f"two {name} header lines" in err["message"]
+    assert "kA" not in err["message"] and "kB" not in err["message"]
+    assert sim.stats()["requests"] == before
+
+
+def test_the_same_key_on_two_lines_is_one_credential(gateway: ServerProcess, sim: Sim) -> None:
+    raw = [(b"x-api-key", b"sk-twice"), (b"x-api-key", b"sk-twice")]
+    r = httpx.post(f"{gateway.url}/v1/messages", headers=httpx.Headers(raw),
+                   json={"model": "claude-opus-4-5", "max_tokens": 16, "messages": PROMPT})
+    assert r.status_code == 200, r.text
+    assert sim.last()["headers"].get("x-api-key") == "sk-twice"
+
+
+def test_two_different_gemini_key_queries_are_a_400(gateway: ServerProcess, sim: Sim) -> None:
+    before = sim.stats()["requests"]
+    r = httpx.post(f"{gateway.url}/v1beta/models/gemini-3-pro-preview:generateContent?key=kA&key=kB",
+                   json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status_code == 400 and "two ?key= query parameters" in r.json()["error"]["message"]
+    assert r.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert sim.stats()["requests"] == before
