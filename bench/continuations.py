@@ -35,7 +35,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "no splice": {"GATEWAY_CONTINUATIONS_OFF": "splice"},
     "no carried repair": {"GATEWAY_CONTINUATIONS_OFF": "carried_repair"},
     "no carried sanitize": {"GATEWAY_CONTINUATIONS_OFF": "carried_sanitize"},
-    "no local load": {"GATEWAY_LOAD_CACHE_MB": "0"},
+    "no load cache": {"GATEWAY_LOAD_CACHE_MB": "0"},
     "all off": {"GATEWAY_REPLAY_MEMO_MB": "0", "GATEWAY_LOAD_CACHE_MB": "0",
                 "GATEWAY_CONTINUATIONS_OFF": "splice,carried_repair,carried_sanitize"},
 }

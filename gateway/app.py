@@ -112,8 +112,11 @@ async def healthz(request: HTTPRequest) -> Response:
 
 
 async def readyz(request: HTTPRequest) -> Response:
-    """Ready unless draining. A store that is down degrades to stateless serving, so it is
-    reported but does not make the replica unready."""
+    """Ready unless draining, or unless the store was never reached. A store that goes down after it answered
+    once degrades to stateless serving: it is reported but does not make the replica unready (every replica shares
+    it; taking them all out of the load balancer at once would serve no one). One that never answered since the
+    start is a deployment that is not working yet (a wrong host, a port nothing listens on): not ready, unless
+    ``GATEWAY_STATELESS_START`` says a stateless start is meant."""
     gw: Gateway = request.app.state.gateway
     store: dict[str, object] = {"backend": "none"}
     if gw.store is not None:
@@ -121,8 +124,11 @@ async def readyz(request: HTTPRequest) -> Response:
         store = {"backend": h.backend, "ok": h.ok, "circuit": h.circuit}
         if not h.ok and h.detail:  # why (the error's class, a TLS reason: ``redis_store.failure``), never a reply
             store["detail"] = h.detail
+        gw.store_reached = gw.store_reached or h.ok
     if gw.draining:
         return JSONResponse({"status": "draining", "store": store}, status_code=503)
+    if gw.store is not None and not gw.store_reached and not gw.settings.stateless_start:
+        return JSONResponse({"status": "store_never_reached", "store": store}, status_code=503)
     return JSONResponse({"status": "ready", "store": store})
 
 

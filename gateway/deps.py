@@ -54,6 +54,7 @@ class Gateway:
     store: Store | None = None
     router: Router = field(default_factory=Router)
     draining: bool = False
+    store_reached: bool = False  # the store answered a health check once (``/readyz``): until then not ready
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)

@@ -62,6 +62,8 @@ DESCRIPTIONS: dict[str, str] = {
                    "(false: opt into drop_block)",
     "continuations_off": f"benchmarks only: switch off {', '.join(sorted(CONTINUATIONS))} (comma-separated)",
     "state_machine_enabled": "record turns and repair replays from the records (the sanitizer always runs)",
+    "stateless_start": "report ready before the store (GATEWAY_REDIS_URL) was ever reached, serving statelessly "
+                       "until it is (false: not ready until then)",
     "unverifiable_thinking": "drop | text: what happens to thinking that cannot be verified",
     "fix_thinking_params": "repair request parameters that thinking forbids",
     "drop_unsupported_params": "false: 400 for chat parameters the upstream cannot honour; true: drop them",
@@ -106,6 +108,7 @@ class Settings:
     # binding models: keep the recorded prefix (mid-conversation system message, tool_addition / tool_removal);
     # false: a changed prefix opts the request into drop_block instead (gateway.prefix)
     keep_prefix: bool = True
+    stateless_start: bool = False  # ready before the store was ever reached (false: /readyz 503 until it is)
     drop_unsupported_params: bool = False  # chat completions parameters an upstream cannot honour: 400, or dropped
     gemini_signature_bypass: str = BYPASS_SIGNATURE  # a documented bypass value, or "off"
     metrics_tenants: int = DEFAULT_METRICS_TENANTS  # the rest are "other" in gateway_tokens_total; 0 = all "other"
@@ -237,6 +240,7 @@ class Settings:
             kw["unverifiable_thinking"] = v
         _bool(kw, "fix_thinking_params", get("FIX_THINKING_PARAMS"))
         _bool(kw, "keep_prefix", get("KEEP_PREFIX"))
+        _bool(kw, "stateless_start", get("STATELESS_START"))
         _bool(kw, "drop_unsupported_params", get("DROP_UNSUPPORTED_PARAMS"))
         if (v := get("GEMINI_SIGNATURE_BYPASS")) and v not in (*BYPASS_VALUES, BYPASS_OFF):
             raise SettingsError(f"GATEWAY_GEMINI_SIGNATURE_BYPASS must be one of {', '.join(BYPASS_VALUES)} "

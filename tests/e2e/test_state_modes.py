@@ -58,3 +58,31 @@ def test_startup_log_says_which_store(sim: Sim, gateways: GatewayFactory, redis_
                                       "GATEWAY_LOG_LEVEL": "INFO"})
     assert httpx.get(shared.url + "/readyz").json()["store"]["backend"] == "redis"
     assert EMBEDDED_NOTICE not in shared.log()
+
+
+def test_a_store_never_reached_keeps_the_replica_not_ready_until_it_answers(
+        sim: Sim, gateways: GatewayFactory) -> None:
+    """Issue 32, item 3: a Redis that nothing listens for started "ready" and served statelessly. Until the store has
+    answered once the replica is not ready (unless GATEWAY_STATELESS_START says so); once it has, a store that goes
+    away keeps it ready (every replica shares the store)."""
+    later = RedisServer()  # its port: nothing listens there yet
+    env = {"GATEWAY_REDIS_URL": later.url, "GATEWAY_SECRET": "modes-0123456789abcdef0123456789",
+           "GATEWAY_STORE_TIMEOUT_MS": "300"}
+    gw = gateways.start(sim.url, env)
+    meant = gateways.start(sim.url, {**env, "GATEWAY_STATELESS_START": "true"})
+    try:
+        r = httpx.get(gw.url + "/readyz")
+        assert r.status_code == 503 and r.json()["status"] == "store_never_reached", r.text
+        assert r.json()["store"]["ok"] is False
+        assert httpx.get(meant.url + "/readyz").status_code == 200  # a stateless start, on purpose
+        # it serves meanwhile (statelessly), as for an outage
+        body = {"model": "claude-opus-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(gw.url + "/v1/messages", json=body, headers=KEY).status_code == 200
+        later.start()
+        ready = httpx.get(gw.url + "/readyz")
+        assert ready.status_code == 200 and ready.json()["store"]["ok"] is True, ready.text
+        later.stop()
+        gone = httpx.get(gw.url + "/readyz")
+        assert gone.status_code == 200 and gone.json()["store"]["ok"] is False  # went away after: still ready
+    finally:
+        later.cleanup()

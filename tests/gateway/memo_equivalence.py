@@ -24,14 +24,14 @@ from gateway.settings import Settings
 Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
 # every continuation a worker has (``gateway.continuation``, ``BENCHMARKS.md``), each switched off alone by
 # ``switched_off``
-CONTINUATIONS = ("memo", "splice", "carried_repair", "carried_sanitize", "local_load")
+CONTINUATIONS = ("memo", "splice", "carried_repair", "carried_sanitize", "load_cache")
 
 
 def switched_off(name: str) -> dict[str, Any]:
     """The settings that switch the continuation ``name`` off (``CONTINUATIONS``)."""
     if name == "memo":
         return {"replay_memo_mb": 0}
-    if name == "local_load":
+    if name == "load_cache":
         return {"load_cache_mb": 0}
     return {"continuations_off": frozenset({name})}
 

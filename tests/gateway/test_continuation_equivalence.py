@@ -59,7 +59,7 @@ async def test_a_continuation_switched_off_sends_the_same_bytes_with_the_same_pl
         assert not any(c for _, c in continued), continued
     if off_name == "memo":
         assert off.replay_memo is None
-    if off_name == "local_load":
+    if off_name == "load_cache":
         assert off.settings.load_cache_mb == 0
 
 
@@ -68,6 +68,6 @@ def _switched_off(gw: Gateway) -> str:
     if s.replay_memo_mb == 0:
         return "memo"
     if s.load_cache_mb == 0:
-        return "local_load"
+        return "load_cache"
     (name,) = s.continuations_off
     return name

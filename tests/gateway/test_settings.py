@@ -129,6 +129,19 @@ def test_tls_files_the_url_names_but_cannot_be_read_stop_the_server_with_one_lin
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("host", ["nohost", "redis.example.invalid"])
+def test_a_store_host_that_does_not_resolve_stops_the_server_with_one_line(host: str) -> None:
+    """``redis://nohost:1`` started, answered /readyz 200 and served every request statelessly (issue 32, item 3)."""
+    env = {**os.environ, "GATEWAY_REDIS_URL": f"redis://:secret-pw@{host}:1/0", "GATEWAY_SECRET": "s" * 32}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-800:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"thinkgate: GATEWAY_REDIS_URL: the Redis host '{host}' does not resolve")
+    assert "secret-pw" not in line
+
+
+@pytest.mark.process
 def test_an_unreachable_store_at_start_is_an_outage_not_a_configuration_error() -> None:
     """The probe does not stop a start whose Redis is down: the gateway serves statelessly until it is back."""
     from state.probe import check_credentials

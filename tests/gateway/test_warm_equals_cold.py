@@ -28,7 +28,7 @@ from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
 @contextlib.asynccontextmanager
 async def worker_and_cold(sim_url: str, redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
     """(a worker as configured by default, one on the same Redis that holds nothing between requests)."""
-    settings = Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret="local-load-secret",
+    settings = Settings(anthropic_base_url=sim_url, redis_url=redis_url, secret="warm-cold-secret",
                         store_timeout_ms=2000)
     app, cold_app = create_app(settings), create_app(dataclasses.replace(settings, load_cache_mb=0))
     async with app.router.lifespan_context(app), cold_app.router.lifespan_context(cold_app):
