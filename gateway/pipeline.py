@@ -37,7 +37,7 @@ from gateway.deps import Gateway
 from gateway.errors import bad_request
 from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
-from gateway.protocols import anthropic
+from gateway.protocols import anthropic, provider_seal
 from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, Turn
 from gateway.recorded import RecordedTurn, Records
 from gateway.records import records_from, turn_record
@@ -185,7 +185,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         caps = gw.router.caps_for(req.model)
         fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
         fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
-    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
+    policy = _policy(ex, gw)
     sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
     with gw.tracing.span("sanitize"):
@@ -204,6 +204,12 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         cont.splice = continuation.carry(ticket, req.messages, fixed, repaired, cleaned, sanitized)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
     keep_prefix(ex, gw, result, fixed.matched)
+
+
+def _policy(ex: Exchange, gw: Gateway) -> Policy:
+    s = gw.settings
+    seals = provider_seal.seals_for(s.secret, s.previous_secret, ex.tenant) if ex.tenant is not None else None
+    return Policy(s.unverifiable_thinking, s.fix_thinking_params, s.gemini_bypass, seals)
 
 
 def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: dict[int, RecordedTurn]) -> None:
@@ -311,7 +317,7 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     # the model binds (it answered the binding 400), whatever the table says: such models cannot disable thinking
     # (an absent config is adaptive on them), so a loop left without its thinking travels as text (1.8, 1.9)
     caps = dataclasses.replace(gw.router.caps_for(req.model), can_disable_thinking=False, prefix_bound=True)
-    policy = Policy(gw.settings.unverifiable_thinking, gw.settings.fix_thinking_params, gw.settings.gemini_bypass)
+    policy = _policy(ex, gw)
     actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.betas)
     if not actions:
         return False

@@ -64,6 +64,7 @@ from gateway.protocols.canonical import (
     is_blank_text,
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
+from gateway.protocols.provider_seal import Seals
 from gateway.protocols.responses_upstream import sendable
 from gateway.routing import ModelCaps, origin_of
 from gateway.toolchain import ChainFold, chain_fold, fold_intact, repair_tool_chain, textualize
@@ -79,6 +80,9 @@ class Policy:
     unverifiable: Literal["drop", "text"] = "drop"
     fix_params: bool = True
     gemini_bypass: str | None = BYPASS_SIGNATURE  # None: textualize unsigned steps instead
+    # the request's tenant's seals (``provider_seal``): a client's opaque reasoning fields without a record are kept
+    # only when they open; None: judged by their shape alone
+    seals: Seals | None = None
 
 
 # The trailing-loop rule's state after some messages: (the first assistant message after the last user
@@ -219,7 +223,7 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
     if caps.kind == "gemini" or (caps.family == "gemini" and caps.flavor == "generic"):
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
     if caps.kind == "openai":
-        sanitize_compat.run(req, caps, target, policy.unverifiable, trailing_loop_start, actions)
+        sanitize_compat.run(req, caps, target, policy.unverifiable, trailing_loop_start, actions, policy.seals)
     if caps.kind != "anthropic":
         _no_trailing_thinking(msgs, actions)
         return SanitizeResult(actions, None, start)

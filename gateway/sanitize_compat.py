@@ -4,11 +4,12 @@ tool-chain repair).
 
 A message whose fields are the target's own (restored from its record, ``ProviderFields.origin`` the target) is
 verified and kept. A client's own fields (origin ``CLIENT``: no record, because the state machine is off, the records
-expired or the store is down) cannot be verified by thinkgate: they are opaque values only the upstream reads. They are
-kept when they are *whole* for the flavor (the value the upstream checks is there; the upstream judges it), and
-degraded otherwise: the flavor's fields are removed from the message and their reasoning text follows
-``GATEWAY_UNVERIFIABLE_THINKING`` (``dropped``, or ``downgraded_text`` before the message's content). Whole, per flavor
-(reference 3.4, 4, 5.2):
+expired or the store is down) are opaque values only the upstream reads, except for the seal thinkgate put beside
+each when it relayed them (``provider_seal``): they are kept when they are *whole* for the flavor (the value the
+upstream checks is there) and every opaque value among them opens for the target (exactly as relayed, to this
+tenant), and degraded otherwise: the flavor's fields are removed from the message and their
+reasoning text follows ``GATEWAY_UNVERIFIABLE_THINKING`` (``dropped``, or ``downgraded_text`` before the message's
+content). Whole, per flavor (reference 3.4, 4, 5.2):
 
 - ``openrouter``: for a Gemini or an Anthropic model, ``reasoning_details`` with at least one entry that carries an
   opaque value (a ``reasoning.encrypted`` ``data`` or a ``reasoning.text`` ``signature``); for an Anthropic model (or
@@ -45,6 +46,7 @@ from typing import Literal
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolResultBlock, ToolUseBlock
+from gateway.protocols.provider_seal import Seals
 from gateway.routing import ModelCaps
 from gateway.toolchain import textualize
 
@@ -60,19 +62,25 @@ LoopStart = Callable[[list[Message]], "int | None"]
 
 
 def run(req: Request, caps: ModelCaps, target: str, unverifiable: Literal["drop", "text"], loop_start: LoopStart,
-        actions: list[Action]) -> None:
+        actions: list[Action], seals: Seals | None = None) -> None:
     """The flavor's rules over ``req`` in place (see the module docstring); ``loop_start``: the trailing tool loop's
-    first assistant message (``sanitize.trailing_loop_start``)."""
+    first assistant message (``sanitize.trailing_loop_start``); ``seals``: the tenant's (a client's own opaque
+    fields are kept only when they open: ``provider_seal``)."""
     own = OWN_FIELDS.get(caps.flavor)
     if own is None:
         return
     msgs = req.messages
     kept = [False] * len(msgs)
+    repeated = _repeated(msgs)
     for i, m in enumerate(msgs):
         if m.role != "assistant":
             continue
         p = m.provider
-        if (p is not None and p.origin == target) or whole(caps.flavor, caps.family, p.fields if p else {}):
+        if i in repeated:  # one turn's reasoning on several messages (a client split its calls): no one message's
+            _degrade_fields(m, i, own, unverifiable, actions)
+        elif (p is not None and p.origin == target) or (
+                whole(caps.flavor, caps.family, p.fields if p else {})
+                and (seals is None or p is None or seals.opens(target, p.fields))):
             kept[i] = True
         else:
             _degrade_fields(m, i, own, unverifiable, actions)
@@ -109,6 +117,28 @@ def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
     if flavor == "deepseek":
         return _text(fields.get("reasoning_content"))
     return True
+
+
+def _opaque_of(fields: dict[str, JSON]) -> tuple[str, ...]:
+    """The opaque values among a message's fields (what only the upstream that minted them can check)."""
+    out = [v] if isinstance(v := fields.get("reasoning_opaque"), str) and v else []
+    details = fields.get("reasoning_details")
+    for d in details if isinstance(details, list) else ():
+        if isinstance(d, dict):
+            out += [x for k in ("signature", "data") if isinstance(x := d.get(k), str) and x]
+    return tuple(out)
+
+
+def _repeated(msgs: list[Message]) -> set[int]:
+    """The assistant messages carrying an opaque value another assistant message carries too: an upstream mints one
+    per turn, so such messages are pieces of one turn (a client that split a turn's parallel calls into a message
+    each, repeating its reasoning), and none of them is that turn as the upstream produced it."""
+    seen: dict[str, list[int]] = {}
+    for i, m in enumerate(msgs):
+        if m.role == "assistant" and m.provider is not None:
+            for v in set(_opaque_of(m.provider.fields)):
+                seen.setdefault(v, []).append(i)
+    return {i for where in seen.values() if len(where) > 1 for i in where}
 
 
 def current_turn_start(msgs: list[Message]) -> int:

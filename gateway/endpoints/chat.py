@@ -1,6 +1,5 @@
-"""OpenAI ``POST /v1/chat/completions``: to whichever upstream the routing table names (``dialects``), answered as a
-``chat.completion`` or ``chat.completion.chunk`` SSE. The decoder is a ``pipeline.ReplayDecoder``: a tool loop's
-replayed history is decoded once per worker (``gateway.replay_memo``, ``openai_chat_messages.continue_messages``)."""
+"""OpenAI ``POST /v1/chat/completions`` to the upstream the routing table names, answered as ``chat.completion`` (SSE)
+chunks, opaque reasoning sealed (``provider_seal``); a ``pipeline.ReplayDecoder`` (``gateway.replay_memo``)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from starlette.responses import Response
 
 from gateway import pipeline, surfaces
 from gateway.endpoints.handler import Codec, Relay, endpoint, unreadable
-from gateway.protocols import openai_chat, openai_chat_messages, openai_chat_stream
+from gateway.protocols import openai_chat, openai_chat_messages, openai_chat_stream, provider_seal
 from gateway.protocols.canonical import Message, Request, Turn
 from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
@@ -37,14 +36,16 @@ class ChatCompletions(Codec):
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,
-                                               exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")))
+                                               exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")),
+                                               seal=provider_seal.sealer(self.gw.settings, self.ex.tenant))
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
         usage = bool(self.call.req.surface.get("include_usage"))
         encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.ex.scid,
                                                    exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")),
-                                                   include_usage=usage)
+                                                   include_usage=usage, seal=provider_seal.sealer(self.gw.settings,
+                                                                                                  self.ex.tenant))
         return encoder, "text/event-stream", snap
 
 

@@ -34,9 +34,10 @@ import secrets
 from typing import Any
 
 from gateway.errors import ClientError, bad_request
-from gateway.protocols.canonical import JSON, Message, Request, Turn
+from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, Turn
 from gateway.protocols.openai_chat_messages import assistant_message, decode_messages, system_of
 from gateway.protocols.params import ANTHROPIC_SERVICE_TIERS, CLIENT_PARAMS, DROPPED_PARAMS, Route, refusal, unsupported
+from gateway.protocols.provider_seal import Seal
 from gateway.routing import caps_for
 
 DEFAULT_MAX_TOKENS = 8192
@@ -340,11 +341,15 @@ def usage(u: JSON) -> dict[str, JSON]:
 
 
 def encode_completion(turn: Turn, *, created: int, scid: str | None = None,
-                      exclude_reasoning: bool = False) -> dict[str, JSON]:
+                      exclude_reasoning: bool = False, seal: Seal | None = None) -> dict[str, JSON]:
+    """``seal``: seals the turn's message-level provider fields for the client (``provider_seal``; the turn, which
+    is recorded, keeps them as the upstream gave them)."""
+    p = turn.provider
+    provider = ProviderFields(p.origin, seal(p.origin, p.fields)) if seal is not None and p is not None else p
     out: dict[str, JSON] = {
         "id": completion_id(turn.id), "object": "chat.completion", "created": created, "model": turn.model,
         "choices": [{"index": 0, "message": assistant_message(turn.content, exclude_reasoning=exclude_reasoning,
-                                                              provider=turn.provider),
+                                                              provider=provider),
                      "logprobs": None, "finish_reason": finish_reason(turn.stop_reason)}],
         "usage": usage(turn.usage),
     }

@@ -58,6 +58,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
 )
 from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
+from gateway.protocols.provider_seal import SEAL_KEY
 
 FORMAT = "anthropic-claude-v1"
 _NATIVE_BLOCKS = frozenset({"image", "document", "search_result", "tool_result", "tool_use", "thinking",
@@ -66,7 +67,8 @@ _BAD_TOOL_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 
-PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content")
+# (with thinkgate's seal beside ``reasoning_opaque``: ``provider_seal``)
+PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content", SEAL_KEY)
 SYSTEM_ROLES = ("system", "developer")
 
 

@@ -38,6 +38,7 @@ from gateway.protocols.canonical import JSON, ProviderSig
 from gateway.protocols.gemini_parts import openai_extra
 from gateway.protocols.openai_chat import completion_id, finish_reason, usage
 from gateway.protocols.openai_chat_messages import encrypted_entry, text_entry
+from gateway.protocols.provider_seal import Seal
 from gateway.streaming.accumulate import Snapshot
 from gateway.streaming.sse import SSEEvent
 
@@ -52,8 +53,10 @@ class StreamEncoder:
     """One per response. ``snapshot`` must be the one the relay accumulates into."""
 
     def __init__(self, snapshot: Snapshot, *, created: int, scid: str | None = None,
-                 include_usage: bool = False, exclude_reasoning: bool = False) -> None:
+                 include_usage: bool = False, exclude_reasoning: bool = False, seal: Seal | None = None) -> None:
+        """``seal``: seals the message-level provider fields shown (``provider_seal``)."""
         self.snap = snapshot
+        self.seal = seal
         self.created = created
         self.scid = scid
         self.include_usage = include_usage
@@ -169,6 +172,9 @@ class StreamEncoder:
         prov = delta.get("_provider") if isinstance(delta, dict) else None
         fields = prov.get("fields") if isinstance(prov, dict) else None
         shown = {k: v for k, v in fields.items() if k != "reasoning_content"} if isinstance(fields, dict) else {}
+        origin = prov.get("origin") if isinstance(prov, dict) else None
+        if shown and self.seal is not None and isinstance(origin, str):
+            shown = self.seal(origin, shown)
         head = self._chunk(shown) if shown and not self.exclude_reasoning else b""
         return head + self._chunk({}, finish_reason(stop))
 

@@ -42,6 +42,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
 from gateway.protocols.params import CLIENT_PARAMS
+from gateway.protocols.provider_seal import unsealed
 from gateway.protocols.usage import from_openai
 from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
@@ -216,7 +217,7 @@ def assistant(m: Message) -> dict[str, JSON]:
     if signed and (extra := openai_extra(signed[-1].sig)) is not None:
         out["extra_content"] = extra
     if m.provider is not None:
-        out.update(m.provider.fields)
+        out.update(unsealed(m.provider.fields))  # thinkgate's seals never go upstream
     return out
 
 

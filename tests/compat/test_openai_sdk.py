@@ -4,11 +4,14 @@ OpenRouter-style (``reasoning_details``), Copilot-style (``reasoning_opaque``), 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
 
+from gateway.protocols.provider_seal import SEAL_KEY, unsealed
 from tests.gemini.helpers import (
     COPILOT,
     DEEPSEEK,
@@ -18,6 +21,7 @@ from tests.gemini.helpers import (
     ask,
     gateway_env,
     run_loop,
+    tool_messages,
 )
 from tests.manglings.openai import MANGLINGS as OPENAI
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
@@ -50,7 +54,11 @@ def test_tool_loop_carries_reasoning_fields(client: openai.OpenAI, sim: Sim, mod
     body = sim.last()["body"]
     sent = [m for m in body["messages"] if m["role"] == "assistant"]
     for m, a in zip(sent, answers, strict=False):
-        assert m[FIELDS[model]] == a.message[FIELDS[model]], "carried back exactly as received"
+        # carried back exactly as the upstream gave them: thinkgate's seals (``provider_seal``) stay with the client
+        assert m[FIELDS[model]] == unsealed(a.message)[FIELDS[model]], "carried back exactly as received"
+        assert SEAL_KEY not in json.dumps(m)
+        if model == OPENROUTER:
+            assert all(SEAL_KEY in d for d in a.message[FIELDS[model]] if d.get("type") == "reasoning.encrypted")
         assert m["content"] is None
     if model == OPENROUTER:
         kinds = [d["type"] for d in answers[0].message["reasoning_details"]]
@@ -71,20 +79,40 @@ def test_gemini_openai_compat_layer(client: openai.OpenAI, sim: Sim, stream: boo
     assert sim.last()["path"] == "/v1beta/openai/chat/completions"
 
 
-def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenAI, sim: Sim) -> None:
-    """A client that alters the reasoning_details of a conversation thinkgate has no record of (another key): they
-    look whole, so thinkgate (which cannot verify them) sends them, and the upstream's 400 comes back. (A client that
-    drops them is degraded instead: ``tests/e2e/test_stateless_flavors.py``.)"""
+def test_relayed_openrouter_error_keeps_the_openai_envelope(gateways: GatewayFactory, sim: Sim) -> None:
+    """An upstream 400 comes back in the OpenAI envelope. Provoked, with the state machine off, by a client that swaps
+    two Gemini turns' whole reasoning_details (intact: their seals open): the upstream binds the encrypted reasoning to
+    the turn's calls, thinkgate's seal only to the value (a client's renamed tool ids must not cost the reasoning), so
+    they go and Google's 400 comes back (a gap the records close: with them each turn gets its own back)."""
+    gw = gateways.start(sim.url, gateway_env(sim, GATEWAY_STATE_MACHINE_ENABLED="false"))
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-swapper", max_retries=0) as c:
+        history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=2]] swapped"}]
+        first = ask(c, OPENROUTER, history, stream=False)
+        history += [first.message, *tool_messages(first)]
+        second = ask(c, OPENROUTER, history, stream=False)
+        history[1] = {**first.message, "reasoning_details": second.message["reasoning_details"]}  # the two swapped
+        history += [{**second.message, "reasoning_details": first.message["reasoning_details"]},
+                    *tool_messages(second)]
+        with pytest.raises(openai.BadRequestError) as e:
+            ask(c, OPENROUTER, history, stream=False)
+    assert "Gemini models require OpenRouter reasoning details to be preserved" in e.value.message
+    assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_altered_reasoning_of_a_conversation_without_a_record_is_degraded_not_sent(
+        client: openai.OpenAI, sim: Sim) -> None:
+    """A client that alters the reasoning_details of a conversation thinkgate has no record of (another key): the
+    altered value no longer opens its seal (``provider_seal``), so it is degraded (the step as text) instead of
+    being sent for the upstream's 400."""
     with openai.OpenAI(base_url=client.base_url, api_key="sk-other", max_retries=0) as other:
         first = ask(other, OPENROUTER, [{"role": "user", "content": "[[sim:tools=1]] x"}], stream=False)
     msg = {**first.message, "reasoning_details": [{**d, "data": "dGdvMWFsdGVyZWQ="} if "data" in d else d
                                                   for d in first.message["reasoning_details"]]}
     history = [{"role": "user", "content": "[[sim:tools=1]] x"}, msg,
                {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "ok"}]
-    with pytest.raises(openai.BadRequestError) as e:
+    with Rejections(sim):
         ask(client, OPENROUTER, history, stream=False)
-    assert "Gemini models require OpenRouter reasoning details to be preserved" in e.value.message
-    assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "dGdvMWFsdGVyZWQ=" not in json.dumps(sim.last()["body"])
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +135,7 @@ def test_a_model_matching_no_prefix_goes_to_the_default_openai_upstream(
     last = sim.last()
     assert last["path"] == "/openrouter/api/v1/chat/completions" and last["body"]["model"] == model
     sent = [m for m in last["body"]["messages"] if m["role"] == "assistant"]
-    assert [m["reasoning_details"] for m in sent] == [a.message["reasoning_details"] for a in answers[:2]]
+    assert [m["reasoning_details"] for m in sent] == [unsealed(a.message)["reasoning_details"] for a in answers[:2]]
     with pytest.raises(openai.BadRequestError) as e:  # the shared gateway has no default upstream
         ask(client, model, [{"role": "user", "content": "hi"}], stream=stream)
     assert e.value.code == "model_not_supported"

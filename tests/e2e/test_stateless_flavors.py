@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gateway.protocols.provider_seal import unsealed
 from tests.gemini import helpers as gemini_helpers
 from tests.gemini.helpers import (
     COPILOT,
@@ -42,16 +43,19 @@ FIELDS = {"openrouter": ("reasoning_details",), "openrouter-claude": ("reasoning
 # how each flavor's upstream is kept from a 400 when a loop's reasoning is not whole
 DEGRADE = {"openrouter": "tool_loop_textualized", "copilot": "tool_loop_textualized",
            "deepseek": "tool_loop_textualized", "openrouter-claude": "thinking_disabled"}
-CASES = sorted(openai_manglings.MANGLINGS)
+# (a dropped turn's results, statelessly, become text: the loop goes on calling tools; ``test_a_dropped_turn_...``)
+CASES = sorted(set(openai_manglings.MANGLINGS) - {"drop_latest_assistant"})
+# one turn's opaque reasoning repeated on the messages its calls were split into: no message is that turn (issue 31)
+SPLIT = "split_parallel_calls"
 # the manglings that remove what the flavor's upstream requires back: each must be degraded, not forwarded
 DEGRADED = {"openrouter": {"drop_reasoning_details", "text_entries_only", "text_entries_only_no_content",
                            "drop_all_reasoning", "content_empty_string_no_reasoning",
-                           "tool_ids_rewritten_no_reasoning"},
+                           "tool_ids_rewritten_no_reasoning", SPLIT},
             "openrouter-claude": {"drop_reasoning_details", "text_entries_only", "text_entries_only_no_content",
                                   "drop_all_reasoning", "content_empty_string_no_reasoning",
-                                  "tool_ids_rewritten_no_reasoning"},
+                                  "tool_ids_rewritten_no_reasoning", SPLIT, *openai_manglings.REASONING_TEXT},
             "copilot": {"drop_reasoning_opaque", "drop_all_reasoning", "content_empty_string_no_reasoning",
-                        "tool_ids_rewritten_no_reasoning"},
+                        "tool_ids_rewritten_no_reasoning", SPLIT},
             "deepseek": {"drop_reasoning_content", "drop_all_reasoning", "content_empty_string_no_reasoning",
                          "text_entries_only_no_content", "tool_ids_rewritten_no_reasoning"}}
 PROMPT = "[[sim:tools=2]] [[sim:parallel=2]]"
@@ -138,7 +142,7 @@ def test_faithful_stateless_keeps_thinking(stateless: ServerProcess, sim: Sim, f
         assert len(sent) == n and all(m.get("tool_calls") for m in sent), "no step was written out as text"
         for m, a in zip(sent, answers, strict=False):
             for key in FIELDS[flavor]:
-                assert m.get(key) == a.message.get(key), f"request {n}: {key} not replayed as relayed"
+                assert m.get(key) == unsealed(a.message).get(key), f"request {n}: {key} not replayed as relayed"
     assert _degrades(stateless, flavor) == before
 
 
@@ -174,7 +178,7 @@ def test_reasoning_off_mid_loop(modes: dict[str, ServerProcess], sim: Sim, flavo
             assert all(k not in m for m in sent for k in FIELDS[flavor])
         else:  # Gemini thinks all the same: its reasoning is kept
             for m, a in zip(sent, answers, strict=False):
-                assert all(m.get(k) == a.message.get(k) for k in FIELDS[flavor])
+                assert all(m.get(k) == unsealed(a.message).get(k) for k in FIELDS[flavor])
 
 
 @pytest.mark.parametrize("state_machine", ["true", "false"])
@@ -212,5 +216,27 @@ def test_recorded_reasoning_is_kept_not_degraded(modes: dict[str, ServerProcess]
         sent = [m for m in body["messages"] if m["role"] == "assistant"]
         assert len(sent) == n and all(m.get("tool_calls") for m in sent)
         for m, a in zip(sent, answers, strict=False):
-            assert all(m.get(k) == a.message.get(k) for k in FIELDS[flavor]), f"request {n}: reasoning restored"
+            assert all(m.get(k) == unsealed(a.message).get(k) for k in FIELDS[flavor]), \
+                f"request {n}: reasoning restored"
     assert _degrades(gw, flavor) == before
+
+
+@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+def test_a_dropped_turn_with_kept_results_goes_as_text_statelessly(stateless: ServerProcess, sim: Sim,
+                                                                   flavor: str) -> None:
+    """Issue 31, item 4: without a record, a client that drops the latest assistant message and keeps its results
+    gets them as text (no call to pair them with), never an upstream 400."""
+    loop = OpenAILoop(Pair(stateless, stateless), FLAVORS[flavor], False, False, sim, {"reasoning_effort": "low"})
+    mangle = openai_manglings.MANGLINGS["drop_latest_assistant"]
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"{PROMPT} stateless dropped {flavor}"}]
+    try:
+        with Rejections(sim):
+            for _ in range(3):
+                answer = loop.send(mangle(history))
+                history.append(answer.message)
+                if answer.finish_reason != "tool_calls":
+                    break
+                history += gemini_helpers.tool_messages(answer)
+    finally:
+        loop.close()
+    assert any("[tool result for " in str(body["messages"]) for body in loop.bodies[1:]), "the results as text"

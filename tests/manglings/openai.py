@@ -135,6 +135,28 @@ def reorder_tool_messages(history: History) -> History:
     return out + list(reversed(run))
 
 
+def _reasoning_texts(fn: Callable[[str], str]) -> Callable[[dict[str, Any]], None]:
+    """Each ``reasoning.text`` entry's text changed by ``fn`` (its signature kept)."""
+    def f(m: dict[str, Any]) -> None:
+        for d in m.get("reasoning_details") or []:
+            if isinstance(d, dict) and d.get("type") == "reasoning.text" and isinstance(d.get("text"), str):
+                d["text"] = fn(d["text"])
+    return f
+
+
+def swap_reasoning_signatures(history: History) -> History:
+    """Each assistant message's ``reasoning.text`` signature replaced by the one of the assistant message before it
+    (the first gets the last's): every signature genuine, each on another turn's text."""
+    out = copy.deepcopy(history)
+    entries = [d for m in out if m["role"] == "assistant" for d in m.get("reasoning_details") or []
+               if isinstance(d, dict) and d.get("type") == "reasoning.text" and d.get("signature")]
+    if len(entries) > 1:
+        sigs = [d["signature"] for d in entries]
+        for d, sig in zip(entries, sigs[-1:] + sigs[:-1], strict=True):
+            d["signature"] = sig
+    return out
+
+
 MANGLINGS: dict[str, Callable[[History], History]] = {
     "faithful": copy.deepcopy,
     "drop_reasoning_details": _assistants(_drop("reasoning_details")),
@@ -153,7 +175,15 @@ MANGLINGS: dict[str, Callable[[History], History]] = {
     "tool_results_reordered": reorder_tool_messages,
     "drop_latest_assistant": drop_latest_assistant,
     "split_parallel_calls": split_parallel_calls,
+    "reasoning_text_trimmed": _assistants(_reasoning_texts(str.strip)),
+    "reasoning_text_crlf_to_lf": _assistants(_reasoning_texts(lambda t: t.replace("\r\n", "\n"))),
+    "reasoning_text_truncated": _assistants(_reasoning_texts(lambda t: t[: len(t) // 2])),
+    "reasoning_text_blank": _assistants(_reasoning_texts(lambda t: "")),
+    "reasoning_signatures_swapped": swap_reasoning_signatures,
 }
+# the manglings of reasoning_details' text and signatures (OpenRouter: the text is signed)
+REASONING_TEXT = ("reasoning_text_trimmed", "reasoning_text_crlf_to_lf", "reasoning_text_truncated",
+                  "reasoning_text_blank", "reasoning_signatures_swapped")
 
 # The manglings played per upstream behind the OpenAI surface (in the acceptance matrix's row order): those
 # that touch a field that upstream's answers carry, and the ones every client habit shares.
