@@ -189,8 +189,9 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
         gw.tracing.inject(headers)
         call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
-        # (a stream's client that goes away is noticed by the relay, which stops reading the upstream's stream)
-        resp, body = await (call if stream else while_client_waits(request, call))
+        # a client that goes away before the upstream answers (a stream's: before its first byte) cancels the call;
+        # once a stream is relayed, the relay notices it and stops reading the upstream's stream
+        resp, body = await while_client_waits(request, call)
         if span is not None:
             span.set_attribute("http.response.status_code", resp.status)
     if body is not None and codec.call.caps.kind == "anthropic" and pipeline.strip_bound(ex, gw, resp.status, body):
@@ -201,7 +202,7 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
         else:
             ex.outgoing = retry
             call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
-            resp, body = await (call if stream else while_client_waits(request, call))
+            resp, body = await while_client_waits(request, call)
             metrics.observe_binding_retry(resp.status < 400)
     if body is not None:
         return await codec.answer(resp, body)

@@ -62,6 +62,7 @@ import openai
 import orjson
 import pytest
 
+from gateway.protocols.provider_seal import unsealed
 from gateway.toolchain import NO_RESULT
 from tests.e2e.helpers import WEATHER_TOOL, block_dicts, send, tool_results
 from tests.gemini import helpers as gemini_helpers
@@ -333,7 +334,7 @@ def check_openai_compatible(model: str) -> Callable[[str, Played], None]:
                 assert sorted(answered) == sorted(relayed), f"request {n}: tool results reference the upstream's ids"
             for m, a in zip(sent, answers, strict=False):
                 for key in PROVIDER_FIELDS[model]:
-                    assert m.get(key) == a.message.get(key), f"request {n}: {key} not replayed as relayed"
+                    assert m.get(key) == unsealed(a.message).get(key), f"request {n}: {key} not replayed as relayed"
                 if not a.message.get("content"):
                     assert m["content"] is None, "tool-only message sent with content null"
                 if model == GEMINI_COMPAT:
@@ -531,14 +532,19 @@ ROUTES = {r.id: r for r in (
 )}
 
 
-def _rows(routes: list[Route]) -> tuple[list[tuple[str, str]], list[str]]:
-    rows = [(r.id, case) for r in routes for case in r.cases]
+# cases only a record can make whole: without one, a dropped turn's kept results go as text and the loop, whose
+# upstream never sees them answered, goes on calling tools (tests/e2e/test_stateless_flavors.py: never a 400)
+NEEDS_RECORDS = frozenset({"drop_latest_assistant"})
+
+
+def _rows(routes: list[Route], leave_out: frozenset[str] = frozenset()) -> tuple[list[tuple[str, str]], list[str]]:
+    rows = [(r.id, case) for r in routes for case in r.cases if case not in leave_out]
     return rows, [f"{route}-{case}" for route, case in rows]
 
 
 WITH_RECORDS = stream_header_params(*_rows(list(ROUTES.values())))
 # The records-gone matrices sample the two (stream, header) combinations the with-records matrix leaves out.
-RECORDS_GONE = stream_header_params(*_rows([r for r in ROUTES.values() if r.records_gone]), offset=1)
+RECORDS_GONE = stream_header_params(*_rows([r for r in ROUTES.values() if r.records_gone], NEEDS_RECORDS), offset=1)
 
 
 def play_cell(route: Route, cell: Cell, records: bool = True) -> Played:

@@ -135,3 +135,17 @@ def test_a_client_value_cannot_forge_a_line_or_a_field_in_the_text_format(model:
     assert f" model={quoted} " in fields and json.loads(quoted) == model
     assert fields.count(" status=400") == 1 and " status=200" not in fields.replace(quoted, "")
     assert lines[1].endswith("unhandled error on POST /v1/messages\\x0aFAKE line")
+
+
+@pytest.mark.parametrize("model", ["claude\u2028x", "claude\u2029y", "claude\nz"])
+def test_a_json_line_stays_one_line_for_unicode_line_splitters(model: str) -> None:
+    """Issue 32: the JSON log wrote U+2028/U+2029 raw; tools that split on Unicode line breaks (Python's
+    ``splitlines``, JavaScript) saw extra lines. They are escaped, and the value reads back the same."""
+    obs = _observation()
+    assert obs.exchange is not None and obs.exchange.request is not None
+    obs.exchange.request.model = model
+    with configured("INFO", "json") as buf:
+        logs.log_request(obs)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert json.loads(lines[0])["model"] == model

@@ -88,3 +88,19 @@ async def test_a_thousand_aborted_streams_leak_nothing(sim: Sim, gw: ServerProce
     assert fds_end - fds_warm <= FD_SLACK, f"fds grew from {fds_warm} to {fds_end}"
     print(f"\naborted {WARMUP + ABORTS} streams: upstream cancelled {cancelled}, "
           f"gateway fds {fds_warm} -> {fds_end}")
+
+
+def test_a_stream_whose_client_leaves_before_the_first_byte_cancels_the_upstream_call(
+        sim: Sim, gateways: GatewayFactory) -> None:
+    """Issue 32, item 6: the upstream was held until it answered (6 s in the trial) although the client had left."""
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO"})
+    body = {**BODY, "messages": [{"role": "user", "content": "[[sim:fault=slow:8000]] I leave before it answers"}]}
+    seen = len(gw.log_lines())
+    began = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as client:
+        client.post(gw.url + "/v1/messages", json=body, headers={"x-api-key": "sk-leaves-early"})
+    deadline = began + 6.0
+    while not any("upstream call cancelled" in line for line in gw.log_lines()[seen:]):
+        assert time.monotonic() < deadline, "the upstream call was not cancelled when the client left"
+        time.sleep(0.05)  # another process's log: no event to await
+    assert time.monotonic() - began < 6.0

@@ -165,8 +165,9 @@ async def test_gateway_serves_statelessly_when_the_client_leaks(sim: Sim, stream
             r = await client.post("/v1/messages", json={**BODY, "stream": stream}, headers=headers)
             assert r.status_code == 200, r.text
             assert ("message_stop" in r.text) if stream else r.json()["stop_reason"] == "tool_use"
-        ready = await client.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["store"]["ok"] is False
+        ready = await client.get("/readyz")  # (a store never reached since the start: not ready, issue 32)
+        assert ready.status_code == 503 and ready.json()["store"]["ok"] is False
+        assert ready.json()["status"] == "store_never_reached"
         export = await client.get(f"/gateway/conversations/{new_scid()}", headers=headers)
         # the export has no stateless fallback: an honest, retryable 503 in the Anthropic envelope
         assert export.status_code == 503 and export.json()["error"]["type"] == "api_error"

@@ -50,6 +50,7 @@ async def test_stats_last_and_reset(client: httpx.AsyncClient) -> None:
     reset = await client.post("/_sim/reset")
     assert reset.json()["requests"] == 0
     assert (await client.get("/_sim/stats")).json()["rejections"] == {}
+    assert (await client.get("/_sim/last")).json()["body"] is None  # (issue 32: the request before the reset)
 
 
 async def test_unknown_route_is_an_anthropic_404(client: httpx.AsyncClient) -> None:
