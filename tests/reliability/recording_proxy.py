@@ -137,6 +137,21 @@ class RecordingProxy:
         return Figures(len(streamed), sum(e.pieces for e in streamed),
                        dict(cut_classes((bytes(e.answer), e.cuts) for e in streamed)))
 
+    @contextmanager
+    def _fresh_on_race(self, method: str, url: str, raw: bytes, headers: dict[str, str]) -> Iterator[httpx.Response]:
+        """The upstream's response; sent once more on a fresh connection when a pooled one was closed by the upstream
+        just as it was reused (no response at all: the request never reached it; the simulator's hypercorn drops
+        idle connections after 5 s, httpx keeps them longer), as the gateway's own client does."""
+        try:
+            with self._client.stream(method, url, content=raw, headers=headers) as resp:
+                yield resp
+                return
+        except httpx.RemoteProtocolError as exc:
+            if "without sending a response" not in str(exc):
+                raise
+        with self._client.stream(method, url, content=raw, headers={**headers, "connection": "close"}) as resp:
+            yield resp
+
     def _record(self, exchange: Exchange) -> None:
         with self._lock:
             self.exchanges.append(exchange)
@@ -200,8 +215,7 @@ class RecordingProxy:
                     self.wfile.write(body)
                     return
                 try:
-                    with proxy._client.stream(self.command, proxy.target + self.path, content=raw,
-                                              headers=headers) as resp:
+                    with proxy._fresh_on_race(self.command, proxy.target + self.path, raw, headers) as resp:
                         exchange = Exchange(conversation, self.path, parsed, resp.status_code,
                                             "text/event-stream" in resp.headers.get("content-type", ""), key=key)
                         proxy._record(exchange)
