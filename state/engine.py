@@ -421,6 +421,12 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         if (type(offset) is not int or offset < 0 or known is None or known.next != start + offset
                 or known.start > start or not continues(known.created, known.next, created_raw, start, nxt)):
             raise CodecError("LOAD replied from a list index that does not continue the cached turns")
+        held = known.state
+        if not blobs and known.start == start and known.next == nxt and held is not None and not bad and (
+                held.version, held.updated_at, held.last_verified) == (version, updated, pair):
+            # Redis says, in this round trip, that nothing was recorded since: the conversation is the very one this
+            # worker holds (its lookups already built: a 500-turn loop does not rebuild them every request)
+            return held, len(known.undecodable), known
         kept = bisect.bisect_left(known.turns, start, key=_position)
         turns += known.turns[kept:]
         sizes += known.sizes[kept:]

@@ -108,3 +108,20 @@ async def test_a_record_reports_the_head_the_next_load_reads_until_another_recor
     assert after is not None and not serves(second.head, after.head)  # another replica moved the head
     dup = await store.record(T, TurnWrite(plain(1), scid=scid, expected_position=1))
     assert dup.status == "duplicate" and dup.head is None  # a reply that does not say the head exactly: none
+
+
+async def test_a_load_that_finds_nothing_new_hands_back_the_conversation_the_worker_holds(
+        make_store: MakeStore) -> None:
+    """Redis says in the round trip that nothing was recorded since: the worker's own conversation object comes back
+    (its lookups built once, not per request); after another worker's record, a new one that holds the new turn."""
+    store = await make_store()
+    scid = new_scid()
+    for i in range(3):
+        await store.record(T, TurnWrite(plain(i), scid=scid, expected_position=i))
+    first = (await store.load(T, LoadQuery(scid=scid))).conversation
+    again = (await store.load(T, LoadQuery(scid=scid))).conversation
+    assert first is not None and again is first
+    other = await other_worker(make_store, store)
+    await other.record(T, TurnWrite(plain(3, "o"), scid=scid, expected_position=3))
+    after = (await store.load(T, LoadQuery(scid=scid))).conversation
+    assert after is not first and after is not None and len(after.turns) == 4
