@@ -46,7 +46,7 @@ from typing import Literal
 
 from gateway.actions import Action, ActionKind
 from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolResultBlock, ToolUseBlock
-from gateway.protocols.provider_seal import Seals
+from gateway.protocols.provider_seal import Seals, opaque_entry, opaque_values
 from gateway.routing import ModelCaps
 from gateway.toolchain import textualize
 
@@ -106,8 +106,7 @@ def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
     if flavor == "openrouter":
         details = fields.get("reasoning_details")
         entries = [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
-        opaque = any((d.get("type") == "reasoning.encrypted" and _text(d.get("data")))
-                     or (d.get("type") == "reasoning.text" and _text(d.get("signature"))) for d in entries)
+        opaque = any(map(opaque_entry, entries))
         unsigned = any(d.get("type") == "reasoning.text" and not _text(d.get("signature"))
                        and (family == "anthropic" or d.get("format") == ANTHROPIC_FORMAT) for d in entries)
         # another family's reasoning (DeepSeek's, plain text entries) is its own content: no opaque value is due
@@ -119,16 +118,6 @@ def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
     return True
 
 
-def _opaque_of(fields: dict[str, JSON]) -> tuple[str, ...]:
-    """The opaque values among a message's fields (what only the upstream that minted them can check)."""
-    out = [v] if isinstance(v := fields.get("reasoning_opaque"), str) and v else []
-    details = fields.get("reasoning_details")
-    for d in details if isinstance(details, list) else ():
-        if isinstance(d, dict):
-            out += [x for k in ("signature", "data") if isinstance(x := d.get(k), str) and x]
-    return tuple(out)
-
-
 def _repeated(msgs: list[Message]) -> set[int]:
     """The assistant messages carrying an opaque value another assistant message carries too: an upstream mints one
     per turn, so such messages are pieces of one turn (a client that split a turn's parallel calls into a message
@@ -136,7 +125,7 @@ def _repeated(msgs: list[Message]) -> set[int]:
     seen: dict[str, list[int]] = {}
     for i, m in enumerate(msgs):
         if m.role == "assistant" and m.provider is not None:
-            for v in set(_opaque_of(m.provider.fields)):
+            for v in set(opaque_values(m.provider.fields)):
                 seen.setdefault(v, []).append(i)
     return {i for where in seen.values() if len(where) > 1 for i in where}
 

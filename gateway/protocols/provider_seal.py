@@ -39,11 +39,23 @@ def _key(secret: str) -> bytes:
     return hmac.new(secret.encode(), _LABEL, hashlib.sha256).digest()
 
 
-def _opaque_entry(d: JSON) -> bool:
-    """A ``reasoning_details`` entry carrying a value only its upstream can check."""
+def opaque_entry(d: JSON) -> bool:
+    """A ``reasoning_details`` entry carrying a value only its upstream can check (the one definition: the seals and
+    ``sanitize_compat`` ask it)."""
     return isinstance(d, dict) and (
         (d.get("type") == "reasoning.text" and isinstance(d.get("signature"), str) and bool(d["signature"]))
         or (d.get("type") == "reasoning.encrypted" and isinstance(d.get("data"), str) and bool(d["data"])))
+
+
+def opaque_values(fields: dict[str, JSON]) -> list[str]:
+    """The opaque values among a message's provider fields: each opaque entry's signature or data, and
+    ``reasoning_opaque``."""
+    out = [v] if isinstance(v := fields.get("reasoning_opaque"), str) and v else []
+    details = fields.get("reasoning_details")
+    for d in details if isinstance(details, list) else ():
+        if opaque_entry(d) and isinstance(d, dict):
+            out.append(str(d.get("signature") or d.get("data")))
+    return out
 
 
 def _without_seal(d: dict[str, JSON]) -> dict[str, JSON]:
@@ -74,7 +86,7 @@ class Seals:
         if isinstance(details, list):
             out["reasoning_details"] = [
                 {**d, SEAL_KEY: self._mac(self.keys[0], origin, {"entry": _without_seal(d)})}
-                if _opaque_entry(d) and isinstance(d, dict) else d for d in details]
+                if opaque_entry(d) and isinstance(d, dict) else d for d in details]
         opaque = fields.get("reasoning_opaque")
         if isinstance(opaque, str) and opaque:
             out[SEAL_KEY] = self._mac(self.keys[0], origin, {"opaque": opaque})
@@ -85,7 +97,7 @@ class Seals:
         ``origin``, exactly as relayed."""
         details = fields.get("reasoning_details")
         for d in details if isinstance(details, list) else ():
-            if _opaque_entry(d) and isinstance(d, dict) and not self._opens(
+            if opaque_entry(d) and isinstance(d, dict) and not self._opens(
                     d.get(SEAL_KEY), origin, {"entry": _without_seal(d)}):
                 return False
         opaque = fields.get("reasoning_opaque")
