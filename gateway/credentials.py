@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from gateway.errors import ClientError
 
 # the headers a credential comes in: each may be sent once (or repeated with the same value)
-CREDENTIAL_HEADERS = frozenset({"x-api-key", "x-goog-api-key", "authorization"})
+KEY_HEADERS = ("x-api-key", "x-goog-api-key")  # a key as it is; ``authorization`` carries a bearer token
+CREDENTIAL_HEADERS = frozenset({*KEY_HEADERS, "authorization"})
 CONFLICTING = ("the request carries different API keys in {names}; send one credential "
                "(x-api-key, x-goog-api-key or Authorization: Bearer)")
 
@@ -18,7 +19,7 @@ def credential_of(headers: Mapping[str, str]) -> str | None:
     """The request's API key: ``x-api-key``, ``x-goog-api-key`` or a bearer token. A request that carries two
     different keys is refused (400): recorded under one and billed to the other is what it would otherwise get."""
     found: dict[str, str] = {}
-    for name in ("x-api-key", "x-goog-api-key"):
+    for name in KEY_HEADERS:
         value = headers.get(name, "").strip()
         if value:
             found[name] = value

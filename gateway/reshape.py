@@ -129,10 +129,8 @@ def _results_of_another(msgs: list[Message], i: int, conv: ConversationView) -> 
     m = msgs[i]
     ids = m.result_shape().result_ids
     own = set(msgs[i - 1].tool_use_ids())
-    if not ids or not own:
-        return None
-    others = [t for t in ids if t not in own]
-    if not others or len(others) == len(ids):
+    others = _not_answering(msgs, i)
+    if not own or not others or len(others) == len(ids):
         return None
     turn = _named_by(others, conv)
     if turn is None:
@@ -294,9 +292,16 @@ def dropped_result_ids(msgs: list[Message]) -> list[str]:
         if m.role == "user" and (i == 0 or msgs[i - 1].role == "user"):
             out += m.result_shape().result_ids
         elif m.role == "user" and msgs[i - 1].role == "assistant":  # results of a dropped turn after the last one's
-            own = set(msgs[i - 1].tool_use_ids())
-            out += [t for t in m.result_shape().result_ids if t not in own]
+            out += _not_answering(msgs, i)
     return out
+
+
+def _not_answering(msgs: list[Message], i: int) -> list[str]:
+    """The tool_result ids of user message ``msgs[i]`` that answer none of the calls of the assistant message before
+    it: a dropped turn's results, where a client put them with that message's (``_results_of_another``, and the
+    load query's ``dropped_result_ids``)."""
+    own = set(msgs[i - 1].tool_use_ids())
+    return [t for t in msgs[i].result_shape().result_ids if t not in own]
 
 
 def _named_by(ids: Iterable[str], conv: ConversationView) -> RecordedTurn | None:
