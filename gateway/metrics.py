@@ -106,6 +106,9 @@ BINDING_DROP_REASONS = frozenset({"prefix_binding_mismatch", "model_binding_mism
                                   "organization_binding_mismatch", "other"})
 # a binding 400 answered by one retry with the stale blocks stripped: the retry's outcome
 BINDING_RETRY_OUTCOMES = frozenset({"ok", "failed", "other"})
+# the last resort (``pipeline.distrust``): the other thinking 400s, each answered by one retry with every replayed
+# reasoning degraded
+THINKING_RETRY_KINDS = frozenset(classify.SIGNATURE_KINDS - {"binding_mismatch"}) | {"other"}
 
 
 def label(value: object, allowed: frozenset[str]) -> str:
@@ -156,6 +159,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_prefix_rewrites_total": {"kind": PREFIX_REWRITE_KINDS},
     "gateway_binding_drops_total": {"reason": BINDING_DROP_REASONS},
     "gateway_binding_retries_total": {"outcome": BINDING_RETRY_OUTCOMES},
+    "gateway_thinking_retries_total": {"kind": THINKING_RETRY_KINDS, "outcome": BINDING_RETRY_OUTCOMES},
 }
 
 
@@ -211,6 +215,9 @@ BINDING_DROPS = _counter("gateway_binding_drops_total",
                          "Thinking blocks the upstream reported dropped (input_transformations), by reason")
 BINDING_RETRIES = _counter("gateway_binding_retries_total",
                            "Binding 400s answered by one retry with the stale thinking blocks removed, by outcome")
+THINKING_RETRIES = _counter("gateway_thinking_retries_total",
+                            "Thinking 400s other than the binding one answered by one retry with every replayed "
+                            "reasoning degraded (the last resort), by the 400's kind and outcome")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
 
@@ -391,8 +398,13 @@ def observe_binding_drops(transformations: object) -> None:
             child(BINDING_DROPS, label(t.get("reason"), BINDING_DROP_REASONS)).inc()
 
 
-def observe_binding_retry(ok: bool) -> None:
-    child(BINDING_RETRIES, "ok" if ok else "failed").inc()
+def observe_retry(kind: str, ok: bool) -> None:
+    """One retry of a changed request after an upstream's ``kind`` of 400 (``pipeline.retry_kind``)."""
+    outcome = "ok" if ok else "failed"
+    if kind == "binding_mismatch":
+        child(BINDING_RETRIES, outcome).inc()
+    else:
+        child(THINKING_RETRIES, label(kind, THINKING_RETRY_KINDS), outcome).inc()
 
 
 def observe_replay(hit: bool) -> None:

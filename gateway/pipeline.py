@@ -332,6 +332,41 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     return True
 
 
+# the thinking 400s the last resort answers (a binding 400 has its own retry, by the block it names)
+DISTRUSTED_KINDS = classify.SIGNATURE_KINDS - {"binding_mismatch"}
+
+
+def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
+    """The last resort after a thinking 400 (``classify``: a signature-class kind) from any upstream: the request
+    again with every replayed reasoning degraded (``sanitize.distrust``), so that it can be retried once. Returns the
+    400's kind; None when it is no such 400 or degrading changed nothing (the caller relays the 400)."""
+    if status != 400 or ex.request is None:
+        return None
+    kind = classify.classify(status, body)
+    if kind not in DISTRUSTED_KINDS:
+        return None
+    req = ex.request
+    actions = sanitize.distrust(req, gw.router.caps_for(req.model), _policy(ex, gw), ex.betas)
+    if not set(map(action_kind, actions)) - UNCHANGED:
+        return None
+    ex.actions = ex.actions + actions
+    metrics.observe_actions(actions, ex.dialect)
+    log.info("%s 400: every replayed reasoning degraded, retrying once", kind)
+    cont = ex.continuation
+    cont.changed = cont.in_place = True
+    cont.ticket = None
+    return kind
+
+
+def retry_kind(ex: Exchange, gw: Gateway, upstream: str, status: int, body: bytes) -> str | None:
+    """Whether an ``upstream`` (its dialect's kind) error is answered by one retry of a changed request, and the
+    error's kind: a binding 400 from an Anthropic upstream (``strip_bound``), else a thinking 400 (``distrust``).
+    None: the error stands."""
+    if upstream == "anthropic" and strip_bound(ex, gw, status, body):
+        return "binding_mismatch"
+    return distrust(ex, gw, status, body)
+
+
 def encode(ex: Exchange, gw: Gateway) -> None:
     """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded, splicing the JSON
     of messages encoded before (``gateway.splice``) when no stage changed a message in place."""

@@ -55,6 +55,7 @@ from gateway.protocols.canonical import (
     THINKING_TYPES,
     Block,
     Message,
+    ProviderFields,
     ProviderSig,
     Request,
     TextBlock,
@@ -64,7 +65,7 @@ from gateway.protocols.canonical import (
     is_blank_text,
 )
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
-from gateway.protocols.provider_seal import Seals
+from gateway.protocols.provider_seal import NO_SEALS, Seals
 from gateway.protocols.responses_upstream import sendable
 from gateway.routing import ModelCaps, origin_of
 from gateway.toolchain import ChainFold, chain_fold, fold_intact, repair_tool_chain, textualize
@@ -146,6 +147,25 @@ def strip_bound(req: Request, i: int, j: int, caps: ModelCaps, policy: Policy,
                     if b.type in THINKING_TYPES and b not in keep]
         m.content = keep
     return actions + sanitize(req, lambda b: True, caps, policy, betas)
+
+
+def distrust(req: Request, caps: ModelCaps, policy: Policy, betas: frozenset[str] = frozenset()) -> list[Action]:
+    """The last resort after an upstream's thinking 400 that no named block explains (``pipeline.distrust``): every
+    piece of replayed reasoning is taken as unverifiable, whatever vouched for it (a record, a seal, the bypass), so
+    that one retry cannot meet the same 400. Thinking blocks and thoughts go per ``GATEWAY_UNVERIFIABLE_THINKING``,
+    per-part signatures go (an unsigned Gemini step travels as text), message-level reasoning fields are the
+    client's again and none of their seals opens; then the request is made consistent as any other (thinking off,
+    or the loop as text, where its first message lost its thinking)."""
+    for m in req.messages:
+        if m.role != "assistant":
+            continue
+        if m.provider is not None and m.provider.origin != CLIENT:
+            m.provider = ProviderFields(CLIENT, m.provider.fields)
+        if any(getattr(b, "sig", None) is not None for b in m.content):
+            m.content = [replace(b, sig=None) if isinstance(b, TextBlock | ToolUseBlock | ThoughtBlock) else b
+                         for b in m.content]
+    strict = replace(policy, gemini_bypass=None, seals=NO_SEALS)
+    return sanitize(req, lambda b: False, caps, strict, betas)
 
 
 def strip_front(msgs: list[Message], upto: int, detail: str) -> list[Action] | None:

@@ -194,16 +194,17 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
         resp, body = await while_client_waits(request, call)
         if span is not None:
             span.set_attribute("http.response.status_code", resp.status)
-    if body is not None and codec.call.caps.kind == "anthropic" and pipeline.strip_bound(ex, gw, resp.status, body):
-        # a binding 400 (a thinking block bound to a different conversation): one retry without the stale blocks
+    retried = pipeline.retry_kind(ex, gw, codec.call.caps.kind, resp.status, body) if body is not None else None
+    if retried is not None:
+        # a binding 400 (stale blocks removed) or another thinking 400 (every replayed reasoning degraded): one retry
         retry = _retry_body(codec)
         if retry is None:  # a body forwarded as it came that cannot be written again: the upstream's 400 stands
-            metrics.observe_binding_retry(False)
+            metrics.observe_retry(retried, False)
         else:
             ex.outgoing = retry
             call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
             resp, body = await while_client_waits(request, call)
-            metrics.observe_binding_retry(resp.status < 400)
+            metrics.observe_retry(retried, resp.status < 400)
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()

@@ -107,6 +107,9 @@ class Seals:
         return True
 
 
+NO_SEALS = Seals((), "")  # no value opens: every client opaque value is unverifiable (``sanitize.distrust``)
+
+
 def seals_for(secret: str, previous: str | None, tenant: str) -> Seals:
     return Seals(tuple(_key(s) for s in (secret, previous) if s), tenant)
 

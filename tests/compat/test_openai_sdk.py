@@ -24,7 +24,7 @@ from tests.gemini.helpers import (
     tool_messages,
 )
 from tests.manglings.openai import MANGLINGS as OPENAI
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 
 FIELDS = {OPENROUTER: "reasoning_details", COPILOT: "reasoning_opaque", DEEPSEEK: "reasoning_content"}
 
@@ -79,11 +79,13 @@ def test_gemini_openai_compat_layer(client: openai.OpenAI, sim: Sim, stream: boo
     assert sim.last()["path"] == "/v1beta/openai/chat/completions"
 
 
-def test_relayed_openrouter_error_keeps_the_openai_envelope(gateways: GatewayFactory, sim: Sim) -> None:
-    """An upstream 400 comes back in the OpenAI envelope. Provoked, with the state machine off, by a client that swaps
-    two Gemini turns' whole reasoning_details (intact: their seals open): the upstream binds the encrypted reasoning to
-    the turn's calls, thinkgate's seal only to the value (a client's renamed tool ids must not cost the reasoning), so
-    they go and Google's 400 comes back (a gap the records close: with them each turn gets its own back)."""
+def test_swapped_reasoning_without_a_record_is_answered_by_one_degraded_retry(
+        gateways: GatewayFactory, sim: Sim) -> None:
+    """Issue 31 item 4's last resort. With the state machine off, a client swaps two Gemini turns' whole
+    reasoning_details (intact: their seals open). The upstream binds the encrypted reasoning to the turn's calls,
+    thinkgate's seal only to the value (a client's renamed tool ids must not cost the reasoning), so they go and
+    OpenRouter's 400 comes back; thinkgate answers it with one retry in which every replayed reasoning is degraded
+    (the steps as text), and the client gets the answer instead of the 400."""
     gw = gateways.start(sim.url, gateway_env(sim, GATEWAY_STATE_MACHINE_ENABLED="false"))
     with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-swapper", max_retries=0) as c:
         history: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=2]] swapped"}]
@@ -93,9 +95,24 @@ def test_relayed_openrouter_error_keeps_the_openai_envelope(gateways: GatewayFac
         history[1] = {**first.message, "reasoning_details": second.message["reasoning_details"]}  # the two swapped
         history += [{**second.message, "reasoning_details": first.message["reasoning_details"]},
                     *tool_messages(second)]
-        with pytest.raises(openai.BadRequestError) as e:
-            ask(c, OPENROUTER, history, stream=False)
-    assert "Gemini models require OpenRouter reasoning details to be preserved" in e.value.message
+        before = sum(sim.stats()["rejections"].values())
+        third = ask(c, OPENROUTER, history, stream=True)
+    assert third.finish_reason == "stop"
+    assert sum(sim.stats()["rejections"].values()) == before + 1, "the swap met the upstream's 400 once"
+    sent = json.dumps(sim.last()["body"])
+    assert "reasoning_details" not in sent and "tool_calls" not in sent, "the retry replays no reasoning"
+    assert metric_sum(gw, "gateway_thinking_retries_total", kind="reasoning_not_preserved", outcome="ok") == 1
+    assert metric_sum(gw, "gateway_upstream_errors_total", kind="reasoning_not_preserved") == 1
+
+
+def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenAI) -> None:
+    """An upstream 400 that is no thinking 400 (a parameter Anthropic refuses with thinking on, relayed by OpenRouter)
+    comes back in the OpenAI envelope, with the provider's own message."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="anthropic/claude-opus-4.5", temperature=0.2,
+                                       messages=[{"role": "user", "content": "hi"}],
+                                       extra_body={"reasoning": {"max_tokens": 2048}})
+    assert "`temperature` may only be set to 1 when thinking is enabled" in e.value.message
     assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 
 
