@@ -51,7 +51,7 @@ from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
 from gateway.sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
-from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
@@ -285,8 +285,9 @@ def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSign
     calls: list[dict[str, Any]] = []
     if round_ < scenario.tools:
         tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
-        fn = next((t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)), None) or {}
-        name, schema = fn.get("name", "get_weather"), fn.get("parameters") or {}
+        name, schema = pick_tool([(f["name"], f["parameters"] if isinstance(f.get("parameters"), dict) else {})
+                                  for f in tools if isinstance(f, dict) and isinstance(f.get("name"), str)],
+                                 scenario.tool) or ("get_weather", {})
         for n in range(scenario.parallel):
             args = tool_input(schema, round_, n, scenario.arg)
             call = {"id": minter.call_id(), "type": "function",

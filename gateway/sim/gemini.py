@@ -45,7 +45,7 @@ from gateway.sim.gemini_rules import (
     turn_start,
 )
 from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import new_id, parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import new_id, parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -139,9 +139,11 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
         parts.append({"text": thinking_text(f"gemini/{key}/{turn}/{round_}", scenario.conv), "thought": True})
     if round_ < scenario.tools:
         functions = _functions(body)
+        named = pick_tool(functions, scenario.tool)
         parts.append({"text": f"Round {round_ + 1} of {scenario.tools}: {scenario.parallel} call(s)."})
         for call in range(scenario.parallel):
-            name, schema = functions[call % len(functions)]
+            # the named tool for every call; without one (or not offered), call n uses function n modulo their number
+            name, schema = named if named and named[0] == scenario.tool else functions[call % len(functions)]
             args = tool_input(schema, round_, call, scenario.arg)
             part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
             if call == 0:

@@ -45,7 +45,7 @@ from starlette.routing import Route
 from gateway.sim.compat import has_bearer
 from gateway.sim.deep_json import dumps
 from gateway.sim.responses_stream import sse_frames
-from gateway.sim.scenarios import parse_scenario, scenario_of, thinking_text, tool_input
+from gateway.sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
 from gateway.sim.signing import model_family
 
 MEMORY = 100_000  # items and responses the profile remembers (the newest)
@@ -283,8 +283,8 @@ def plan(body: dict[str, Any], items: list[dict[str, Any]], minter: ResponsesMin
     follow: list[dict[str, Any]] = []
     if round_ < scenario.tools:
         tools = [t for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
-        name = str(tools[0].get("name")) if tools else "get_weather"
-        schema: dict[str, Any] = found if tools and isinstance(found := tools[0].get("parameters"), dict) else {}
+        name, schema = pick_tool([(str(t.get("name")), t["parameters"] if isinstance(t.get("parameters"), dict)
+                                   else {}) for t in tools], scenario.tool) or ("get_weather", {})
         for n in range(scenario.parallel):
             follow.append({"id": _new_id("fc_"), "type": "function_call", "status": "completed",
                            "arguments": orjson.dumps(tool_input(schema, round_, n, scenario.arg)).decode(),

@@ -31,7 +31,8 @@ from gateway.sim.deep_json import estimate_tokens
 from gateway.sim.oracle import NAME, conversation_line
 from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
 from gateway.sim.signing import Minter
-from gateway.sim.system_messages import added_tools, offered, removed_tools
+from gateway.sim.system_messages import added_tools, removed_tools
+from gateway.sim.system_messages import offered as offered_tools
 
 MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
                   "46C9A13E193C177646C7398A98432ECCCE4C1253D5E2D82641AC0E52CC2876CB")
@@ -52,6 +53,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("[[sim:fault_times=N]]", "inject the fault in the first N requests of a conversation and round only"),
     ("[[sim:arg=TEXT]]", "string arguments of the tool calls are TEXT (default sim-<round>-<call>): a command an "
                          "agent's shell tool can run, e.g. [[sim:arg=echo done]]"),
+    ("[[sim:tool=NAME]]", "the tool rounds call the tool NAME when the request offers it (default: the first tool "
+                          "offered), e.g. an agent's shell tool"),
     ("[[sim:conv=NAME]]", "name the conversation: thinking carries it, and /_sim/stats counts requests that carry "
                           "another conversation's content"),
 )
@@ -79,6 +82,7 @@ class Scenario:
     fault_times: int | None = None
     conv: str | None = None  # [[sim:conv=NAME]]
     arg: str | None = None  # [[sim:arg=TEXT]]
+    tool: str | None = None  # [[sim:tool=NAME]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ def parse_scenario(text: str, default_tools: int = 0) -> Scenario:
     fault_times: int | None = None
     conv: str | None = None
     tool_arg: str | None = None
+    tool: str | None = None
     for name, value in _MARKER.findall(text):
         if name == "tools":
             tools = _int(value, 0)
@@ -134,7 +139,15 @@ def parse_scenario(text: str, default_tools: int = 0) -> Scenario:
             conv = value
         elif name == "arg" and tool_arg is None and value:
             tool_arg = value
-    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv, tool_arg)
+        elif name == "tool" and tool is None and value:
+            tool = value
+    return Scenario(tools, parallel, redacted, hold, fault, fault_round, fault_times, conv, tool_arg, tool)
+
+
+def pick_tool(tools: list[tuple[str, dict[str, Any]]], wanted: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The (name, schema) a tool round calls among the offered ``tools``: the one ``[[sim:tool=NAME]]`` names when
+    it is offered, else the first; None when none is."""
+    return next((t for t in tools if t[0] == wanted), tools[0] if tools else None)
 
 
 def scenario_of(body: dict[str, Any], text: str, default_tools: int) -> Scenario:
@@ -165,14 +178,13 @@ def thinking_text(seed: str, conversation: str | None = None) -> str:
             f"Conclusion ({w3}): proceed with the plan. \n")
 
 
-def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    # after mid-conversation tool changes: the tools then offered (``system_messages``); else the first in ``tools``
+def _tool(body: dict[str, Any], wanted: str | None) -> tuple[str, dict[str, Any]]:
+    # after mid-conversation tool changes: the tools then offered (``system_messages``); else those in ``tools``
     changed = added_tools(body.get("messages") or []) or removed_tools(body.get("messages") or [])
-    for tool in offered(body) if changed else body.get("tools") or ():
-        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            schema = tool.get("input_schema")
-            return tool["name"], schema if isinstance(schema, dict) else {}
-    return DEFAULT_TOOL, {}
+    offered = [(t["name"], t["input_schema"] if isinstance(t.get("input_schema"), dict) else {})
+               for t in (offered_tools(body) if changed else body.get("tools") or ())
+               if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    return pick_tool(offered, wanted) or (DEFAULT_TOOL, {})
 
 
 def tool_input(schema: dict[str, Any], round_: int, call: int, arg: str | None = None) -> dict[str, Any]:
@@ -248,7 +260,7 @@ def plan_reply(body: dict[str, Any], *, betas: frozenset[str], minter: Minter,
     if paused:
         stop_reason = "compaction"
     elif round_ < scenario.tools:
-        name, schema = _tool(body)
+        name, schema = _tool(body, scenario.tool)
         calls = scenario.parallel
         content.append({"type": "text", "text": f"Round {round_ + 1} of {scenario.tools}: I'll call "
                                                 f"`{name}` {calls} time{'s' if calls > 1 else ''}."})
