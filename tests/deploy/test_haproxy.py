@@ -48,6 +48,9 @@ class HAProxy:
         for i, sp in enumerate(replicas, 1):
             text, n = re.subn(rf"(server gateway-{i}) gateway-{i}:8080", rf"\1 127.0.0.1:{sp.port}", text)
             assert n == 1
+        # fewer replicas than the file names: the other servers' lines go
+        text, _ = re.subn(r"(?m)^[ \t]+server gateway-\d+ gateway-\d+:8080.*\n", "", text)
+        self.replicas = len(replicas)
         self.dir = Path(tempfile.mkdtemp(prefix="tg-haproxy-"))
         cfg = self.dir / "haproxy.cfg"
         cfg.write_text(text)
@@ -106,7 +109,7 @@ def stack(sim: Sim, gateways: GatewayFactory,
 
 def _all_up(lb: HAProxy) -> bool:
     try:
-        return set(lb.status().values()) == {"UP"} and len(lb.status()) == 3
+        return set(lb.status().values()) == {"UP"} and len(lb.status()) == lb.replicas
     except httpx.HTTPError:
         return False
 

@@ -10,8 +10,10 @@ import httpx
 import orjson
 import pytest
 
+from gateway.sim.gemini import plan_parts
+from gateway.sim.gemini_rules import ThoughtSigner
 from gateway.sim.oracle import ConversationOracle, conversation_line
-from gateway.sim.scenarios import parse_scenario, thinking_text
+from gateway.sim.scenarios import parse_scenario, pick_tool, thinking_text
 from tests.sim.helpers import answer, history, post, request, tool_results
 
 GEMINI = "/v1beta/models/gemini-3-pro-preview:generateContent"
@@ -261,3 +263,16 @@ async def test_compat_profiles(client: httpx.AsyncClient, profile: str) -> None:
     st = await stats(client)
     assert st["foreign"] == 1 and kinds(st) == {("b", "a", k) for k in EXPECTED[profile]}
     assert {d["flavor"] for d in st["foreign_details"]} == {f"compat-{profile}"}
+
+
+def test_the_tool_marker_names_the_tool_each_profile_calls() -> None:
+    """``[[sim:tool=NAME]]``: the tool rounds call NAME when the request offers it, else the first tool offered."""
+    assert parse_scenario("[[sim:tool=run_shell_command]] hi").tool == "run_shell_command"
+    offered = [("update_topic", {}), ("run_shell_command", {"properties": {"command": {"type": "string"}}})]
+    assert pick_tool(offered, "run_shell_command") == offered[1]
+    assert pick_tool(offered, "bash") == offered[0] and pick_tool(offered, None) == offered[0]
+    assert pick_tool([], "bash") is None
+    body = {"contents": [{"role": "user", "parts": [{"text": "[[sim:tools=1]] [[sim:tool=b]] [[sim:parallel=2]]"}]}],
+            "tools": [{"functionDeclarations": [{"name": "a"}, {"name": "b"}]}]}
+    parts = plan_parts(body, "gemini-3-pro-preview", ThoughtSigner(b"s"), "r")
+    assert [p["functionCall"]["name"] for p in parts if "functionCall" in p] == ["b", "b"]
