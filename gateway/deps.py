@@ -3,6 +3,7 @@ the pipeline, the endpoints and the metrics name it without importing the app.""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
@@ -63,3 +64,5 @@ class Gateway:
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
     tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
+    # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)
+    offload: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))

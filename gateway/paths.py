@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Iterable
 
 from gateway.protocols.canonical import Message, TextBlock, ToolResultBlock
-from state.hashing import normalize_text
+from state.hashing import normalized_bytes
 
 
 class PathHash:
@@ -30,10 +30,11 @@ class PathHash:
             h.update(b"\x1eU")
             for b in m.content:
                 if isinstance(b, TextBlock):
-                    norm = normalize_text(b.text)
+                    norm = normalized_bytes(b.text)
                     if norm:
                         self.seen = True
-                        h.update(b"\x1f" + norm.encode("utf-8", "surrogatepass"))
+                        h.update(b"\x1f")
+                        h.update(norm)
                 elif isinstance(b, ToolResultBlock):
                     results += 1
             if results:

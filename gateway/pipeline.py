@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -42,12 +42,14 @@ from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, 
 from gateway.recorded import RecordedTurn, Records
 from gateway.records import records_from, turn_record
 from gateway.repair import rebuild_history
-from gateway.replay_memo import Resume, one_to_one
+from gateway.replay_memo import Resume, Ticket, one_to_one
 from gateway.sanitize import Policy
+from state.codec import encode_turn
 from state.keys import new_scid
 from state.store import LoadQuery, LoadResult, StoreError, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.pipeline")
+T = TypeVar("T")
 
 
 def parse_json(raw: bytes) -> Any:
@@ -117,15 +119,24 @@ def identify(ex: Exchange) -> None:
     ex.header_scid = identity.scid_from_header(ex.headers)[0] or ex.header_scid
 
 
-async def load(ex: Exchange, gw: Gateway) -> LoadResult | None:
-    """One store round trip (two when the conversation had to be found by index)."""
+def load_query(ex: Exchange, gw: Gateway) -> LoadQuery | None:
+    """What the load asks the store (the path's fingerprints hash every user message: CPU work, done off the event
+    loop with the decode for a big body); None: the request is served without state."""
     if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
-        ex.stateless = metrics.stateless_reason(None, credential=ex.tenant is not None)
         return None
     assert ex.request is not None
     ticket = ex.continuation.ticket
     query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None)
     ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
+    return query
+
+
+async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult | None:
+    """One store round trip (two when the conversation had to be found by index)."""
+    if gw.store is None or ex.tenant is None or query is None:
+        ex.stateless = metrics.stateless_reason(None, credential=ex.tenant is not None)
+        return None
+    assert ex.request is not None
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:
         query = dataclasses.replace(query, hint_scid=gw.hints.guess(ex.tenant, edge_ids))
@@ -399,23 +410,50 @@ Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default:
 async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROPIC,
                   encoder: Encoder | None = None) -> None:
     span = gw.tracing.span
+    big = _big(ex, gw)
     try:
         with span("identify"):
             identify_tenant(ex, gw)
         with span("decode"):
-            decode(ex, gw, decoder)
+            query = await off_loop(gw, big, _decoded, ex, gw, decoder)
         with span("load"):
-            identify(ex)
-            result = await load(ex, gw)
-        repair_and_sanitize(ex, gw, result)
-        with span("encode"):
-            if encoder is None:
-                encode(ex, gw)
-            else:
-                assert ex.request is not None
-                ex.outgoing = encoder(ex.request)
+            result = await load(ex, gw, query)
+        await off_loop(gw, big, _finish, ex, gw, result, encoder)
     except (RecursionError, orjson.JSONEncodeError):
         raise bad_request(TOO_DEEP) from None
+
+
+def _decoded(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> LoadQuery | None:
+    decode(ex, gw, decoder)
+    identify(ex)
+    return load_query(ex, gw)
+
+
+def _finish(ex: Exchange, gw: Gateway, result: LoadResult | None, encoder: Encoder | None) -> None:
+    repair_and_sanitize(ex, gw, result)
+    with gw.tracing.span("encode"):
+        if encoder is None:
+            encode(ex, gw)
+        else:
+            assert ex.request is not None
+            ex.outgoing = encoder(ex.request)
+
+
+def _big(ex: Exchange, gw: Gateway) -> bool:
+    """A request whose body is worked on off the event loop (``GATEWAY_OFFLOAD_BODY_KB``)."""
+    kb = gw.settings.offload_body_kb
+    return 0 < kb <= len(ex.raw_body) >> 10
+
+
+async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``: on the event loop, or for a ``big`` body (``GATEWAY_OFFLOAD_BODY_KB``) in a thread, one such
+    request at a time per worker, so that the loop goes on answering (``/healthz``, small requests) meanwhile. The
+    per-worker state such work touches is thread-safe for it (``state.lru``, ``replay_memo``); what it reads of the
+    request is its own."""
+    if not big:
+        return work(*args)
+    async with gw.offload:
+        return await asyncio.to_thread(work, *args)
 
 
 def served(ex: Exchange) -> None:
@@ -445,18 +483,14 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
     # and the next request of the conversation may start with its messages (the replay memo keeps them).
     ticket, ex.continuation.ticket = ex.continuation.ticket, None
+    write: TurnWrite | None = None
     try:
-        path = ticket.path_hash() if ticket is not None else None
-        msgs = ex.request.messages
-        if ex.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
-            added = {id(m) for m in ex.prefix_added}
-            msgs = [m for m in msgs if id(m) not in added]
-        rec = turn_record(turn, msgs, upstream=ex.upstream, dialect=ex.dialect, path=path, prefix=ex.prefix_note)
-        write = TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
-                          fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork)
+        big = _big(ex, gw)
+        write = await off_loop(gw, big, _turn_write, ex, turn, ticket, big)
         res = await gw.store.record(ex.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
-        if isinstance(e, StoreUnavailable) and gw.record_retry is not None and gw.record_retry.submit(ex.tenant, write):
+        if isinstance(e, StoreUnavailable) and write is not None and gw.record_retry is not None \
+                and gw.record_retry.submit(ex.tenant, write):
             log.warning("store record failed (%s); turn retried in the background", type(e).__name__)
         else:
             log.warning("store record failed (%s); turn not recorded", type(e).__name__)
@@ -470,6 +504,20 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:
         gw.hints.learn(ex.tenant, tool_ids, res.scid)
+
+
+def _turn_write(ex: Exchange, turn: Turn, ticket: Ticket | None, encoded: bool) -> TurnWrite:
+    """What ``_record`` stores: the turn with the prompt it answered, hashed and (``encoded``) encoded."""
+    assert ex.request is not None
+    path = ticket.path_hash() if ticket is not None else None
+    msgs = ex.request.messages
+    if ex.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
+        added = {id(m) for m in ex.prefix_added}
+        msgs = [m for m in msgs if id(m) not in added]
+    rec = turn_record(turn, msgs, upstream=ex.upstream, dialect=ex.dialect, path=path, prefix=ex.prefix_note)
+    return TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
+                     fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork,
+                     encoded=encode_turn(rec) if encoded else None)
 
 
 def with_gateway_meta(body: bytes, scid: str | None) -> bytes:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -205,6 +206,8 @@ class ReplayMemo:
         self._bytes = 0
         self.hits = 0
         self.misses = 0
+        # the maps change under it: a big request's decode runs in a thread (``pipeline.off_loop``)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -219,11 +222,13 @@ class ReplayMemo:
         messages (the kept ones and the new ones, as ``resume`` joined them) and the ticket for ``keep``;
         None when it is not one (the caller parses and decodes it, and makes the ticket with ``ticket``)."""
         scope = (tenant, kind)
-        entry = self._match(scope, body)
+        with self._lock:
+            entry = self._match(scope, body)
+            if entry is not None:
+                self._drop(scope, entry)  # taken: this request's alone
         if entry is None:
             self.misses += 1
             return None
-        self._drop(scope, entry)
         rest = len(entry.body) - entry.split
         inserted = body[entry.split:len(body) - rest].strip(_WS)
         tail = _values_after_comma(inserted) if inserted else []
@@ -266,7 +271,8 @@ class ReplayMemo:
         limit = self.max_bytes // REFUSE_FRACTION
         if BODY_FACTOR * len(ticket.body) > limit or not ticket.messages:
             return
-        parsed_held = ticket.held if ticket.held is not None else held(ticket.parsed.get("messages"))
+        room = (limit - BODY_FACTOR * len(ticket.body)) // PARSED_FACTOR  # what the parsed messages may hold
+        parsed_held = ticket.held if ticket.held is not None else held(ticket.parsed.get("messages"), over=room)
         cost = entry_cost(ticket.body, parsed_held)
         if cost > limit:
             return
@@ -281,12 +287,13 @@ class ReplayMemo:
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
                        ticket.carried, untouched, parsed_held, cost)
         scope = (ticket.tenant, ticket.kind)
-        self._lru[entry.id] = (scope, entry)
-        self._by_scope.setdefault(scope, {})[entry.id] = entry
-        self._bytes += entry.cost
-        while self._bytes > self.max_bytes:
-            old_scope, old = next(iter(self._lru.values()))
-            self._drop(old_scope, old)
+        with self._lock:
+            self._lru[entry.id] = (scope, entry)
+            self._by_scope.setdefault(scope, {})[entry.id] = entry
+            self._bytes += entry.cost
+            while self._bytes > self.max_bytes:
+                old_scope, old = next(iter(self._lru.values()))
+                self._drop(old_scope, old)
 
     def _match(self, scope: Scope, body: bytes) -> _Entry | None:
         """The scope's entry whose body, cut where its last message ends, is ``body``'s start and end

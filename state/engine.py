@@ -150,7 +150,7 @@ class EngineStore:
             raise ValueError("fork needs expected_position")
         if self.tenant_budget_bytes and self._clock() < (self._over_budget.get(tenant) or 0.0):
             raise TenantOverBudget(f"the tenant recorded more than {self.tenant_budget_bytes} bytes in this window")
-        blob = codec.encode_turn(write.record)  # CodecError before any I/O
+        blob = write.encoded if write.encoded is not None else codec.encode_turn(write.record)  # CodecError before I/O
         if self.max_prompt_bytes and len(blob) > self.max_prompt_bytes and write.record.prompt:
             # A huge prompt (a 29 MB pasted text) is not kept: the turn is. A history rebuilt for a client that
             # replays none needs every prompt, so such a conversation is not rebuilt (``repair.rebuild_history``).

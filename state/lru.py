@@ -9,6 +9,7 @@ REFUSE_FRACTION`` is not kept at all, so one huge value never flushes a cache of
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -29,40 +30,47 @@ class Lru(Generic[K, V]):
         self._cost = cost
         self.total_cost = 0
         self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        # each operation is atomic: a big request's stages run in a thread beside the loop (``pipeline.off_loop``);
+        # uncontended, it costs ~0.1 us an operation
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def get(self, key: K) -> V | None:
-        item = self._items.get(key)
-        if item is None:
-            return None
-        self._items.move_to_end(key)
-        return item[0]
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
 
     def put(self, key: K, value: V) -> None:
         if self.entries <= 0:
             return
-        old = self._items.pop(key, None)
-        if old is not None:
-            self.total_cost -= old[1]
         cost = 0
         if self.max_cost is not None and self._cost is not None:
             cost = self._cost(key, value)
-            if cost > self.max_cost // REFUSE_FRACTION:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.total_cost -= old[1]
+            if self.max_cost is not None and cost > self.max_cost // REFUSE_FRACTION:
                 return
-        self._items[key] = (value, cost)
-        self.total_cost += cost
-        self._trim()
+            self._items[key] = (value, cost)
+            self.total_cost += cost
+            self._trim()
 
     def resize(self, entries: int, max_cost: int | None = None) -> None:
-        self.entries = max(0, entries)
-        if max_cost is not None and self.max_cost is not None:
-            self.max_cost = max(0, max_cost)
-        self._trim()
+        with self._lock:
+            self.entries = max(0, entries)
+            if max_cost is not None and self.max_cost is not None:
+                self.max_cost = max(0, max_cost)
+            self._trim()
 
     def values(self) -> list[V]:
-        return [v for v, _ in self._items.values()]
+        with self._lock:
+            return [v for v, _ in self._items.values()]
 
     def _trim(self) -> None:
         limit = self.max_cost

@@ -19,14 +19,18 @@ from typing import Any
 _CONTAINERS = (dict, list, tuple)
 
 
-def held(obj: Any) -> int:
-    """The bytes ``obj`` and everything it contains hold (see the module doc)."""
+def held(obj: Any, over: int | None = None) -> int:
+    """The bytes ``obj`` and everything it contains hold (see the module doc). ``over``: stop as soon as the sum
+    passes it (a caller that only asks whether a value fits: a 100,000-message body it refuses is not walked
+    whole); the sum returned is then more than ``over`` and less than the whole."""
     total = 0
     stack = [obj]
     pop, push = stack.pop, stack.extend
     while stack:
         o = pop()
         total += getsizeof(o)
+        if over is not None and total > over:
+            return total
         t = type(o)
         if t is dict:
             push(o.keys())

@@ -141,6 +141,8 @@ class TurnWrite:
       that position is free, exactly as on a position conflict. The same turn already at
       ``expected_position`` is still a duplicate (a retry), and a conversation that does not exist is
       created as without ``fork`` (there is nothing to fork from).
+    - ``encoded``: ``codec.encode_turn(record)``, when the caller encoded it already (off its event loop: a
+      turn with a huge prompt); None: the store encodes it.
     Index entries (tool ids, exact-text signatures, norm hashes) are always derived from
     ``record.content`` with ``state.hashing.index_entries`` so writers and readers cannot disagree.
     """
@@ -150,6 +152,7 @@ class TurnWrite:
     expected_position: int | None = None
     fingerprints: Sequence[str] = ()
     fork: bool = False
+    encoded: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from gateway.sim.gemini_rules import (
     ThoughtSigner,
     calls_of,
     check_request,
+    opens_turn,
     thinking_config,
     turn_start,
 )
@@ -131,7 +132,7 @@ def plan_parts(body: dict[str, Any], model: str, signer: ThoughtSigner, rid: str
     contents: list[dict[str, Any]] = body["contents"]
     scenario = scenario_of(body, first_user_text(contents), default_tools)
     round_ = tool_round(contents)
-    turn = sum(1 for k in range(len(contents)) if turn_start(contents[:k + 1]) == k + 1)
+    turn = sum(1 for c in contents if opens_turn(c))
     cfg = thinking_config(body) or {}
     key = hashlib.sha256(orjson.dumps(body.get("systemInstruction")) + first_user_text(contents).encode()).hexdigest()
     parts: list[dict[str, Any]] = []

@@ -120,14 +120,15 @@ def is_gemini3(model: str) -> bool:
     return model.startswith("gemini-3")
 
 
+def opens_turn(c: dict[str, Any]) -> bool:
+    """A user content with a part that is not a functionResponse: a turn starts after it."""
+    return c.get("role", "user") == "user" and any(
+        not (isinstance(p, dict) and "functionResponse" in p) for p in c.get("parts") or ())
+
+
 def turn_start(contents: list[dict[str, Any]]) -> int:
     """Index just after the last user content with a part that is not a functionResponse."""
-    for i in range(len(contents) - 1, -1, -1):
-        c = contents[i]
-        if c.get("role", "user") == "user" and any(
-                not (isinstance(p, dict) and "functionResponse" in p) for p in c.get("parts") or ()):
-            return i + 1
-    return 0
+    return next((i + 1 for i in range(len(contents) - 1, -1, -1) if opens_turn(contents[i])), 0)
 
 
 def calls_of(content: dict[str, Any]) -> list[dict[str, Any]]:

@@ -441,3 +441,13 @@ async def test_an_invalid_new_message_in_a_replay_is_the_same_400_as_without_the
         errors.append((e.value.status, str(e.value)))
     assert errors[0] == errors[1] and errors[0][0] == 400 and "messages.2" in errors[0][1], errors
     assert with_memo.replay_memo.hits == 0 and len(with_memo.replay_memo) == 0  # taken, then refused
+
+
+def test_sizing_stops_once_a_value_is_over_what_the_caller_asks() -> None:
+    """A body the memo refuses is not walked whole (100,000 messages took ~0.3 s on the event loop after every
+    answer): ``held(obj, over=n)`` returns as soon as the sum passes ``n``, and the whole sum when it never does."""
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(10_000)]
+    whole = held(msgs)
+    assert held(msgs, over=whole) == whole
+    partial = held(msgs, over=10_000)
+    assert 10_000 < partial < whole // 10

@@ -135,11 +135,11 @@ async def test_load_stage_counts_another_tenants_scid_as_foreign_and_serves_a_mi
 
     before = {r: value("gateway_scid_lookups_total", via="header", result=r) for r in ("hit", "foreign", "miss")}
     ex_b = exchange("tenant-b")
-    result = await pipeline.load(ex_b, gw)
+    result = await pipeline.load(ex_b, gw, pipeline.load_query(ex_b, gw))
     assert result is not None and result.foreign and not result.conversations
     assert ex_b.via == "none" and ex_b.scid is None
     ex_a = exchange("tenant-a")
-    await pipeline.load(ex_a, gw)
+    await pipeline.load(ex_a, gw, pipeline.load_query(ex_a, gw))
     assert ex_a.via == "header" and ex_a.scid == a.scid
     after = {r: value("gateway_scid_lookups_total", via="header", result=r) for r in before}
     assert {r: after[r] - before[r] for r in before} == {"hit": 1, "foreign": 1, "miss": 0}

@@ -153,3 +153,16 @@ def test_client_identifiers_cannot_inject_hash_tags_or_collide() -> None:
         keys.tool_key("bad:tenant", "x")
     with pytest.raises(ValueError):
         keys.conversation_keys(tenant, "bad}scid")
+
+
+_SPACES = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+
+
+@given(st.text(alphabet=st.sampled_from([*_SPACES, "a", "b", "é", " ", "\ud800"]), max_size=120)
+       | st.text(alphabet=st.sampled_from([c for c in _SPACES if c.isascii()] + ["a", "b", " "]), max_size=120))
+def test_normalization_is_split_join_whatever_the_text(text: str) -> None:
+    """The ASCII fast path (bytes, no list of words) and the general one normalize exactly as ``str.split`` does:
+    the hashes stored before it stay the same."""
+    expected = " ".join(text.split())
+    assert hashing.normalize_text(text) == expected
+    assert hashing.normalized_bytes(text) == expected.encode("utf-8", "surrogatepass")
