@@ -56,6 +56,7 @@ class Gateway:
     router: Router = field(default_factory=Router)
     draining: bool = False
     store_reached: bool = False  # the store answered a health check once (``/readyz``): until then not ready
+    store_failed_at: float = float("-inf")  # monotonic time this worker last saw the store away (``pipeline``)
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)

@@ -10,6 +10,7 @@ from gateway.actions import Action
 from gateway.continuation import Continuation
 from gateway.protocols.canonical import Message, Request, Turn
 from gateway.vocab import ClientDialect, Endpoint, Via
+from state.store import LoadQuery
 
 
 @dataclass(slots=True)
@@ -36,6 +37,8 @@ class Exchange:
     prefix_fp: str | None = None     # path fingerprint of the client's history before its last assistant message
     stateful: bool = False           # records were consulted (store up, state machine on)
     stateless: str | None = None     # why they were not (``metrics.stateless_reason``), counted once served
+    # the load the store could not answer (away, slow, breaker open): the turn is recorded later, placed by it
+    deferred: LoadQuery | None = None
     actions: list[Action] = field(default_factory=list)
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn

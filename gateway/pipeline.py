@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,7 +39,16 @@ from gateway.errors import bad_request
 from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic, provider_seal
-from gateway.protocols.canonical import SEALED, Message, Request, ToolUseBlock, Turn
+from gateway.protocols.canonical import (
+    SEALED,
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    ThinkingBlock,
+    ToolUseBlock,
+    Turn,
+)
 from gateway.recorded import RecordedTurn, Records
 from gateway.records import records_from, turn_record
 from gateway.repair import rebuild_history
@@ -149,6 +159,9 @@ async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult
     except StoreError as e:
         log.warning("store load failed (%s); serving statelessly", type(e).__name__)
         ex.stateless = metrics.stateless_reason(e)
+        if isinstance(e, StoreUnavailable):  # away for now: what this request relays is recorded once it is back
+            ex.deferred = query
+            gw.store_failed_at = time.monotonic()
         return None
     ex.stateful = True
     ex.scid, ex.via = found.scid, found.via
@@ -199,6 +212,11 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     policy = _policy(ex, gw)
     sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
+    if ex.deferred is not None or time.monotonic() - gw.store_failed_at < OUTAGE_GRACE_S:
+        # the store is away, or was a moment ago (turns served meanwhile, here or on another replica, are still
+        # being recorded): a client's signed thinking goes as sent (an upstream refusal: the last resort)
+        known = verified
+        verified = lambda b: known(b) or signed(b)  # noqa: E731
     with gw.tracing.span("sanitize"):
         cleaned, sanitized = sanitize.run(req, verified, fixed.verbatim, caps, policy,
                                           ex.betas, continuation.sanitize_prior(ticket, off))
@@ -215,6 +233,21 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         cont.splice = continuation.carry(ticket, req.messages, fixed, repaired, cleaned, sanitized)
     _plan_record(ex, fixed.matched, result, rebuilt=rebuilt is not None)
     keep_prefix(ex, gw, result, fixed.matched)
+
+
+# after this worker last saw the store away, for this long the turns it (or another replica) served meanwhile may
+# still be on their way to the store (``record_retry``: its attempts span 7.6 s)
+OUTAGE_GRACE_S = 15.0
+
+
+def signed(b: Block) -> bool:
+    """While the store is away (``Exchange.deferred``), a replayed thinking block is sent as the client has it when
+    it carries what the upstream checks (a signature, redacted data): most clients replay faithfully, and an upstream
+    that refuses one gets the request again with every reasoning degraded (``distrust``), so an outage of the store
+    costs a faithful client no thinking and a mangling one a retry."""
+    if isinstance(b, ThinkingBlock):
+        return bool(b.signature) and b.thinking is not None
+    return isinstance(b, RedactedThinkingBlock) and bool(b.data)
 
 
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
@@ -281,6 +314,10 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
         turn = matched[last_assistant]
         ex.scid, ex.expected_position = turn.scid, turn.position + 1
         ex.fork = not rebuilt and result is not None and _left_path(ex, msgs, last_assistant, turn, result)
+    elif last_assistant is not None and _tail_unrecorded(ex, msgs, matched):
+        # the latest assistant messages are turns not recorded yet (served while the store was away, on their way
+        # to it: ``record_retry``): the answer goes after them, at the place the request gives it, as they will
+        ex.expected_position = sum(1 for m in msgs if m.role == "assistant")
     elif last_assistant is None and ex.via == "header":
         ex.expected_position = None  # continue the thread the client named
     elif last_assistant is None and ex.via == "none" and ex.header_scid is not None:
@@ -289,6 +326,22 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
         ex.scid, ex.expected_position = ex.header_scid, 0
     else:
         ex.scid, ex.expected_position = new_scid(), 0
+
+
+def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any]) -> bool:
+    """The request replays the identified conversation from its start, each matched message at its turn's place, and
+    only assistant messages after the last matched one are unmatched (turns the store has not received yet)."""
+    if not matched or ex.scid is None:
+        return False
+    assistants = 0
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        turn = matched.get(i)
+        if turn is not None and (turn.scid != ex.scid or turn.position != assistants):
+            return False
+        assistants += 1
+    return True
 
 
 def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn, result: LoadResult) -> bool:
@@ -471,10 +524,33 @@ async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
                            gw.tenant_labels.of(ex.tenant))
     metrics.observe_binding_drops(turn.extra.get("input_transformations"))
-    if not ex.stateful or gw.store is None or ex.tenant is None or ex.request is None:
+    if gw.store is None or ex.tenant is None or ex.request is None:
+        return
+    if not ex.stateful:
+        if ex.deferred is not None and gw.record_retry is not None:
+            await _defer(ex, gw, turn)
         return
     with gw.tracing.span("record"):
         await _record(ex, gw, turn)
+
+
+async def _defer(ex: Exchange, gw: Gateway, turn: Turn) -> None:
+    """A turn served while the store was away: recorded in the background once it is back, into the conversation
+    its request's load finds then, at the place the request gave it (after the assistant messages it replayed; a
+    place the store never received is filled in place: ``Store.record``)."""
+    assert ex.request is not None and ex.tenant is not None and ex.deferred is not None
+    assert gw.record_retry is not None
+    ex.continuation.ticket = None
+    big = _big(ex, gw)
+    try:
+        write = await off_loop(gw, big, _turn_write, ex, turn, None, big)
+    except (ValueError, RecursionError, orjson.JSONEncodeError) as e:
+        log.warning("deferred record failed (%s); turn not recorded", type(e).__name__)
+        return
+    position = sum(1 for m in ex.request.messages if m.role == "assistant")
+    write = dataclasses.replace(write, scid=ex.deferred.scid, expected_position=position)
+    if gw.record_retry.submit(ex.tenant, write, placed_by=ex.deferred):
+        log.info("store away: turn queued to be recorded once it is back")
 
 
 async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
@@ -489,6 +565,8 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
         write = await off_loop(gw, big, _turn_write, ex, turn, ticket, big)
         res = await gw.store.record(ex.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
+        if isinstance(e, StoreUnavailable):
+            gw.store_failed_at = time.monotonic()
         if isinstance(e, StoreUnavailable) and write is not None and gw.record_retry is not None \
                 and gw.record_retry.submit(ex.tenant, write):
             log.warning("store record failed (%s); turn retried in the background", type(e).__name__)

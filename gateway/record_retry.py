@@ -6,6 +6,10 @@ worker started and stopped by the app's lifespan, at most ``len(pauses)`` attemp
 pause (0.1 s ... 4 s: longer, all told, than the circuit breaker's cooldown, so a Redis restart is outlived).
 Replaying a write is safe: the same turn id at its position is a duplicate, a forking write lands on the same
 fork (``Store.record``). Only ``StoreUnavailable`` is retried; anything else is the turn's own fault.
+
+A turn served while the store was away (its load failed too) is *placed* when it is recorded: its request's load
+(``placed_by``) is asked again first, and the turn goes into the conversation it finds then (else the one the
+client named, else a new one), at the position the request gave it.
 Counted in ``gateway_record_retries_total{outcome}``.
 """
 
@@ -13,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 
-from gateway import metrics
-from state.store import Store, StoreUnavailable, TurnWrite
+from gateway import identity, metrics
+from state.store import LoadQuery, Store, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.record_retry")
 PAUSES_SECONDS = (0.1, 0.5, 1.0, 2.0, 4.0)
@@ -30,6 +35,7 @@ class _Pending:
     write: TurnWrite
     attempt: int  # attempts made so far (background ones)
     due: float    # loop time of the next attempt
+    placed_by: LoadQuery | None = None  # the load that finds the turn's conversation (a turn served without one)
 
 
 class RecordRetry:
@@ -60,9 +66,10 @@ class RecordRetry:
             self._drop(left)
             log.warning("shutting down with %d turn(s) still to record; not recorded", left)
 
-    def submit(self, tenant: str, write: TurnWrite) -> bool:
-        """Queue a turn whose record failed; False (and counted) when the queue is full."""
-        return self._put(_Pending(tenant, write, 0, asyncio.get_running_loop().time() + self.pauses[0]))
+    def submit(self, tenant: str, write: TurnWrite, placed_by: LoadQuery | None = None) -> bool:
+        """Queue a turn whose record failed (``placed_by``: or that was served without a load, placed by this one
+        when it is recorded); False (and counted) when the queue is full."""
+        return self._put(_Pending(tenant, write, 0, asyncio.get_running_loop().time() + self.pauses[0], placed_by))
 
     @property
     def pending(self) -> int:
@@ -102,14 +109,21 @@ class RecordRetry:
             finally:
                 self._queue.task_done()
 
+    async def _placed(self, item: _Pending) -> TurnWrite:
+        """The write, in the conversation its load finds now (one round trip), for a turn served without one."""
+        if item.placed_by is None:
+            return item.write
+        found = identity.identify_conversation(await self.store.load(item.tenant, item.placed_by), item.placed_by)
+        return dataclasses.replace(item.write, scid=found.scid or item.write.scid)
+
     async def _attempt(self, item: _Pending, now: float) -> None:
         try:
-            await self.store.record(item.tenant, item.write)
+            await self.store.record(item.tenant, await self._placed(item))
         except StoreUnavailable as e:
             attempt = item.attempt + 1
             if attempt < len(self.pauses):
                 with contextlib.suppress(asyncio.QueueFull):  # (full: given up on, below)
-                    self._queue.put_nowait(_Pending(item.tenant, item.write, attempt, now + self.pauses[attempt]))
+                    self._queue.put_nowait(dataclasses.replace(item, attempt=attempt, due=now + self.pauses[attempt]))
                     return
             log.warning("background record gave up after %d attempt(s) (%s); turn not recorded", attempt,
                         type(e).__name__)

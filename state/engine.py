@@ -322,6 +322,11 @@ class EngineStore:
         status = _text(reply[0])
         if status == "ok":
             self._remember(tenant, scid, rec, codec.turn_cost(rec), now_ms, reply)
+        elif status == "filled":  # a gap filled below the head: a new incarnation, whatever this worker held
+            self.conversation_cache.put(tenant, scid, None)
+            return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id, status="appended",
+                                version=int(reply[2]), created=False, round_trips=1,
+                                head=Head(scid, int(_text(reply[5])), int(reply[2]), int(reply[6])))
         if status != "conflict":
             rounds = 1
             if write.fork:  # (the conversation did not exist: created, not forked)

@@ -209,9 +209,17 @@ class MemoryStore(EngineStore):
         else:
             pos = int(expected)
             if pos < nxt or (fork == "1" and not created):
-                if pos >= start and pos - start < len(tids) and tids[pos - start] == tid:
+                held = tids[pos - start] if start <= pos and pos - start < len(tids) else None
+                if held == tid:
                     self._touch(names, ttl)
                     return [b"dup", pos, version, created]
+                if held == b"" and fork != "1":  # a gap received now (see scripts.RECORD)
+                    turns[pos - start], tids[pos - start] = blob, tid
+                    inc = max(int(now), int(meta["created"]) + 1)
+                    version += 1
+                    meta.update(updated=now, version=version, created=inc)
+                    self._touch(names, ttl)
+                    return [b"filled", pos, version, created, start, inc, nxt]
                 n = max(pos - start, 0)
                 self._touch(names, ttl)
                 return [b"conflict", pos, version, created, start, list(turns[:n]), list(tids[:n])]

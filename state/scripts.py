@@ -38,6 +38,8 @@ end
 #        worker that knew the conversation up to position needs to know it up to the new turn)
 #        {'dup', position, version, created(0/1)}
 #        {'conflict', position, version, created, start, {prefix blobs}, {prefix turn ids}}
+#   'filled' = expected_position was a gap (never received): the turn fills it, the conversation's incarnation
+#   ('created') moves on, reply {'filled', pos, version, 0, start, created, next};
 #   'conflict' = another turn already holds expected_position (the client edited history), or fork was
 #   asked for and this turn is not already at expected_position: nothing is written and the retained
 #   prefix [start, expected_position) comes back so the caller can FORK.
@@ -65,9 +67,23 @@ if expected == '' then
 else
   pos = tonumber(expected)
   if pos < nxt or (ARGV[8] == '1' and created == 0) then
-    if pos >= start and redis.call('LINDEX', KEYS[3], pos - start) == tid then
+    local held = pos >= start and redis.call('LINDEX', KEYS[3], pos - start)
+    if held == tid then
       touch(ttl)
       return {'dup', pos, version, created}
+    end
+    if held == '' and ARGV[8] ~= '1' then
+      -- a gap (a position the store never received) received now, filled in place: history below the head
+      -- changed, so the conversation becomes a new incarnation ('created' moves on) and every cached copy reloads
+      redis.call('LSET', KEYS[2], pos - start, blob)
+      redis.call('LSET', KEYS[3], pos - start, tid)
+      local was = tonumber(redis.call('HGET', KEYS[1], 'created'))
+      local inc = tonumber(now)
+      if inc <= was then inc = was + 1 end
+      version = version + 1
+      redis.call('HSET', KEYS[1], 'updated', now, 'version', version, 'created', inc)
+      touch(ttl)
+      return {'filled', pos, version, created, start, inc, nxt}
     end
     local blobs, tids = {}, {}
     if pos > start then

@@ -8,7 +8,7 @@ import asyncio
 from gateway.record_retry import RecordRetry
 from state.errors import CodecError, StoreTimeout
 from state.memory_store import MemoryStore
-from state.store import RecordResult, TurnWrite
+from state.store import LoadQuery, RecordResult, TurnWrite
 from tests.state.factories import TENANT_A, turn
 
 
@@ -72,3 +72,23 @@ async def test_the_queue_is_bounded_and_shutdown_drops_what_is_left() -> None:
     assert not retry.submit(TENANT_A, TurnWrite(turn(3)))  # full
     await retry.close()
     assert store.calls == 0 and retry.pending == 0 and retry.dropped == 3
+
+
+async def test_a_turn_served_without_a_load_is_placed_by_it_once_the_store_answers() -> None:
+    """Issue 32 item 4: a turn served while the store was away carries its request's load (``placed_by``): recorded,
+    it goes into the conversation that load finds then (here by a tool id of its first turn), at the place the request
+    gave it, and a later turn that arrives first leaves that place as a gap the turn fills in place."""
+    store = Flaky(failures=0)
+    first = await store.record(TENANT_A, TurnWrite(turn(0)))
+    later = await store.record(TENANT_A, TurnWrite(turn(2), scid=first.scid, expected_position=2))
+    assert later.position == 2
+    tool_id = next(b["id"] for b in turn(0).content if b["type"] == "tool_use")
+    retry = RecordRetry(store, pauses=(0, 0, 0))
+    retry.start()
+    assert retry.submit(TENANT_A, TurnWrite(turn(1), expected_position=1), placed_by=LoadQuery(tool_ids=[tool_id]))
+    await retry.idle()
+    conv = await store.get_conversation(TENANT_A, first.scid)
+    assert conv is not None and [t.position for t in conv.turns] == [0, 1, 2]
+    assert conv.turn_at(1) is not None and conv.turn_at(1).turn_id == turn(1).turn_id  # type: ignore[union-attr]
+    assert retry.recorded == 1
+    await retry.close()

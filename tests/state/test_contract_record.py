@@ -210,8 +210,19 @@ async def test_gap_positions_are_kept_absolute(store: Store) -> None:
     conv = await store.get_conversation(T, res.scid)
     assert conv is not None and [t.position for t in conv.turns] == [0, 4] and conv.next_position == 5
     assert conv.turn_at(4) is not None and conv.turn_at(2) is None
+    before = conv.head
+    # a gap is a position the store never received (a turn whose record was deferred while the store was away):
+    # received later, it fills the gap in place, and the conversation becomes a new incarnation
     filler = await store.record(T, TurnWrite(turn(2), scid=res.scid, expected_position=2))
-    assert filler.forked  # a gap position counts as held: never rewritten in place
+    assert not filler.forked and filler.status == "appended" and filler.position == 2 and filler.scid == res.scid
+    conv = await store.get_conversation(T, res.scid)
+    assert conv is not None and [t.position for t in conv.turns] == [0, 2, 4] and conv.next_position == 5
+    assert conv.head.created != before.created
+    assert filler.head == conv.head
+    again = await store.record(T, TurnWrite(turn(2), scid=res.scid, expected_position=2))
+    assert again.status == "duplicate" and again.position == 2
+    other = await store.record(T, TurnWrite(turn(2, tag="x"), scid=res.scid, expected_position=2))
+    assert other.forked  # a position held by another turn is never rewritten in place
 
 
 async def test_max_turns_trims_oldest_and_keeps_positions(make_store: MakeStore) -> None:
