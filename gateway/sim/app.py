@@ -32,7 +32,6 @@ import hashlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +49,7 @@ from gateway.sim.compat import compat_routes
 from gateway.sim.convo import first_user_text
 from gateway.sim.deep_json import estimate_tokens
 from gateway.sim.dropped import DroppedResponse
+from gateway.sim.faults import pump
 from gateway.sim.gemini import gemini_routes
 from gateway.sim.oracle import ConversationOracle
 from gateway.sim.render import first_delta_position, stream_events
@@ -59,7 +59,6 @@ from gateway.sim.scenarios import Fault, Reply, minted_tokens, new_id, parse_sce
 from gateway.sim.signing import Minter
 from gateway.streaming.sse import encode_event
 
-HOLD_SECONDS = 10.0
 SIM_ANTHROPIC_MODELS = ("claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5")
 FOREIGN_DETAILS = 50
 _OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -347,33 +346,7 @@ async def _respond(state: _State, reply: Reply, stream: bool, rid: str) -> Respo
     if kind == "midstream":
         events = [*events[:max(first_delta + 2, len(events) // 2)], encode_event("error", _OVERLOADED)]
     hold_at = first_delta if reply.scenario.hold else -1
-    return StreamingResponse(_pump(state, events, hold_at, state.release_gen), headers=sse_headers)
-
-
-async def _pump(state: _State, events: list[bytes], hold_at: int, gen: int) -> AsyncIterator[bytes]:
-    """Yield one event per body chunk; after event ``hold_at`` wait (at most ``HOLD_SECONDS``) for
-    ``/_sim/release``, unless a release already came after this stream began. Counts streams that
-    completed and streams the client abandoned (so tests can see a disconnect reach the upstream)."""
-    stats = state.stats
-    stats.streams_open += 1
-    done = False
-    try:
-        for k, event in enumerate(events):
-            yield event
-            if k == hold_at and state.release_gen == gen:
-                state.holding += 1
-                try:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(state.release.wait(), HOLD_SECONDS)
-                finally:
-                    state.holding -= 1
-        done = True
-    finally:
-        stats.streams_open -= 1
-        if done:
-            stats.streams_completed += 1
-        else:
-            stats.streams_cancelled += 1
+    return StreamingResponse(pump(state, events, hold_at, state.release_gen), headers=sse_headers)
 
 
 def run_sim(host: str, port: int, config: SimConfig) -> None:

@@ -43,10 +43,10 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.sim import openrouter_anthropic
+from gateway.sim import faults, openrouter_anthropic
 from gateway.sim.gemini import google_error
 from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
 from gateway.sim.render import split_awkward, split_words
@@ -267,17 +267,21 @@ def _text_of(m: dict[str, Any]) -> str:
     return c if isinstance(c, str) else ""
 
 
+def tool_round(msgs: list[dict[str, Any]]) -> int:
+    """The scripted round: steps since the user's last own message (a step a gateway sent as text, its call and
+    results written out, counts: the model saw it)."""
+    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user" and not _text_of(m).startswith(_RESULT)),
+                default=0)
+    return sum(1 for m in msgs[start:] if m.get("role") == "assistant" and (_calls(m) or _CALLED in _text_of(m)))
+
+
 def plan(profile: str, body: dict[str, Any], minter: Minter, signer: ThoughtSigner,
          default_tools: int = 0) -> tuple[dict[str, Any], str]:
     """(the assistant message, finish_reason); ``default_tools``: ``scenarios.scenario_of``."""
     msgs: list[dict[str, Any]] = body["messages"]
     model: str = body["model"]
     scenario = scenario_of(body, _first_user_text(msgs), default_tools)
-    # the scripted round: steps since the user's last own message (a step a gateway sent as text, its call and
-    # results written out, counts: the model saw it)
-    start = max((i + 1 for i, m in enumerate(msgs) if m.get("role") == "user" and not _text_of(m).startswith(_RESULT)),
-                default=0)
-    round_ = sum(1 for m in msgs[start:] if m.get("role") == "assistant" and (_calls(m) or _CALLED in _text_of(m)))
+    round_ = tool_round(msgs)
     key = hashlib.sha256(_first_user_text(msgs).encode()).hexdigest()
     thought = thinking_text(f"{profile}/{key}/{round_}/{len(msgs)}", scenario.conv)
     msg: dict[str, Any] = {"role": "assistant", "content": None}
@@ -413,6 +417,12 @@ def compat_routes(state: Any) -> list[Route]:
                 state.stats.rejections[f"compat-{bad[2]}"] += 1
                 return Response(orjson.dumps(bad[1]), bad[0], media_type="application/json")
             state.stats.accepted += 1
+            first = _first_user_text(body["messages"])
+            scenario = parse_scenario(first)
+            kind, replaced = await faults.inject(state, scenario, tool_round(body["messages"]),
+                                                 hashlib.sha256(first.encode()).hexdigest(), bool(body.get("stream")))
+            if replaced is not None:
+                return replaced
             msg, finish = openrouter_anthropic.plan(body, state.minter, state.config.tools) if claude else \
                 plan(profile, body, minter, state.gemini_signer, state.config.tools)
             state.remember(conv, minted_tokens(msg))
@@ -421,14 +431,11 @@ def compat_routes(state: Any) -> list[Route]:
                 out = {**base, "object": "chat.completion",
                        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
                        "usage": usage(msg)}
-                return Response(orjson.dumps(out), 200, media_type="application/json")
+                return faults.json_answer(kind, orjson.dumps(out))
             frames = [b"data: " + orjson.dumps({**c, "object": "chat.completion.chunk"}) + b"\n\n"
                       for c in stream_chunks(profile, msg, finish, base)] + [b"data: [DONE]\n\n"]
-
-            async def pump() -> Any:
-                for f in frames:
-                    yield f
-            return StreamingResponse(pump(), media_type="text/event-stream")
+            return faults.stream_answer(state, kind, frames, b"data: " + orjson.dumps(faults.OVERLOADED) + b"\n\n",
+                                        scenario.hold)
         return chat
 
     return [Route("/v1beta/openai/chat/completions", handler(GEMINI_OPENAI), methods=["POST"]),

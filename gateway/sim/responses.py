@@ -39,9 +39,10 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.sim import faults
 from gateway.sim.compat import has_bearer
 from gateway.sim.deep_json import dumps
 from gateway.sim.responses_stream import sse_frames
@@ -351,16 +352,22 @@ def responses_routes(state: Any) -> list[Route]:
             state.stats.rejections[checked[2]] += 1
             return json(checked[0], checked[1])
         state.stats.accepted += 1
+        first = _first_user_text(checked)
+        scenario = parse_scenario(first)
+        rid = {"x-request-id": "req_" + secrets.token_hex(16)}
+        key = hashlib.sha256(first.encode()).hexdigest()
+        kind, replaced = await faults.inject(state, scenario, _round(checked), key, bool(body.get("stream")), rid)
+        if replaced is not None:
+            return replaced
         response = plan(body, checked, minter, memory, state.config.tools, org)
         state.remember(conv, minted_tokens(response))
         if not body.get("stream"):
-            return json(200, response)
-        frames = sse_frames(response)
-
-        async def pump() -> Any:
-            for f in frames:
-                yield f
-        return StreamingResponse(pump(), media_type="text/event-stream")
+            return faults.json_answer(kind, dumps(response), rid)
+        # an error mid-stream: the API's ``error`` event
+        error = b"event: error\ndata: " + orjson.dumps({"type": "error", "code": "server_error",
+                                                         "message": faults.OVERLOADED["error"]["message"],
+                                                         "param": None}) + b"\n\n"
+        return faults.stream_answer(state, kind, sse_frames(response), error, scenario.hold, rid)
 
     async def models(request: Request) -> Response:
         if not has_bearer(request):
