@@ -260,6 +260,9 @@ class ObserveMiddleware:
             logs.current.reset(token)
             obs.duration = time.perf_counter() - obs.started
             _finish(obs)
+            # contexts copied during the request (a keep-alive timer's, a background task's) may outlive it with
+            # the observation in them: it lets go of the exchange (the body, the request, what went upstream)
+            obs.exchange = None
 
 
 def child(metric: Any, *values: str) -> Any:

@@ -43,6 +43,8 @@ DESCRIPTIONS: dict[str, str] = {
     "upstream_retries": "retries before the first byte (429/503/529, refused connections)",
     "upstream_retry_max_delay_s": "longest wait before one retry, seconds (a longer retry-after is relayed)",
     "max_body_bytes": "larger request bodies get 413",
+    "request_memory_mb": "the memory one request may cost, estimated from its body before it is decoded (bytes and "
+                         "JSON objects); more gets 413 (0: no bound)",
     "offload_body_kb": "request bodies at least this large (KiB) are parsed, repaired and encoded off the event loop, "
                        "one at a time per worker (0: never)",
     "body_timeout_s": "seconds a client may take to send its request body (-> 408)",
@@ -89,6 +91,7 @@ class Settings:
     upstream_retries: int = 0              # retries before the first byte (429/503/529, refused); gateway.retry
     upstream_retry_max_delay_s: float = 10.0  # longest wait before one retry (a longer retry-after is relayed)
     max_body_bytes: int = 32 * 1024 * 1024
+    request_memory_mb: int = 512           # estimated peak of one request (``request_cost``): more is a 413
     offload_body_kb: int = 256             # bodies this large are worked on in a thread: /healthz answers meanwhile
     body_timeout_s: float = 30.0           # longest a client may take to send its request body (-> 408)
     keep_alive_timeout_s: float = 75.0     # idle client connection closed after; also the time to send headers
@@ -207,6 +210,7 @@ class Settings:
         _float(kw, "upstream_retry_max_delay_s", get("UPSTREAM_RETRY_MAX_DELAY_S"))
         _int(kw, "max_body_bytes", get("MAX_BODY_BYTES"))
         _int(kw, "offload_body_kb", get("OFFLOAD_BODY_KB"))
+        _int(kw, "request_memory_mb", get("REQUEST_MEMORY_MB"))
         _float(kw, "body_timeout_s", get("BODY_TIMEOUT_S"))
         _float(kw, "keep_alive_timeout_s", get("KEEP_ALIVE_TIMEOUT_S"))
         for name in ("body_timeout_s", "keep_alive_timeout_s"):  # 0 would refuse or drop every client at once

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
-from gateway import metrics, pipeline
+from gateway import metrics, pipeline, request_cost
 from gateway.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
 from gateway.deps import Gateway
 from gateway.errors import ClientError
@@ -28,6 +28,8 @@ from gateway.upstream import UpstreamResponse
 
 T = TypeVar("T")
 TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+TOO_COSTLY = ("Request would need more memory than this gateway allows one request ({mb} MiB): fewer messages or "
+              "smaller contents.")
 log = logging.getLogger("thinkgate.endpoints")
 CLIENT_CLOSED = 499  # the client went away mid-request (nginx's code): counted as a client fault
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -92,7 +94,11 @@ def check_header_value(name: str, value: str) -> None:
 
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
-    raw = await read_body(request, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
+    budget = gw.settings.request_memory_mb << 20
+    limit = min(gw.settings.max_body_bytes, request_cost.byte_limit(budget) or gw.settings.max_body_bytes)
+    raw = await read_body(request, limit, gw.settings.body_timeout_s)
+    if request_cost.too_costly(raw, budget):  # (before anything is decoded)
+        raise ClientError(413, TOO_COSTLY.format(mb=gw.settings.request_memory_mb), "request_too_large")
     headers = client_headers(request)
     if surface.key_query is not None and (key := request.query_params.get(surface.key_query[0])):
         param, header = surface.key_query  # (Gemini's ?key=): the tenant comes from it, and it is forwarded
