@@ -21,8 +21,8 @@ import pytest
 from tests.process_fixtures import GatewayFactory, Sim
 
 # a fresh worker is ~55 MB; at the defaults its caches hold at most ~64 MiB in the worst case, and these
-# bodies hold none of it (each is refused by every cache); measured 205-230 MB: the request in flight and
-# the last one (about 60 MB for the tiny-message body, still referenced until the next: not yet found)
+# bodies hold none of it (each is refused by every cache); measured 205-230 MB when the last request stayed referenced
+# until the next (an observation in a context copied during it: let go since, see the test below)
 RSS_BOUND_MB = 320
 KEPT_BOUND_MB = 30  # what a worker may still hold after a 30 MB request was answered (it held 60-110 MB; now 0-9)
 ANTHROPIC = {"x-api-key": "sk-memory-bounds", "anthropic-version": "2023-06-01", "content-type": "application/json"}
