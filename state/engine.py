@@ -166,11 +166,17 @@ class EngineStore:
             return []
         return [Eval(TENANT_BYTES, (keys.tenant_bytes_key(tenant),), (len(blob), self.ttl_seconds))]
 
-    def _check_budget(self, tenant: str, total: Any) -> None:
+    def _check_budget(self, tenant: str, total: Any, *, read: bool = False) -> None:
         """Past its budget, the tenant's next records on this worker are refused for ``BUDGET_RECHECK_S`` (then one
-        is recorded, and its counter reply says again): every worker learns it from its own next record."""
-        if self.tenant_budget_bytes and isinstance(total, int) and total > self.tenant_budget_bytes:
+        is recorded, and its counter reply says again). Every load reads the counter too (``read``: in its own round
+        trip), so a worker knows what every replica recorded before it records this request's turn, and a counter
+        under the budget again (a new window) lifts the refusal at once."""
+        if not self.tenant_budget_bytes or not isinstance(total, int):
+            return
+        if total > self.tenant_budget_bytes:
             self._over_budget.put(tenant, self._clock() + BUDGET_RECHECK_S)
+        elif read and self._over_budget.get(tenant):
+            self._over_budget.put(tenant, 0.0)
 
     # -- implementation ------------------------------------------------------------------------
     def _load_op(self, tenant: str, scid: str) -> tuple[Eval, CachedConversation | None]:
@@ -216,7 +222,11 @@ class EngineStore:
             ops.append(Exists(keys.scid_marker_key(scid)))
         if not ops:
             return LoadResult()
+        if self.tenant_budget_bytes:  # same round trip: what the tenant stored so far (adds nothing)
+            ops.append(Eval(TENANT_BYTES, (keys.tenant_bytes_key(tenant),), (0, self.ttl_seconds)))
         replies = await self._roundtrip(ops)
+        if self.tenant_budget_bytes:
+            self._check_budget(tenant, replies.pop(), read=True)
         marked = bool(replies.pop()) if scid else False
         bad = 0
         convs: dict[str, ConversationState] = {}

@@ -5,11 +5,14 @@ past ``GATEWAY_TENANT_STORAGE_MB`` a tenant's turns are not recorded (its reques
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import anthropic
 import httpx
 
+from state import keys
+from state.keys import tenant_prefix
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.redis_fixtures import RedisServer
 
@@ -56,3 +59,33 @@ def test_a_huge_prompt_is_not_stored(sim: Sim, gateways: GatewayFactory, redis_s
     assert _recorded(gw, "sk-paste", scid)  # the turn is recorded
     assert grown < 512 * 1024, grown  # the prompt is not (uncapped: about 3 MB)
     assert metric_sum(gw, "gateway_storage_limited_total", limit="prompt_capped") == 1
+
+
+def test_two_replicas_stop_recording_a_tenant_as_one_would(sim: Sim, gateways: GatewayFactory,
+                                                           redis_server: RedisServer) -> None:
+    """Issue 32 item 6: with two replicas a tenant's storage overshot its budget by a third (each replica learnt it
+    from its own next record). Every load reads the tenant's counter in its own round trip now, so once one replica
+    crossed the budget the other records nothing more: nothing is recorded after the counter passed it."""
+    redis_server.flush()
+    env = {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": SECRET, "GATEWAY_TENANT_STORAGE_MB": "1",
+           "GATEWAY_MAX_PROMPT_KB": "0"}
+    pair = [gateways.start(sim.url, env) for _ in range(2)]
+    counter = keys.tenant_bytes_key(tenant_prefix(SECRET.encode(), "sk-two"))
+    totals = [0]
+    with redis_server.client() as r:
+        for i in range(10):
+            # a reply to continue: a request that replays history loads first (a first request looks nothing up)
+            _ask_again(pair[i % 2], "sk-two", os.urandom(200_000).hex())
+            totals.append(int(r.get(counter) or 0))
+    grown = [b - a for a, b in itertools.pairwise(totals)]
+    crossed = next(i for i, t in enumerate(totals) if t > 1 << 20)
+    assert all(g == 0 for g in grown[crossed:]), (totals, grown)
+    assert totals[-1] - max(grown) <= 1 << 20, totals
+
+
+def _ask_again(gw: ServerProcess, key: str, text: str) -> None:
+    """One turn answering ``text`` after an earlier exchange (so the request replays history: it is looked up)."""
+    with anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0) as client:
+        history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                   {"role": "user", "content": text}]
+        assert client.messages.create(model="claude-opus-4-5", max_tokens=64, messages=history).content
