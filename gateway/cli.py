@@ -66,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.check_production()
         if settings.redis_url:
             _check_store_credentials(settings.redis_url)
+        _check_listen(args.host, args.port)
     except SettingsError as e:
         print(f"thinkgate: {e}", file=sys.stderr)
         return 2
@@ -90,6 +91,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_gateway(host=args.host, port=args.port, workers=args.workers,
                       keep_alive_s=settings.keep_alive_timeout_s)
     return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """A port another process holds, or one this user may not bind, stops the start (one line, exit 2) as any bad
+    setting does, instead of the server's traceback."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise SettingsError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def _check_store_credentials(url: str) -> None:

@@ -318,6 +318,9 @@ def responses_to_chat(body: dict[str, JSON]) -> dict[str, JSON]:
 # ---------------------------------------------------------------- answers
 
 def completion_id(message_id: str) -> str:
+    """The answer's ``chatcmpl-`` id: the upstream message's id (an OpenAI-compatible upstream's is one already)."""
+    if message_id.startswith("chatcmpl-"):
+        return message_id
     return "chatcmpl-" + (message_id or secrets.token_hex(12))
 
 

@@ -181,3 +181,14 @@ def test_deepseek_text_answers_get_their_reasoning_back_in_later_turns(
     with direct, pytest.raises(openai.BadRequestError) as e:
         ask(direct, DEEPSEEK, drop([*history, {"role": "user", "content": "and then?"}]), stream=False)
     assert e.value.message.endswith("The `reasoning_content` in the thinking mode must be passed back to the API.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_completion_ids_are_not_doubled(client: openai.OpenAI, stream: bool) -> None:
+    """Issue 34 item 4: an OpenAI-compatible upstream's id is a ``chatcmpl-`` id already: it is not prefixed again."""
+    params: dict[str, Any] = {"model": OPENROUTER, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        ids = {c.id for c in client.chat.completions.create(stream=True, **params)}
+    else:
+        ids = {client.chat.completions.create(**params).id}
+    assert len(ids) == 1 and all(i.startswith("chatcmpl-") and "chatcmpl-" not in i[9:] for i in ids), ids

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 
@@ -242,3 +243,17 @@ def test_serve_refuses_an_upstream_url_with_credentials_in_one_line(var: str, va
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"thinkgate: {var}") and "credentials" in lines[0], lines
     assert URL_PASSWORD not in out.stderr + out.stdout
+
+
+@pytest.mark.process
+def test_a_port_in_use_stops_the_server_with_one_line() -> None:
+    """Issue 34 item 3: a port another process listens on was a 15-line ``OSError: [Errno 98]`` traceback."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                             env=dict(os.environ), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-800:]
+    [line] = out.stderr.strip().splitlines()
+    assert line == f"thinkgate: cannot listen on 127.0.0.1:{port}: Address already in use"
