@@ -65,7 +65,10 @@ def haproxy_backend(text: str) -> list[str]:
 
 def test_valid_compose_specification() -> None:
     compose_spec = pytest.importorskip("compose_spec", reason="Compose spec validator: pip install -e '.[deploy]'")
-    parsed = compose_spec.PyCompose.from_yaml((DEPLOY / "compose.yaml").read_text())
+    # as compose reads it: interpolated first (a published port's host address is ${THINKGATE_BIND:-127.0.0.1})
+    text = interpolate((DEPLOY / "compose.yaml").read_text(),
+                       {"THINKGATE_SECRET": "s3cret" * 6, "GRAFANA_ADMIN_PASSWORD": "p4ss"})
+    parsed = compose_spec.PyCompose.from_yaml(text)
     spec = parsed.to_spec()  # every key and type against the Compose specification
     assert set(spec.services or {}) >= {*GATEWAYS, "lb", "redis", "prometheus", "grafana", "sim"}
 
@@ -231,3 +234,15 @@ def test_compose_wires_every_upstream_family(compose: dict[str, Any], with_sim: 
         else:
             assert url.startswith("https://") and "sim" not in url, (family, url)
     assert "--tools" in sim["command"]  # a first tool loop against the simulator calls its tools
+
+
+def test_every_published_port_is_on_loopback_unless_asked_and_grafana_has_no_default_password(
+        compose: dict[str, Any]) -> None:
+    """Issue 34 item 7: Grafana (admin/admin), Prometheus and the load balancer were published on every interface."""
+    published = [str(p) for svc in compose["services"].values() for p in svc.get("ports") or ()]
+    assert published and all(interpolate(p, {}).startswith("127.0.0.1:") for p in published), published
+    assert all(interpolate(p, {"THINKGATE_BIND": "0.0.0.0"}).startswith("0.0.0.0:") for p in published)
+    password = str(compose["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"])
+    with pytest.raises(KeyError, match="GRAFANA_ADMIN_PASSWORD"):
+        interpolate(password, {})
+    assert interpolate(password, {"GRAFANA_ADMIN_PASSWORD": "p4ss"}) == "p4ss"
