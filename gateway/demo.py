@@ -57,7 +57,7 @@ async def play(session: aiohttp.ClientSession, base_url: str, label: str) -> Out
     headers = {"x-api-key": "sk-demo", "anthropic-version": "2023-06-01",
                "anthropic-beta": "interleaved-thinking-2025-05-14"}
     for _ in range(6):
-        body = {"model": "claude-opus-4-5", "max_tokens": 4096, "tools": TOOLS,
+        body = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "tools": TOOLS,
                 "thinking": {"type": "enabled", "budget_tokens": 2048}, "messages": history}
         outcome.requests += 1
         async with session.post(base_url + "/v1/messages", json=body, headers=headers) as r:
