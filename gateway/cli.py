@@ -77,9 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logs.configure(settings.log_level, settings.log_format)
     store = describe_store(settings.redis_url) if settings.state_machine_enabled else "off"
     upstreams = ", ".join(f"{name}={display_url(url)}" for name, url in settings.upstream_urls().items())
-    logging.getLogger("thinkgate").info(
-        "starting thinkgate %s on http://%s:%s (%d worker(s)); store: %s; upstreams: %s; %r", version(),
-        args.host, args.port, args.workers, store, upstreams, settings)
+    log = logging.getLogger("thinkgate")
+    log.info("starting thinkgate %s on http://%s:%s (%d worker(s)); store: %s; upstreams: %s", version(),
+             args.host, args.port, args.workers, store, upstreams)
+    log.debug("settings: %r", settings)  # every setting (secrets left out by its repr): GATEWAY_LOG_LEVEL=DEBUG
     if args.workers > 1 and settings.state_machine_enabled and not settings.redis_url:
         logging.getLogger("thinkgate").warning(
             "%d workers without GATEWAY_REDIS_URL: each worker keeps its own embedded store, so a conversation "

@@ -30,11 +30,21 @@ def test_banner_names_the_redis_store_and_every_upstream(gateways: GatewayFactor
     line = banner(gw.log())
     host, port, db = re.fullmatch(r"redis://([^:/]+):(\d+)/(\d+)", redis_url).groups()  # type: ignore[union-attr]
     assert f"store: backend=redis scheme=redis host={host} port={port} db={db};" in line
-    assert (f"upstreams: anthropic={sim.url}, gemini={sim.url}/vertex, deepseek={sim.url}/deepseek/v1;"
-            in line)
+    assert line.endswith(f"upstreams: anthropic={sim.url}, gemini={sim.url}/vertex, deepseek={sim.url}/deepseek/v1")
     assert f"thinkgate {metadata.version('thinkgate')} on http://127.0.0.1:{gw.port}" in line
-    assert SECRET not in gw.log() and "redis_url=<set>" in line
+    # issue 34 item 11: the banner is the few facts an operator needs, not the whole settings dump (~1,500 chars)
+    assert len(line) < 400 and "redis_url" not in line and "settings:" not in gw.log()
+    assert SECRET not in gw.log()
     assert gw.log().count("Running on") == 1
+
+
+def test_every_setting_is_logged_at_debug_level_without_secrets(gateways: GatewayFactory, redis_url: str,
+                                                                 sim: Sim) -> None:
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "DEBUG", "GATEWAY_REDIS_URL": redis_url,
+                                  "GATEWAY_SECRET": SECRET})
+    line = next(line for line in gw.log().splitlines() if "settings: Settings(" in line)
+    assert "redis_url=<set>" in line and "max_body_bytes=" in line
+    assert SECRET not in gw.log()
 
 
 def test_the_simulator_says_running_once(sim: Sim) -> None:
