@@ -413,16 +413,17 @@ class Slot:
 
 def layout(blocks: Sequence[Block], provider: ProviderFields | None = None) -> list[Slot]:
     """The one rule for a turn's items and their ids: in order, one reasoning item per reasoning block, one message
-    item per text block, one function call item per call, a reasoning item of its own for a signature riding on a
-    call (before it) or a text (after it), and last one for the turn's message-level fields. An item's id names its
-    place here (``ItemIds.item(kind, place)``) whether or not the answer shows the places before it, so its id is
-    the same with ``include`` and without, streamed, answered whole or read back (``GET``, item references)."""
+    item per text block with text, one function call item per call, a reasoning item of its own for a signature
+    riding on a call (before it) or a text (after it), and last one for the turn's message-level fields. An item's id
+    names its place here (``ItemIds.item(kind, place)``) whether or not the answer shows the places before it, so its
+    id is the same with ``include`` and without, streamed, answered whole or read back (``GET``, item references)."""
     out: list[Slot] = []
     for b in blocks:
         if isinstance(b, ThinkingBlock | ThoughtBlock | RedactedThinkingBlock):
             out.append(Slot(REASONING, b))
         elif isinstance(b, TextBlock):
-            out.append(Slot(MESSAGE, b))
+            if b.text:  # an empty text (Gemini's last part may carry only a signature) is no message
+                out.append(Slot(MESSAGE, b))
             if b.sig is not None:
                 out.append(Slot(REASONING, b, own=True))
         elif isinstance(b, ToolUseBlock):

@@ -59,6 +59,9 @@ MEDIA_TYPE = "text/event-stream"
 _REASONING_TYPES = ("thinking", "redacted_thinking", "thought")
 
 
+PENDING = -1  # a text block's output index until its first text opens its message item
+
+
 @dataclass(slots=True)
 class _Open:
     kind: str         # REASONING, MESSAGE or FUNCTION_CALL
@@ -199,13 +202,10 @@ class StreamEncoder:
                 if isinstance(text, str) and text:
                     head += self._summary_delta(idx, text)
             return head
-        if btype == "text":
-            mid = self._id(MESSAGE)
-            head = self._add(idx, MESSAGE, message_item(mid, "", "in_progress"))
-            head += self._emit("response.content_part.added", item_id=mid, output_index=k,
-                               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+        if btype == "text":  # its message item opens with its first text: an empty text block is none (``layout``)
+            self._open[idx] = _Open(MESSAGE, PENDING)
             text = block.get("text")
-            return head + (self._text_delta(idx, text) if isinstance(text, str) and text else b"")
+            return self._text_delta(idx, text) if isinstance(text, str) and text else b""
         if btype == "tool_use":
             head = self._carrier(block) if isinstance(block.get("_provider"), dict) and \
                 "value" in block["_provider"] else b""
@@ -222,9 +222,15 @@ class StreamEncoder:
 
     def _text_delta(self, idx: int, text: str) -> bytes:
         op = self._open[idx]
+        head = b""
+        if op.output_index == PENDING:
+            op.item_id, op.output_index = self._id(MESSAGE), self._next
+            head = self._add(None, MESSAGE, message_item(op.item_id, "", "in_progress"))
+            head += self._emit("response.content_part.added", item_id=op.item_id, output_index=op.output_index,
+                               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
         op.text += text
-        return self._emit("response.output_text.delta", item_id=op.item_id,
-                          output_index=op.output_index, content_index=0, delta=text, logprobs=[])
+        return head + self._emit("response.output_text.delta", item_id=op.item_id,
+                                 output_index=op.output_index, content_index=0, delta=text, logprobs=[])
 
     def _block_delta(self, data: dict[str, Any]) -> bytes:
         idx, delta = data.get("index"), data.get("delta")
@@ -264,6 +270,9 @@ class StreamEncoder:
                                   summary_index=0, part={"type": "summary_text", "text": op.text})
             sealed = self.seal([block]) if self.include_encrypted else None
             return out + self._done(reasoning_item(item_id, op.text, sealed, summary=self.summary), k)
+        signed = isinstance(block.get("_provider"), dict) and "value" in block["_provider"]
+        if op.kind == MESSAGE and op.output_index == PENDING:  # no text came: no message item, its signature's own
+            return self._carrier(block) if signed else b""
         if op.kind == MESSAGE:
             item_id = op.item_id
             part: dict[str, JSON] = {"type": "output_text", "text": op.text, "annotations": [], "logprobs": []}
@@ -272,7 +281,6 @@ class StreamEncoder:
             out += self._emit("response.content_part.done", item_id=item_id, output_index=k, content_index=0,
                               part=part)
             out += self._done(message_item(item_id, op.text), k)
-            signed = isinstance(block.get("_provider"), dict) and "value" in block["_provider"]
             return out + (self._carrier(block) if signed else b"")
         args = op.text or orjson.dumps(block.get("input") or {}).decode()
         item_id = op.item_id
