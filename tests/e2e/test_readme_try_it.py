@@ -24,6 +24,9 @@ from tests.process_fixtures import ServerProcess, free_port
 # the README's label of each family's block -> (the upstream its access line names, how its answer shows a call)
 FAMILIES = {"Anthropic": "anthropic", "Gemini": "gemini", "OpenRouter-style": "openai",
             "Copilot-style": "copilot", "DeepSeek-style": "deepseek"}
+# what the README says each OpenAI-style answer carries (issue 34 item 2: run verbatim, the OpenRouter one did not)
+CARRIES = {"OpenRouter-style": ("reasoning_details",), "Copilot-style": ("reasoning_opaque", "reasoning_text"),
+           "DeepSeek-style": ("reasoning_content",)}
 
 pytestmark = [pytest.mark.process,
               pytest.mark.skipif(shutil.which("curl") is None, reason="the recipe calls curl")]
@@ -78,6 +81,11 @@ def test_readme_try_it_recipe_runs_for_every_upstream_family(recipe: Any) -> Non
         assert done.returncode == 0, (label, done.stderr)
         answer = json.loads(done.stdout)
         assert "error" not in answer, (label, answer)
+        if label in CARRIES:
+            said = section("try-it").split(f"{label} (", 1)[1].split("```", 1)[0]
+            assert all(f"`{field}`" in said for field in CARRIES[label]), (label, said)
+            message = answer["choices"][0]["message"]
+            assert all(message.get(field) for field in CARRIES[label]), (label, message)
         assert tool_call(label, answer) == "get_weather", (label, answer)
     gateway.stop()  # each access line is written just after its answer went out: once drained, all are there
     upstreams = re.findall(r"thinkgate\.access request .* upstream=(\w+) upstream_status=200 status=200",
