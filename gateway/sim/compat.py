@@ -55,6 +55,14 @@ from gateway.sim.scenarios import parse_scenario, pick_tool, scenario_of, thinki
 from gateway.sim.signing import model_family
 
 GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
+# each profile's model list (``GET .../models``), as its real upstream lists models of these families
+MODELS: dict[str, tuple[str, ...]] = {
+    GEMINI_OPENAI: ("gemini-3-pro-preview", "gemini-3-flash-preview"),
+    OPENROUTER: ("google/gemini-3-pro-preview", "anthropic/claude-sonnet-4.5", "anthropic/claude-opus-4.5",
+                 "deepseek/deepseek-r1"),
+    COPILOT: ("gpt-5", "gemini-3-pro-preview", "claude-sonnet-4.5"),
+    DEEPSEEK: ("deepseek-chat", "deepseek-reasoner"),
+}
 FORMAT = "google-gemini-v1"
 _OPENROUTER_RAW = ("Gemini models require OpenRouter reasoning details to be preserved in each request. Please refer "
                    "to our docs: https://openrouter.ai/docs/use-cases/reasoning-tokens#preserving-reasoning-blocks. "
@@ -438,7 +446,18 @@ def compat_routes(state: Any) -> list[Route]:
                                         scenario.hold)
         return chat
 
-    return [Route("/v1beta/openai/chat/completions", handler(GEMINI_OPENAI), methods=["POST"]),
-            Route("/openrouter/api/v1/chat/completions", handler(OPENROUTER), methods=["POST"]),
-            Route("/copilot/chat/completions", handler(COPILOT), methods=["POST"]),
-            Route("/deepseek/v1/chat/completions", handler(DEEPSEEK), methods=["POST"])]
+    def lister(profile: str) -> Callable[[Request], Any]:
+        async def models(request: Request) -> Response:
+            """``GET .../models``: the profile's models, in the OpenAI list shape its real upstream answers with."""
+            if not has_bearer(request):
+                return Response(orjson.dumps(_oai_error("Missing bearer authentication")), 401,
+                                media_type="application/json")
+            data = [{"id": m, "object": "model", "created": 1754006400, "owned_by": profile} for m in MODELS[profile]]
+            return Response(orjson.dumps({"object": "list", "data": data}), 200, media_type="application/json")
+        return models
+
+    bases = {GEMINI_OPENAI: "/v1beta/openai", OPENROUTER: "/openrouter/api/v1", COPILOT: "/copilot",
+             DEEPSEEK: "/deepseek/v1"}
+    return [route for profile, base in bases.items()
+            for route in (Route(f"{base}/chat/completions", handler(profile), methods=["POST"]),
+                          Route(f"{base}/models", lister(profile), methods=["GET"]))]

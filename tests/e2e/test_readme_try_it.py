@@ -87,6 +87,15 @@ def test_readme_try_it_recipe_runs_for_every_upstream_family(recipe: Any) -> Non
             message = answer["choices"][0]["message"]
             assert all(message.get(field) for field in CARRIES[label]), (label, message)
         assert tool_call(label, answer) == "get_weather", (label, answer)
+    # issue 34 item 1: the model list a client's picker shows holds what each upstream lists (it was empty: the
+    # simulator's OpenAI-compatible profiles had no list), and a listed model can be looked up
+    listed = json.loads(subprocess.run(["bash", "-c", f"curl -sS {gateway.url}/v1/models -H 'authorization: Bearer k'"],
+                                       env=env, capture_output=True, text=True, timeout=30, check=True).stdout)
+    ids = {m["id"] for m in listed["data"]}
+    assert {"gpt-5", "deepseek-reasoner", "google/gemini-3-pro-preview"} <= ids, ids
+    found = subprocess.run(["bash", "-c", f"curl -sS {gateway.url}/v1/models/gpt-5 -H 'authorization: Bearer k'"],
+                           env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+    assert json.loads(found)["id"] == "gpt-5", found
     gateway.stop()  # each access line is written just after its answer went out: once drained, all are there
     upstreams = re.findall(r"thinkgate\.access request .* upstream=(\w+) upstream_status=200 status=200",
                            gateway.log())
