@@ -28,6 +28,11 @@ def settings_epilog() -> str:
     lines = ["settings (environment variables; README \"Configuration\" says more):"]
     for name, default, meaning in rows:
         lines.append(f"  {name:<{width}}  {meaning} [default: {default}]")
+    lines += ["", "also read (README \"Configuration\" and \"Tracing\"):",
+              "  PROMETHEUS_MULTIPROC_DIR  the workers' shared metrics directory (--workers > 1: a temporary one "
+              "when unset)",
+              "  OTEL_*                    OpenTelemetry traces with the otel extra: OTEL_EXPORTER_OTLP_ENDPOINT, "
+              "OTEL_TRACES_EXPORTER, OTEL_SDK_DISABLED..."]
     return "\n".join(lines)
 
 
@@ -161,7 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=markers_epilog(),
                        description=_wrap("A strict stand-in for every upstream family thinkgate calls: it rejects what "
                                    "the real APIs reject, with their error texts, and answers with scripted "
-                                   "thinking, signatures and tool calls. No API key is checked beyond its presence."))
+                                   "thinking, signatures and tool calls. No API key is checked beyond its presence. "
+                                   "Paths: Anthropic /v1/messages (and count_tokens); Gemini /v1beta/models/... and "
+                                   "/vertex/v1beta/models/...; OpenAI-compatible chat/completions under "
+                                   "/v1beta/openai, /openrouter/api/v1, /copilot and /deepseek/v1; OpenAI Responses "
+                                   "/openai/v1/responses; a model list on each (GET /v1/models, /v1beta/models, "
+                                   "/openai/v1/models, .../models)."))
     m.add_argument("--host", default="127.0.0.1", help="address to listen on")
     m.add_argument("--port", type=int, default=8090, help="port to listen on")
     m.add_argument("--tools", type=int, default=0, metavar="N",

@@ -180,3 +180,19 @@ def test_upstream_urls_name_every_configured_upstream() -> None:
     assert s.upstream_urls() == {"anthropic": "https://api.anthropic.com",
                                  "gemini": "https://generativelanguage.googleapis.com",
                                  "openai": "https://openrouter.ai/api/v1", "deepseek": "https://api.deepseek.com/v1"}
+
+
+def test_the_readme_names_every_option_of_every_command() -> None:
+    """Issue 34 item 10: the README's command table left out sim's --host, --bound-models and --binding-not-enforced;
+    serve's help said nothing of PROMETHEUS_MULTIPROC_DIR or OTEL_*. Each command's options, read from its parser,
+    are in the README's row for it, and serve's help names the other variables it reads."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("serve", "sim"):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `thinkgate {name} "))
+        flags = {o for a in sub.choices[name]._actions for o in a.option_strings
+                 if o.startswith("--") and o != "--help"}
+        assert {f for f in flags if f not in row} == set(), name
+    epilog = sub.choices["serve"].epilog or ""
+    assert "PROMETHEUS_MULTIPROC_DIR" in epilog and "OTEL_" in epilog
