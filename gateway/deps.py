@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from gateway.hints import ConversationHints
+from gateway.journal import Journal
 from gateway.metrics import TenantLabels
 from gateway.model_lists import ModelLists
 from gateway.record_retry import RecordRetry
@@ -59,6 +60,7 @@ class Gateway:
     store_failed_at: float = float("-inf")  # monotonic time this worker last saw the store away (``pipeline``)
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
+    journal: Journal = field(default_factory=Journal)  # the thinking this worker relayed (``gateway.journal``)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
     model_lists: ModelLists = field(default_factory=ModelLists)  # upstreams' model lists (``GET /v1/models``)

@@ -41,11 +41,8 @@ from gateway.hints import edge_tool_ids
 from gateway.protocols import anthropic, provider_seal
 from gateway.protocols.canonical import (
     SEALED,
-    Block,
     Message,
-    RedactedThinkingBlock,
     Request,
-    ThinkingBlock,
     ToolUseBlock,
     Turn,
 )
@@ -213,10 +210,10 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
     if ex.deferred is not None or time.monotonic() - gw.store_failed_at < OUTAGE_GRACE_S:
-        # the store is away, or was a moment ago (turns served meanwhile, here or on another replica, are still
-        # being recorded): a client's signed thinking goes as sent (an upstream refusal: the last resort)
-        known = verified
-        verified = lambda b: known(b) or signed(b)  # noqa: E731
+        # the store is away, or was a moment ago (turns served meanwhile are still on their way to it): thinking
+        # this worker relayed itself is verified by its journal
+        known, journal, tenant = verified, gw.journal, ex.tenant or ""
+        verified = lambda b: known(b) or journal.vouches(tenant, b)  # noqa: E731
     with gw.tracing.span("sanitize"):
         cleaned, sanitized = sanitize.run(req, verified, fixed.verbatim, caps, policy,
                                           ex.betas, continuation.sanitize_prior(ticket, off))
@@ -238,16 +235,6 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
 # after this worker last saw the store away, for this long the turns it (or another replica) served meanwhile may
 # still be on their way to the store (``record_retry``: its attempts span 7.6 s)
 OUTAGE_GRACE_S = 15.0
-
-
-def signed(b: Block) -> bool:
-    """While the store is away (``Exchange.deferred``), a replayed thinking block is sent as the client has it when
-    it carries what the upstream checks (a signature, redacted data): most clients replay faithfully, and an upstream
-    that refuses one gets the request again with every reasoning degraded (``distrust``), so an outage of the store
-    costs a faithful client no thinking and a mangling one a retry."""
-    if isinstance(b, ThinkingBlock):
-        return bool(b.signature) and b.thinking is not None
-    return isinstance(b, RedactedThinkingBlock) and bool(b.data)
 
 
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
@@ -521,6 +508,8 @@ def served(ex: Exchange) -> None:
 async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     """Count the finished turn's tokens; store it (one round trip); never fails the request."""
     ex.turn = turn
+    if ex.tenant is not None:
+        gw.journal.note(ex.tenant, turn.content)
     metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
                            gw.tenant_labels.of(ex.tenant))
     metrics.observe_binding_drops(turn.extra.get("input_transformations"))

@@ -78,6 +78,8 @@ CACHES: dict[str, tuple[str, Kind]] = {
     "gateway/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
     "gateway/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),
     "gateway/hints.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
+    "gateway/journal.py": ("the exact thinking a worker relayed, by its text's hash, with its signature (a faithful "
+                           "replay verified while the store is away)", Kind.CONTENT),
     "gateway/model_lists.py": ("upstream model lists per tenant, with a TTL", Kind.NOT_CONVERSATION),
     "state/engine.py": ("tenants over their storage budget (a refusal window)", Kind.NOT_CONVERSATION),
     "state/memory_store.py": ("the embedded store's keyspace", Kind.AUTHORITY),

@@ -25,7 +25,7 @@ from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationC
 from state.errors import CodecError, TenantOverBudget
 from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, LuaScript
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, TENANT_TOTAL, LuaScript
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
 
 T = TypeVar("T")
@@ -222,8 +222,8 @@ class EngineStore:
             ops.append(Exists(keys.scid_marker_key(scid)))
         if not ops:
             return LoadResult()
-        if self.tenant_budget_bytes:  # same round trip: what the tenant stored so far (adds nothing)
-            ops.append(Eval(TENANT_BYTES, (keys.tenant_bytes_key(tenant),), (0, self.ttl_seconds)))
+        if self.tenant_budget_bytes:  # same round trip: what the tenant stored so far (read only)
+            ops.append(Eval(TENANT_TOTAL, (keys.tenant_bytes_key(tenant),), ()))
         replies = await self._roundtrip(ops)
         if self.tenant_budget_bytes:
             self._check_budget(tenant, replies.pop(), read=True)

@@ -21,7 +21,7 @@ from typing import Any
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, EngineStore, Eval, Exists, Op, SetEx, StorageLimits
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES
+from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, TENANT_TOTAL
 from state.store import StoreHealth
 
 
@@ -124,6 +124,9 @@ class MemoryStore(EngineStore):
             return self._getex_many_script(op.keys, int(op.args[0]))
         if op.script is INDEX_PUT:
             return self._index_put_script(op.keys, op.args)
+        if op.script is TENANT_TOTAL:
+            found = self._ks.get(op.keys[0])
+            return int(found) if found is not None else 0
         if op.script is TENANT_BYTES:
             key, amount, ttl = op.keys[0], int(op.args[0]), int(op.args[1])
             old = self._ks.get(key)

@@ -224,4 +224,9 @@ end
 return total
 """)
 
-ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT, TENANT_BYTES)
+# TENANT_TOTAL: what the tenant stored in this window (0 when none), read only (a load reads it: nothing written).
+TENANT_TOTAL = LuaScript("tenant_total", """
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+""")
+
+ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT, TENANT_BYTES, TENANT_TOTAL)
