@@ -26,9 +26,14 @@ def gw(sim: Sim, gateways: GatewayFactory) -> ServerProcess:
 def test_openai_sdk_lists_the_models_of_the_openai_kind_upstreams(gw: ServerProcess) -> None:
     with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client:
         models = list(client.models.list())
+    # each upstream's own list (every simulator profile has one, as the real upstreams do: issue 34 item 1), only the
+    # models the routing table sends to it: OpenRouter's google/ and anthropic/ ones (not its deepseek/ one), the
+    # DeepSeek profile's, Gemini's OpenAI layer's gemini-3-flash-preview, the Responses upstream's
     assert [(m.id, m.object, m.owned_by) for m in models] == [
-        ("gpt-5", "model", "responses"), ("gpt-5-codex", "model", "responses"), ("gpt-5.1", "model", "responses"),
-        ("gemini-3-flash-preview", "model", "generic")]  # a route naming a model, its upstream offering no list
+        ("google/gemini-3-pro-preview", "model", "openrouter"), ("anthropic/claude-sonnet-4.5", "model", "openrouter"),
+        ("anthropic/claude-opus-4.5", "model", "openrouter"), ("deepseek-chat", "model", "deepseek"),
+        ("deepseek-reasoner", "model", "deepseek"), ("gemini-3-flash-preview", "model", "generic"),
+        ("gpt-5", "model", "responses"), ("gpt-5-codex", "model", "responses"), ("gpt-5.1", "model", "responses")]
 
 
 def test_anthropic_sdk_lists_and_pages_the_anthropic_upstreams_models(gw: ServerProcess) -> None:
