@@ -91,6 +91,9 @@ async def model_list(gw: Gateway, path: str, headers: Mapping[str, str], query: 
     lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, lowered) for name, kind in asked))
     models = [m for listed in lists for m in listed]
     models += route_models(gw.router, [name for name, _ in asked], models)
+    listed_ids = {m.id for m in models}
+    models += [Listed(mid, name) for name, _ in asked for mid in gw.model_lists.seen(tenant, name)
+               if mid not in listed_ids and gw.router.caps_for(mid).upstream == name]
     if model_id is not None:
         found = next((m for m in models if m.id == model_id.removeprefix("models/")), None)
         if found is None:

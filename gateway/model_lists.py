@@ -3,11 +3,12 @@
 A listing names the models the routing table can serve: each upstream of the listing's own protocol is asked for its
 own list (Anthropic ``GET /v1/models``, Gemini ``GET /v1beta/models``, an OpenAI-compatible or Responses upstream
 ``GET {base}/models``) with the client's credential, and an entry is kept when the routing table sends that model to
-that upstream; then the configured routes that name a model (``route_models``: a ``GATEWAY_ROUTES`` prefix that ends in
-a letter or digit, such as ``gemini-3-flash-preview``, not ``google/`` or ``deepseek-``), so a model routed to an
-upstream that offers no list is listed too. The client's key goes only to upstreams of the protocol it asked in (an
-Anthropic SDK's key is never sent to Google to list models). Each worker keeps the lists (``ModelLists``, owned by the
-app) per tenant and upstream for ``TTL_S`` seconds.
+that upstream; then the configured routes that name a model (``route_models``: a ``GATEWAY_ROUTES`` prefix that ends
+in a letter or digit, such as ``gemini-3-flash-preview``, not ``google/`` or ``deepseek-``), so a model routed to an
+upstream that offers no list is listed too; then the models this worker saw the upstream answer for the tenant
+(``ModelLists.saw``), so a model a client used is in its picker even where no list names it. The client's key goes
+only to upstreams of the protocol it asked in (an Anthropic SDK's key is never sent to Google to list models). Each
+worker keeps the lists (``ModelLists``, owned by the app) per tenant and upstream for ``TTL_S`` seconds.
 
 Shapes: OpenAI ``{"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}``; Anthropic
 ``{"data": [{"type": "model", "id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}`` (``limit``,
@@ -31,6 +32,7 @@ from gateway.routing import Router
 
 TTL_S = 300.0          # how long a worker keeps one upstream's list for one tenant
 MAX_LISTS = 1024       # (tenant, upstream) lists each worker keeps (LRU)
+MAX_SEEN = 100         # models a worker remembers having served per (tenant, upstream)
 ANTHROPIC_LIMIT = 20   # Anthropic's default page size (``limit``: 1 to 1000)
 EPOCH = "1970-01-01T00:00:00Z"
 
@@ -156,6 +158,7 @@ class ModelLists:
         self.ttl = ttl
         self.max_lists = max_lists
         self._lists: OrderedDict[tuple[str, str], tuple[float, list[Listed]]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str], dict[str, None]] = OrderedDict()  # (tenant, upstream) -> models
 
     def get(self, tenant: str, upstream: str) -> list[Listed] | None:
         entry = self._lists.get((tenant, upstream))
@@ -169,3 +172,18 @@ class ModelLists:
         self._lists.move_to_end((tenant, upstream))
         while len(self._lists) > self.max_lists:
             self._lists.popitem(last=False)
+
+    def saw(self, tenant: str, upstream: str, model: str) -> None:
+        """``upstream`` answered ``tenant``'s request for ``model``: listed from now on, also where the upstream
+        offers no list of its own (the most recent ``MAX_SEEN`` per tenant and upstream)."""
+        models = self._seen.setdefault((tenant, upstream), {})
+        models.pop(model, None)
+        models[model] = None
+        if len(models) > MAX_SEEN:
+            del models[next(iter(models))]
+        self._seen.move_to_end((tenant, upstream))
+        while len(self._seen) > self.max_lists:
+            self._seen.popitem(last=False)
+
+    def seen(self, tenant: str, upstream: str) -> list[str]:
+        return list(self._seen.get((tenant, upstream), ()))

@@ -130,6 +130,8 @@ async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, hea
     metrics.observe_upstream_tried(up.name)
     resp = await up.post(path, ex.outgoing, headers, query)
     metrics.observe_upstream(up.name, resp.status)
+    if resp.status == 200 and ex.tenant is not None and ex.request is not None and ex.request.model:
+        gw.model_lists.saw(ex.tenant, up.name, ex.request.model)
     if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
         return resp, None
     body = await resp.read()

@@ -120,3 +120,14 @@ def test_unknown_paths_and_methods_answer_in_the_clients_dialect(gw: ServerProce
     else:
         google = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}[status]  # google.rpc.Code (docs/upstream-rules.md)
         assert body["error"]["code"] == status and body["error"]["status"] == google
+
+
+def test_a_model_the_upstream_answered_for_is_listed_though_no_list_names_it(gw: ServerProcess) -> None:
+    """Issue 34 item 1: a model a client used (here ``claude-opus-4-7``, which the simulator answers for but does not
+    list) is in that tenant's list from then on; another tenant's list does not show it."""
+    with anthropic.Anthropic(base_url=gw.url, api_key=KEY, max_retries=0) as client:
+        assert "claude-opus-4-7" not in [m.id for m in client.models.list()]
+        client.messages.create(model="claude-opus-4-7", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        assert "claude-opus-4-7" in [m.id for m in client.models.list()]
+    with anthropic.Anthropic(base_url=gw.url, api_key=KEY + "-other", max_retries=0) as other:
+        assert "claude-opus-4-7" not in [m.id for m in other.models.list()]
