@@ -1,9 +1,9 @@
-"""README "Quick start", run as written on a machine that has only Python: a copy of this checkout (no ``.venv``, no
-``.git``), the install line verbatim in it (a fresh venv, ``pip install -e .``), then its ``thinkgate serve`` line with
-the upstream (``https://api.anthropic.com``) swapped for the session's ``thinkgate sim`` and the port for a free one,
-from a shell where only the fresh venv is active. The official ``anthropic`` SDK drives the served gateway through a
-mangled tool loop, and the second block (``thinkgate demo``) prints the table README shows. Nothing of the test's own
-environment (its venv, ``PYTHONPATH``) reaches the recipe's shells."""
+"""README "Quick start", run as written on a machine that has only Python, one straight line (issue 34 item 12): a copy
+of this checkout (no ``.venv``, no ``.git``), the install line verbatim in it (a fresh venv, ``pip install -e .``) and
+``thinkgate demo`` after it in the same shell, which prints the table README shows; then the ``thinkgate serve`` line
+with the upstream (``https://api.anthropic.com``) swapped for the session's ``thinkgate sim`` and the port for a free
+one, from a shell where only the fresh venv is active. The official ``anthropic`` SDK drives the served gateway through
+a mangled tool loop. Nothing of the test's own environment (its venv, ``PYTHONPATH``) reaches the recipe's shells."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A copy of this checkout as a clone would have it, with the quick start's install run in it."""
     where = tmp_path_factory.mktemp("quick-start") / "thinkgate"
     shutil.copytree(ROOT, where, ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE), symlinks=True)
-    install, _ = commands(blocks(section("quick-start"))[0][1])
+    install, _ = commands(blocks(section("quick-start"))[0][1])  # (the demo after it: its own test)
     started = time.monotonic()
     done = subprocess.run(["bash", "-c", install], cwd=where, env=fresh_shell_env(), capture_output=True, text=True,
                           timeout=300, check=False)
@@ -62,9 +62,8 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_quick_start_blocks_are_the_install_serve_and_demo(checkout: Path) -> None:
     found = blocks(section("quick-start"))
     assert [commands(code) for _, code in found] == [
-        ["python3 -m venv .venv && . .venv/bin/activate && pip install -e .",
-         f"GATEWAY_ANTHROPIC_BASE_URL={REAL_UPSTREAM} thinkgate serve --host 127.0.0.1 --port 8080"],
-        [". .venv/bin/activate", "thinkgate demo"]]
+        ["python3 -m venv .venv && . .venv/bin/activate && pip install -e .", "thinkgate demo"],
+        [f"GATEWAY_ANTHROPIC_BASE_URL={REAL_UPSTREAM} thinkgate serve --host 127.0.0.1 --port 8080"]]
     # the fresh venv's install imports the copy's code, not this checkout's (run from elsewhere: ``python -c`` puts
     # its working directory first on sys.path)
     where = subprocess.run([str(checkout / ".venv/bin/python"), "-c", "import gateway; print(gateway.__file__)"],
@@ -77,7 +76,7 @@ def test_quick_start_blocks_are_the_install_serve_and_demo(checkout: Path) -> No
 def served(checkout: Path, sim: Sim) -> Iterator[ServerProcess]:
     """The quick start's ``serve`` line in the shell its install line left (the fresh venv active), against the
     simulator on a free port."""
-    serve = commands(blocks(section("quick-start"))[0][1])[1]
+    serve = commands(blocks(section("quick-start"))[1][1])[0]
     assert serve.count(REAL_UPSTREAM) == 1 and serve.count("--port 8080") == 1, serve
     port = free_port()
     cmd = serve.replace(REAL_UPSTREAM, sim.url).replace("--port 8080", f"--port {port}")
@@ -106,12 +105,14 @@ def test_quick_start_gateway_serves_the_anthropic_sdk(served: ServerProcess, sim
 
 
 def test_quick_start_demo_prints_the_table_readme_shows(checkout: Path) -> None:
-    """The second block in a second shell (the venv activated by its own first line) prints README's table."""
+    """The first block's ``thinkgate demo``, in the shell its install line left (the fresh venv active), prints
+    README's table."""
     text = section("quick-start")
-    code = blocks(text)[1][1]
+    code = blocks(text)[0][1]
     shown = re.search(r"```sh\n" + re.escape(code) + r"```\s*```\n(.*?)```", text, re.S)[1]  # type: ignore[index]
-    done = subprocess.run(["bash", "-c", code], cwd=checkout, env=fresh_shell_env(), capture_output=True, text=True,
-                          timeout=120, check=False)
+    demo = commands(code)[1]
+    done = subprocess.run(["bash", "-c", f". .venv/bin/activate && {demo}"], cwd=checkout, env=fresh_shell_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = shown.strip().splitlines()
     assert len(rows) == 3 and rows[0].startswith("path")
