@@ -71,6 +71,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.check_production()
         if settings.redis_url:
             _check_store_credentials(settings.redis_url)
+        if args.workers > 1 and settings.state_machine_enabled and not settings.redis_url:
+            # as the chart refuses replicas without a shared store
+            raise SettingsError(
+                f"--workers {args.workers} without GATEWAY_REDIS_URL: each worker would keep its own embedded store, "
+                "and a conversation whose requests reach different workers loses its recorded thinking there; set "
+                "GATEWAY_REDIS_URL (or GATEWAY_STATE_MACHINE_ENABLED=false for a stateless gateway)")
         _check_listen(args.host, args.port)
     except SettingsError as e:
         print(f"thinkgate: {e}", file=sys.stderr)
@@ -86,11 +92,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log.info("starting thinkgate %s on http://%s:%s (%d worker(s)); store: %s; upstreams: %s", version(),
              args.host, args.port, args.workers, store, upstreams)
     log.debug("settings: %r", settings)  # every setting (secrets left out by its repr): GATEWAY_LOG_LEVEL=DEBUG
-    if args.workers > 1 and settings.state_machine_enabled and not settings.redis_url:
-        logging.getLogger("thinkgate").warning(
-            "%d workers without GATEWAY_REDIS_URL: each worker keeps its own embedded store, so a conversation "
-            "whose requests reach different workers loses its recorded thinking there; set GATEWAY_REDIS_URL",
-            args.workers)
     from gateway.server import serve_gateway
 
     with metrics_workers.multiprocess_dir(args.workers):  # before the workers spawn; removed after

@@ -371,6 +371,16 @@ def test_no_replicas_without_a_shared_store_unless_accepted(values: dict[str, An
     assert "NOTE: one pod with its embedded store" in render_text(SECRET)["thinkgate/templates/NOTES.txt"]
 
 
+def test_no_workers_without_a_shared_store() -> None:
+    """Issue 34 item 8: ``thinkgate serve`` refuses several workers without Redis; the chart says so before a pod
+    would crash-loop on it, whatever ``allowEmbeddedStoreWithReplicas`` says."""
+    workers = {"gateway": {"workers": 2}}
+    for accepted in ({}, {"allowEmbeddedStoreWithReplicas": True}):
+        with pytest.raises(helm.HelmRenderError, match=r"gateway.workers 2 without a shared store"):
+            render({**SECRET, **workers, **accepted})
+    assert "Deployment" in kinds(render({**SECRET, **workers, "bundledRedis": {"enabled": True}}))
+
+
 def test_autoscaling_and_pdb() -> None:
     rendered = render(load_values("autoscaling-pdb-values.yaml"))
     hpa, pdb = one(rendered, "HorizontalPodAutoscaler"), one(rendered, "PodDisruptionBudget")

@@ -242,7 +242,8 @@ def test_gateway_writes_nothing_outside_tmpdir(sim: Sim, tmp_path: Path) -> None
     trace = tmp_path / "trace"
     port = free_port()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmpdir), "HOME": "/nonexistent",
-           "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_LOG_LEVEL": "WARNING"}
+           "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_LOG_LEVEL": "WARNING",
+           "GATEWAY_STATE_MACHINE_ENABLED": "false"}  # (two workers need Redis for state: stateless here)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = tmp_path / "gateway.log"
     with log.open("wb") as out:

@@ -8,14 +8,17 @@ import os
 import re
 import secrets
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
 import anthropic
 import httpx
+import pytest
 
 from tests.e2e.helpers import run_tool_loop
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, scrape
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, scrape
 
 BODY = {"model": "claude-opus-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "hello"}]}
 HEADERS = {"x-api-key": "sk-test-workers", "anthropic-version": "2023-06-01"}
@@ -60,12 +63,12 @@ def settled(m: dict[str, Any], served: int) -> dict[str, Any] | None:
 
 
 def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways: GatewayFactory) -> None:
-    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO"}, workers=2)
+    # (stateless: several workers without Redis are refused, see below; the metrics are the same either way)
+    gw = gateways.start(sim.url, {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_STATE_MACHINE_ENABLED": "false"}, workers=2)
     match = re.search(r"PROMETHEUS_MULTIPROC_DIR=(\S+)", gw.log())
     assert match, gw.log()
     mp_dir = match[1]
     assert os.path.isdir(mp_dir)
-    assert "2 workers without GATEWAY_REDIS_URL: each worker keeps its own embedded store" in gw.log()
 
     served = 0
     while served < 400:  # until both workers answered some requests
@@ -102,7 +105,7 @@ def test_metrics_sum_both_workers_and_survive_worker_restarts(sim: Sim, gateways
 def test_two_workers_share_new_connections_evenly(sim: Sim, gateways: GatewayFactory) -> None:
     """Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads connections between
     them; on hypercorn's one shared socket the worker awake in accept took nearly all of them."""
-    gw = gateways.start(sim.url, {}, workers=2)
+    gw = gateways.start(sim.url, {"GATEWAY_STATE_MACHINE_ENABLED": "false"}, workers=2)
 
     async def burst() -> None:  # 64 connections opened at once, as a loaded client pool does
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
@@ -232,3 +235,15 @@ def test_another_tenants_scid_counts_as_foreign_and_is_served_as_a_new_conversat
     finally:
         owner.close()
         other.close()
+
+
+@pytest.mark.process
+def test_several_workers_without_a_shared_store_are_refused() -> None:
+    """Issue 34 item 8: ``--workers 2`` without ``GATEWAY_REDIS_URL`` only warned and started (each worker its own
+    embedded store), while the chart refuses the same setup: one line, exit 2, as any bad setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", str(free_port()), "--workers", "2"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-800:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("thinkgate: --workers 2 without GATEWAY_REDIS_URL: each worker would keep its own")

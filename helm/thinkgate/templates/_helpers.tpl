@@ -168,6 +168,9 @@ Checks that fail the render with a clear message.
 {{- if and .Values.redis.existingSecretPassword (not .Values.auth.existingSecret) }}
 {{- fail "redis.existingSecretPassword needs auth.existingSecret" }}
 {{- end }}
+{{- if and (not (or .Values.redis.url .Values.bundledRedis.enabled)) (gt (int .Values.gateway.workers) 1) }}
+{{- fail (printf "gateway.workers %v without a shared store (redis.url empty, bundledRedis disabled): every worker would keep its own embedded store, and thinkgate serve refuses it. Set redis.url or bundledRedis.enabled, or gateway.workers: 1" .Values.gateway.workers) }}
+{{- end }}
 {{- if and (not (or .Values.redis.url .Values.bundledRedis.enabled)) (not .Values.allowEmbeddedStoreWithReplicas) }}
 {{- if .Values.autoscaling.enabled }}
 {{- fail "autoscaling.enabled without a shared store (redis.url empty, bundledRedis disabled): every pod would keep its own embedded store and a conversation whose requests land on different pods loses its thinking. Set redis.url or bundledRedis.enabled, or allowEmbeddedStoreWithReplicas: true to accept it" }}
