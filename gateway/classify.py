@@ -43,6 +43,9 @@ KINDS: tuple[str, ...] = (
 )
 # The kinds that mean "history or thinking was not replayed intact": they should sit at zero.
 SIGNATURE_KINDS: frozenset[str] = frozenset(KINDS[:7])
+# The thinking 400s the last resort answers with one degraded retry (``pipeline.distrust``): every signature-class kind
+# but the binding one, which has its own retry (by the block it names)
+DISTRUSTED_KINDS: frozenset[str] = SIGNATURE_KINDS - {"binding_mismatch"}
 
 _I = re.IGNORECASE
 # THE table. Ordered: first match wins. Patterns are matched against the unwrapped messages,

@@ -108,7 +108,7 @@ BINDING_DROP_REASONS = frozenset({"prefix_binding_mismatch", "model_binding_mism
 BINDING_RETRY_OUTCOMES = frozenset({"ok", "failed", "other"})
 # the last resort (``pipeline.distrust``): the other thinking 400s, each answered by one retry with every replayed
 # reasoning degraded
-THINKING_RETRY_KINDS = frozenset(classify.SIGNATURE_KINDS - {"binding_mismatch"}) | {"other"}
+THINKING_RETRY_KINDS = classify.DISTRUSTED_KINDS | {"other"}
 
 
 def label(value: object, allowed: frozenset[str]) -> str:

@@ -301,7 +301,7 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
         turn = matched[last_assistant]
         ex.scid, ex.expected_position = turn.scid, turn.position + 1
         ex.fork = not rebuilt and result is not None and _left_path(ex, msgs, last_assistant, turn, result)
-    elif last_assistant is not None and _tail_unrecorded(ex, msgs, matched):
+    elif last_assistant is not None and _tail_unrecorded(ex, msgs, matched, result):
         # the latest assistant messages are turns not recorded yet (served while the store was away, on their way
         # to it: ``record_retry``): the answer goes after them, at the place the request gives it, as they will
         ex.expected_position = sum(1 for m in msgs if m.role == "assistant")
@@ -315,16 +315,21 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
         ex.scid, ex.expected_position = new_scid(), 0
 
 
-def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any]) -> bool:
+def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any], result: LoadResult | None) -> bool:
     """The request replays the identified conversation from its start, each matched message at its turn's place, and
-    only assistant messages after the last matched one are unmatched (turns the store has not received yet)."""
-    if not matched or ex.scid is None:
+    each unmatched one at a place the store has not received (turns served while it was away, on their way to it;
+    a turn of another replica's may land after a later one). An unmatched message where the store holds a turn is
+    the client's own path: not this rule's."""
+    conv = result.conversations.get(ex.scid) if result is not None and ex.scid is not None else None
+    if not matched or conv is None:
         return False
     assistants = 0
     for i, m in enumerate(msgs):
         if m.role != "assistant":
             continue
         turn = matched.get(i)
+        if turn is None and conv.turn_at(assistants) is not None:
+            return False
         if turn is not None and (turn.scid != ex.scid or turn.position != assistants):
             return False
         assistants += 1
@@ -383,10 +388,6 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     return True
 
 
-# the thinking 400s the last resort answers (a binding 400 has its own retry, by the block it names)
-DISTRUSTED_KINDS = classify.SIGNATURE_KINDS - {"binding_mismatch"}
-
-
 def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
     """The last resort after a thinking 400 (``classify``: a signature-class kind) from any upstream: the request
     again with every replayed reasoning degraded (``sanitize.distrust``), so that it can be retried once. Returns the
@@ -394,7 +395,7 @@ def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
     if status != 400 or ex.request is None:
         return None
     kind = classify.classify(status, body)
-    if kind not in DISTRUSTED_KINDS:
+    if kind not in classify.DISTRUSTED_KINDS:
         return None
     req = ex.request
     actions = sanitize.distrust(req, gw.router.caps_for(req.model), _policy(ex, gw), ex.betas)
