@@ -50,8 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # ------------------------------------------------------------------ tiers
 # ``unit``: no child process, no socket (``pytest -m unit``, run first by CI, well under a minute). Every other
 # test is ``process``: it uses a fixture below (directly or through its own fixtures), or a store backend
-# parameter that is a real Redis, or says so with ``@pytest.mark.process``. A unit test that opens a socket or
-# starts a process fails (``_unit_guard``): the tier cannot quietly grow slow.
+# parameter that is a real Redis, or says so with ``@pytest.mark.process`` (or is a ``slow`` soak). A unit test that
+# opens a socket or starts a process fails (``_unit_guard``): the tier cannot quietly grow slow.
 PROCESS_FIXTURES = frozenset({
     "sim", "gateways", "gateway", "redis_server", "redis_url", "redis_cluster", "redis_cluster_url", "cluster6",
     "restartable_redis", "provider_gateway", "provider_pair", "private_redis", "hostile_gw", "seeded",
@@ -63,6 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         process = (item.get_closest_marker("process") is not None
+                   or item.get_closest_marker("slow") is not None  # a soak: never in the unit tier
                    or not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
                    or params.get("backend") in PROCESS_BACKENDS)
         item.add_marker(pytest.mark.process if process else pytest.mark.unit)
