@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from gateway.dialects.routing import Router
 from gateway.hints import ConversationHints
 from gateway.journal import Journal
 from gateway.metrics import TenantLabels
@@ -13,7 +14,6 @@ from gateway.model_lists import ModelLists
 from gateway.record_retry import RecordRetry
 from gateway.records import RecordCaches
 from gateway.replay_memo import ReplayMemo
-from gateway.routing import Router
 from gateway.settings import DEFAULT_METRICS_TENANTS, Settings
 from gateway.splice import RecordedJson
 from gateway.tracing import Tracing

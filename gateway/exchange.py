@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.actions import Action
 from gateway.continuation import Continuation
+from gateway.dialects.routing import ModelCaps
 from gateway.protocols.canonical import Message, Request, Turn
 from gateway.vocab import ClientDialect, Endpoint, Via
 from state.store import LoadQuery
@@ -23,7 +24,8 @@ class Exchange:
     headers: dict[str, str]          # client headers, lowercase names
     query: str
     raw_body: bytes
-    upstream: str = "anthropic"      # the upstream dialect (routing table)
+    upstream: str = "anthropic"      # the upstream's name (routing table)
+    caps: ModelCaps | None = None    # the model's capabilities: the request's one routing decision (None: not yet)
     request: Request | None = None
     tenant: str | None = None        # HMAC prefix of the credential, never the credential
     previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import classify, identity, logs, routing
+from gateway import classify, identity, logs
 from gateway.actions import Action, ActionKind, action_kind
+from gateway.dialects import registry, routing
+from gateway.dialects.params import REFUSABLE, metric_label
 from gateway.logs import Observation
-from gateway.protocols.params import REFUSABLE, metric_label
 from gateway.protocols.usage import TOKEN_KEYS, token_counts
 from gateway.surfaces import SURFACES, surface_for_path
 from state.store import (
@@ -43,8 +44,7 @@ log = logging.getLogger("thinkgate.metrics")
 
 INTERNAL_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # not counted, not logged at INFO
 ENDPOINTS = frozenset({s.label for s in SURFACES} | {"other"})  # the surfaces' labels (``gateway.surfaces``)
-UPSTREAMS = frozenset({"anthropic", "gemini", "vertex", "openai", "openrouter", "copilot", "deepseek", "responses",
-                       "none", "other"})
+UPSTREAMS = registry.UPSTREAM_LABELS  # the upstreams' names: the dialects' kinds and flavors, "none", "other"
 STATUS_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx", "other"})
 DIALECTS = frozenset({s.dialect for s in SURFACES} | {"other"})  # the surfaces' client protocols
 ERROR_KINDS = frozenset(classify.KINDS)
@@ -73,7 +73,7 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``protocols.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
-PARAM_ROUTES = frozenset({"openai", "anthropic", "gemini", "responses", "other"})
+PARAM_ROUTES = registry.PARAM_ROUTES  # the chat surface's routes: the dialects' kinds, "other"
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
 # timeout and its retry, failed, or its breaker was open; or there is no store (state machine off) or no

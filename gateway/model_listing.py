@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 from gateway import identity
 from gateway.deps import Gateway
-from gateway.dialects import UPSTREAM_DIALECTS
+from gateway.dialects import registry
+from gateway.dialects.transport import UPSTREAM_DIALECTS
 from gateway.errors import ClientError, Dialect, GatewayError
 from gateway.model_lists import (
     Listed,
@@ -32,15 +33,15 @@ from gateway.surfaces import dialect_by_headers
 
 log = logging.getLogger("thinkgate.endpoints")
 LIST_TIMEOUT_S = 10.0
-# the upstream kinds each listing protocol asks (the client's key goes to those only)
-_KINDS = {"anthropic": ("anthropic",), "gemini": ("gemini",), "openai": ("openai", "responses")}
 
 
 def _upstreams(gw: Gateway, dialect: str) -> list[tuple[str, str]]:
-    """(upstream name, kind) of the configured upstreams the listing asks."""
-    kinds = {"anthropic": "anthropic", "gemini": "gemini", "openai": "openai"}
+    """(upstream name, kind) of the configured upstreams the listing asks: those whose dialect entry is listed in
+    the request's protocol (the client's key goes to those only)."""
+    kinds = {kind: kind for kind in registry.BARE_ROUTES}  # the built-in upstreams are named after their kinds
     kinds.update({name: r.kind for name, r in gw.router.named_upstreams().items()})
-    return [(name, kinds[name]) for name in gw.upstreams if kinds.get(name) in _KINDS[dialect]]
+    return [(name, kinds[name]) for name in gw.upstreams
+            if name in kinds and registry.dialect(kinds[name]).listed_for == dialect]
 
 
 async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[str, str]) -> list[Listed]:
@@ -59,7 +60,8 @@ async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[
         if status != 200:
             log.info("upstream %s: no model list (HTTP %d)", name, status)
             return []
-        models = [m for m in parse_list(kind, name, body) if gw.router.caps_for(m.id).upstream == name]
+        models = [m for m in parse_list(registry.dialect(kind).list_key, name, body)
+                  if gw.router.caps_for(m.id).upstream == name]
     gw.model_lists.put(tenant, name, models)
     return models
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
+from gateway.dialects.routing import Router
 from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import JSON
-from gateway.routing import Router
 
 TTL_S = 300.0          # how long a worker keeps one upstream's list for one tenant
 MAX_LISTS = 1024       # (tenant, upstream) lists each worker keeps (LRU)
@@ -49,8 +49,10 @@ class Listed:
     raw: dict[str, JSON] = field(default_factory=dict)  # Gemini's own entry, relayed as it came
 
 
-def parse_list(kind: str, upstream: str, body: bytes) -> list[Listed]:
-    """An upstream's list answer -> its models (an answer of another shape lists none)."""
+def parse_list(list_key: str, upstream: str, body: bytes) -> list[Listed]:
+    """An upstream's list answer -> its models (an answer of another shape lists none). ``list_key``: the key of
+    its entries (``Dialect.list_key``): ``models`` holds Gemini's ``name`` entries, any other OpenAI's or
+    Anthropic's ``id`` ones."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -58,7 +60,7 @@ def parse_list(kind: str, upstream: str, body: bytes) -> list[Listed]:
     if not isinstance(data, dict):
         return []
     out: list[Listed] = []
-    if kind == "gemini":
+    if list_key == "models":
         for m in _dicts(data.get("models")):
             name = m.get("name")
             if isinstance(name, str) and name:

@@ -17,15 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects import registry
+from gateway.dialects.routing import ModelCaps, reads_thinking
 from gateway.protocols.canonical import THINKING_TYPES, Message
 from gateway.recorded import RecordedTurn
-from gateway.routing import ModelCaps, reads_thinking
 
 
 def apply(msgs: list[Message], matched: Mapping[int, RecordedTurn], model: str, caps: ModelCaps) -> list[Action]:
     """Apply the rule to each matched assistant message of ``msgs`` (replaced, never changed in place)."""
     actions: list[Action] = []
-    if caps.kind != "anthropic":
+    if not registry.of(caps).thinking_blocks:
         return actions  # Anthropic thinking going to another kind of upstream: sanitize's foreign-reasoning rule
     readable: dict[str, bool] = {}  # producer -> whether ``model`` reads its blocks (asked once per request)
     for i, turn in matched.items():

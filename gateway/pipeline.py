@@ -35,6 +35,9 @@ from gateway import (
 )
 from gateway.actions import UNCHANGED, Action, ActionKind, action_kind
 from gateway.deps import Gateway
+from gateway.dialects import registry
+from gateway.dialects.entry import Dialect
+from gateway.dialects.routing import ModelCaps
 from gateway.errors import bad_request
 from gateway.exchange import Exchange
 from gateway.hints import edge_tool_ids
@@ -203,7 +206,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         if rebuilt is not None:
             fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
             fixed.changed = True
-        caps = gw.router.caps_for(req.model)
+        caps = route_of(ex, gw)
         fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
         fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
     policy = _policy(ex, gw)
@@ -237,6 +240,15 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
 OUTAGE_GRACE_S = 15.0
 
 
+def route_of(ex: Exchange, gw: Gateway) -> ModelCaps:
+    """The capabilities of the request's model: the surface's one routing decision (``Exchange.caps``), or the
+    router's for an exchange no surface routed (the pipeline driven directly)."""
+    if ex.caps is None:
+        assert ex.request is not None
+        ex.caps = gw.router.caps_for(ex.request.model)
+    return ex.caps
+
+
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
     s = gw.settings
     seals = provider_seal.seals_for(s.secret, s.previous_secret, ex.tenant) if ex.tenant is not None else None
@@ -248,8 +260,8 @@ def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: d
     (``gateway.prefix``); what was sent is recorded with the answer."""
     assert ex.request is not None
     req = ex.request
-    caps = gw.router.caps_for(req.model)
-    if caps.kind != "anthropic" or not caps.prefix_bound:
+    caps = route_of(ex, gw)
+    if not registry.of(caps).keeps_prefix(caps):
         return
     history: prefix.Recorded | None = None
     inserted: dict[int, list[dict[str, Any]]] = {}
@@ -372,7 +384,7 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     req = ex.request
     # the model binds (it answered the binding 400), whatever the table says: such models cannot disable thinking
     # (an absent config is adaptive on them), so a loop left without its thinking travels as text (1.8, 1.9)
-    caps = dataclasses.replace(gw.router.caps_for(req.model), can_disable_thinking=False, prefix_bound=True)
+    caps = dataclasses.replace(route_of(ex, gw), can_disable_thinking=False, prefix_bound=True)
     policy = _policy(ex, gw)
     actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.betas)
     if not actions:
@@ -398,7 +410,7 @@ def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
     if kind not in classify.DISTRUSTED_KINDS:
         return None
     req = ex.request
-    actions = sanitize.distrust(req, gw.router.caps_for(req.model), _policy(ex, gw), ex.betas)
+    actions = sanitize.distrust(req, route_of(ex, gw), _policy(ex, gw), ex.betas)
     if not set(map(action_kind, actions)) - UNCHANGED:
         return None
     ex.actions = ex.actions + actions
@@ -410,19 +422,20 @@ def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
     return kind
 
 
-def retry_kind(ex: Exchange, gw: Gateway, upstream: str, status: int, body: bytes) -> str | None:
-    """Whether an ``upstream`` (its dialect's kind) error is answered by one retry of a changed request, and the
-    error's kind: a binding 400 from an Anthropic upstream (``strip_bound``), else a thinking 400 (``distrust``).
-    None: the error stands."""
-    if upstream == "anthropic" and strip_bound(ex, gw, status, body):
+def retry_kind(ex: Exchange, gw: Gateway, upstream: Dialect, status: int, body: bytes) -> str | None:
+    """Whether an ``upstream`` error is answered by one retry of a changed request, and the error's kind: a binding
+    400 from an upstream that binds thinking (``strip_bound``), else a thinking 400 (``distrust``). None: the error
+    stands."""
+    if upstream.binding_retry and strip_bound(ex, gw, status, body):
         return "binding_mismatch"
     return distrust(ex, gw, status, body)
 
 
 def encode(ex: Exchange, gw: Gateway) -> None:
-    """Untouched Anthropic requests are forwarded byte-for-byte; anything else is encoded, splicing the JSON
+    """The default encoder, an Anthropic surface's request to the Anthropic upstream (``Codec.encoder`` None):
+    untouched, forwarded byte-for-byte; anything else is encoded, splicing the JSON
     of messages encoded before (``gateway.splice``) when no stage changed a message in place."""
-    if not ex.continuation.changed and ex.dialect == ex.upstream == "anthropic":
+    if not ex.continuation.changed:
         ex.outgoing = ex.raw_body
         return
     assert ex.request is not None

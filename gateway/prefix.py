@@ -34,9 +34,10 @@ import orjson
 
 from gateway import sanitize
 from gateway.actions import Action, ActionKind
+from gateway.dialects import registry
+from gateway.dialects.routing import ModelCaps
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import JSON, Message, Request
-from gateway.routing import ModelCaps
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 TOOL_CHANGES_BETA = "mid-conversation-tool-changes-2026-07-01"
@@ -171,7 +172,7 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
     the recorded position of each (both by its index in ``req.messages``). Changes ``req`` in place (its messages
     get a new list)."""
     out = Outcome()
-    if caps.kind != "anthropic" or not caps.prefix_bound:
+    if not registry.of(caps).keeps_prefix(caps):
         return out
     params = req.params
     system, tools = params.get("system", ABSENT), params.get("tools", ABSENT)

@@ -35,7 +35,9 @@ the reference's Anthropic rules):
    item it preceded (``responses_upstream.sendable``); one the client's changes parted from that item is dropped
    (``reasoning_unpaired``), never sent for the upstream to refuse ("... without its required following item").
 9. OpenAI-compatible upstreams: each flavor's message-level reasoning fields, whole or degraded the way its
-   upstream accepts, and the reasoning parameter consistent with what remains (``sanitize_compat``).
+   upstream accepts, and the reasoning parameter consistent with what remains (``gateway.dialects.openai_compat``).
+
+Which rules apply is the route's dialect entry's to say (``gateway.dialects.registry``): no kind is compared here.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
-from gateway import sanitize_compat
 from gateway.actions import Action, ActionKind, action_kind
+from gateway.dialects import registry
+from gateway.dialects.entry import FieldsContext
+from gateway.dialects.routing import ModelCaps, origin_of
 from gateway.protocols.canonical import (
     CLIENT,
     COMPACTION,
@@ -67,8 +71,7 @@ from gateway.protocols.canonical import (
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE
 from gateway.protocols.provider_seal import NO_SEALS, Seals
 from gateway.protocols.responses_upstream import sendable
-from gateway.routing import ModelCaps, origin_of
-from gateway.toolchain import ChainFold, chain_fold, fold_intact, repair_tool_chain, textualize
+from gateway.toolchain import ChainFold, chain_fold, current_turn_start, fold_intact, repair_tool_chain, textualize
 
 INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 MIN_BUDGET = 1024
@@ -211,6 +214,7 @@ def _seeds(prior: Sanitized, msgs: list[Message], key: tuple[ModelCaps, str, Pol
 def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps: ModelCaps, target: str,
               policy: Policy, betas: frozenset[str], seed: Sanitized | None) -> SanitizeResult:
     actions: list[Action] = []
+    rules = registry.of(caps)
     msgs = req.messages
     key = (caps, target, policy)
     start = seed.count if seed is not None else 0
@@ -226,7 +230,7 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
             exact = i in marks
             verbatim += exact
             _foreign_reasoning(m, i, caps, target, policy, actions)
-            if caps.kind == "responses":
+            if rules.paired_reasoning:
                 _unpaired_reasoning(m, i, actions)
             _clean_assistant(m, i, exact, verified, policy, actions)
         elif m.role == "user":
@@ -240,11 +244,11 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
     if not fold_intact(chain):
         actions += repair_tool_chain(msgs)
         loop_from = (0, NO_LOOP)
-    if caps.kind == "gemini" or (caps.family == "gemini" and caps.flavor == "generic"):
+    if rules.signs_calls(caps):
         _gemini_signatures(msgs, target, policy.gemini_bypass, actions)
-    if caps.kind == "openai":
-        sanitize_compat.run(req, caps, target, policy.unverifiable, trailing_loop_start, actions, policy.seals)
-    if caps.kind != "anthropic":
+    rules.sanitize_fields(req, FieldsContext(caps, target, policy.unverifiable, trailing_loop_start, policy.seals),
+                          actions)
+    if not rules.thinking_blocks:
         _no_trailing_thinking(msgs, actions)
         return SanitizeResult(actions, None, start)
     loop: LoopFold | None = None
@@ -341,7 +345,8 @@ def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy:
     if m.raw_blocks is not None and m.provider is None:
         return  # undecoded client JSON from the Anthropic decoder: no provider data to judge
     p = m.provider
-    if p is not None and not (p.origin == target or (p.origin == CLIENT and caps.kind == "openai")):
+    rules = registry.of(caps)
+    if p is not None and not (p.origin == target or (p.origin == CLIENT and rules.judges_client_fields)):
         m.provider = None
         actions.append(Action(ActionKind.DROPPED, i, "foreign_reasoning"))
     out: list[Block] = []
@@ -359,7 +364,7 @@ def _foreign_reasoning(m: Message, i: int, caps: ModelCaps, target: str, policy:
             out.append(replace(b, sig=None))
             if b.sig.origin != CLIENT:
                 actions.append(Action(ActionKind.DROPPED, i, "foreign_signature"))
-        elif caps.kind != "anthropic" and b.type in THINKING_TYPES:
+        elif not rules.thinking_blocks and b.type in THINKING_TYPES:
             changed = True
             if policy.unverifiable == "text" and isinstance(b, ThinkingBlock) and (b.thinking or "").strip():
                 out.append(TextBlock(b.thinking or ""))
@@ -391,7 +396,7 @@ def _gemini_signatures(msgs: list[Message], target: str, bypass: str | None, act
     results; in it, every assistant message's first tool call is signed, by a record or the bypass.
     Without a bypass an unsigned step and its results become text, which (a user message with text)
     moves the current turn past them; the steps after it are still checked."""
-    for i in range(sanitize_compat.current_turn_start(msgs), len(msgs)):
+    for i in range(current_turn_start(msgs), len(msgs)):
         m = msgs[i]
         if m.role != "assistant":
             continue

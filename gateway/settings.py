@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal
 
+from gateway.dialects.routing import FLAVORS, RouteError, Router, parse_routes
 from gateway.protocols.gemini_parts import BYPASS_SIGNATURE, BYPASS_VALUES
-from gateway.routing import FLAVORS, RouteError, Router, parse_routes
 from gateway.urls import credentials_problem, display_url, redact_urls
 from state.factory import check_store_url
 
@@ -85,7 +85,7 @@ class Settings:
     gemini_base_url: str = "https://generativelanguage.googleapis.com"
     openai_base_url: str | None = None     # the default OpenAI-compatible upstream (unset: none)
     openai_flavor: str = "generic"         # generic | openrouter | copilot | deepseek
-    routes: str = ""                       # extra routes, see gateway.routing.parse_routes
+    routes: str = ""                       # extra routes, see gateway.dialects.routing.parse_routes
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0          # idle time between upstream bytes
     upstream_retries: int = 0              # retries before the first byte (429/503/529, refused); gateway.retry

@@ -232,3 +232,18 @@ def content_text(content: Any) -> str:
 def _unique(ids: list[str]) -> list[str]:
     seen: set[str] = set()
     return [t for t in ids if not (t in seen or seen.add(t))]  # type: ignore[func-returns-value]
+
+
+def opens_turn(m: Message) -> bool:
+    """A message with content other than tool results (a user message of it opens a new turn)."""
+    return any(not isinstance(b, ToolResultBlock) for b in m.content)
+
+
+def current_turn_start(msgs: list[Message]) -> int:
+    """Where the current turn starts: after the last user message with content other than tool results (Gemini's
+    "current turn", reference 2.2)."""
+    start = 0
+    for i, m in enumerate(msgs):
+        if m.role == "user" and opens_turn(m):
+            start = i + 1
+    return start

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import logs, routing
+from gateway import logs
+from gateway.dialects import routing
 
 if TYPE_CHECKING:
     from state.records import ConversationState

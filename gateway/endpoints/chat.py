@@ -10,6 +10,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway import pipeline, surfaces
+from gateway.dialects import params, registry
 from gateway.endpoints.handler import Codec, Relay, endpoint, unreadable
 from gateway.protocols import openai_chat, openai_chat_messages, openai_chat_stream, provider_seal
 from gateway.protocols.canonical import Message, Request, Turn
@@ -17,22 +18,17 @@ from gateway.streaming.accumulate import Snapshot
 from gateway.upstream import UpstreamResponse
 
 
-def _provider_fields(kind: str) -> bool:
-    """Whether the client's message-level reasoning fields are read as provider data (an OpenAI-compatible
-    upstream's, or the summary of a Responses upstream's reasoning item: never Anthropic thinking)."""
-    return kind in ("openai", "responses")
-
-
 class ChatCompletions(Codec):
     surface, hides = surfaces.CHAT_COMPLETIONS, frozenset({"content-type"})  # (the answer is re-encoded)
 
     def decoder(self) -> pipeline.ReplayDecoder:
         def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
-            kind = self.caps_of(body).kind
-            return openai_chat.decode_request(body, provider_fields=_provider_fields(kind), replayed=kept, route=kind,
+            caps = self.caps_of(body)  # the client's reasoning fields: provider data, or thinking (the dialect's)
+            return openai_chat.decode_request(body, provider_fields=registry.of(caps).provider_fields, replayed=kept,
+                                              route=params.route_of(caps.kind),
                                               drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
-            kept, tail, len(body["messages"]), provider_fields=_provider_fields(self.caps_of(body).kind)))
+            kept, tail, len(body["messages"]), provider_fields=registry.of(self.caps_of(body)).provider_fields))
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,

@@ -24,7 +24,10 @@ from starlette.responses import Response
 
 from gateway import metrics, pipeline
 from gateway.deps import Gateway
-from gateway.dialects import UPSTREAM_DIALECTS, Call, route
+from gateway.dialects import registry
+from gateway.dialects.params import DROPPED_PARAMS
+from gateway.dialects.routing import ModelCaps
+from gateway.dialects.transport import UPSTREAM_DIALECTS, Call, route
 from gateway.endpoints.common import (
     call_upstream,
     exchange_from,
@@ -37,9 +40,7 @@ from gateway.errors import GatewayError, render_error
 from gateway.exchange import Exchange
 from gateway.protocols.canonical import Message, Request, Turn
 from gateway.protocols.gemini_parts import Mint
-from gateway.protocols.params import DROPPED_PARAMS
 from gateway.records import lift_turn
-from gateway.routing import ModelCaps
 from gateway.streaming.accumulate import Snapshot
 from gateway.streaming.relay import StreamEncoder
 from gateway.streaming.translate import TranslatedStream
@@ -68,6 +69,7 @@ class Codec:
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
+        self._model: str | None = None
 
     def setup(self, request: HTTPRequest) -> None:
         """What the surface takes from the HTTP request besides its body and headers, before the body is read (it
@@ -80,16 +82,24 @@ class Codec:
         raise NotImplementedError
 
     def caps_of(self, body: Any) -> ModelCaps:
-        """The capabilities of a parsed body's model, for a decoder that depends on them (a lookup, not routing)."""
+        """The capabilities of a parsed body's model, for a decoder that depends on them (``caps_for``)."""
         model = body.get("model") if isinstance(body, dict) else None
-        return self.gw.router.caps_for(model if isinstance(model, str) else "")
+        return self.caps_for(model if isinstance(model, str) else "")
+
+    def caps_for(self, model: str) -> ModelCaps:
+        """The router's answer for ``model``, asked once per request (a decoder's lookup and the routing itself read
+        the same answer)."""
+        if self.ex.caps is None or self._model != model:
+            self._model, self.ex.caps = model, self.gw.router.caps_for(model)
+        return self.ex.caps
 
     def encoder(self) -> pipeline.Encoder | None:
         return lambda req: UPSTREAM_DIALECTS[self.call.caps.kind].encode(self.call, self.ex, self.gw)
 
     def routed(self, req: Request) -> Request:
         """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called."""
-        caps = UNROUTED if self.kinds is None else route(self.gw.router, self.gw.upstreams, req.model, self.kinds)
+        found = self.caps_for(req.model)
+        caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
         self.call = Call(caps, req)
         metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), caps.kind)  # (a surface that may drop some)
@@ -194,7 +204,7 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
         resp, body = await while_client_waits(request, call)
         if span is not None:
             span.set_attribute("http.response.status_code", resp.status)
-    retried = pipeline.retry_kind(ex, gw, codec.call.caps.kind, resp.status, body) if body is not None else None
+    retried = pipeline.retry_kind(ex, gw, registry.of(codec.call.caps), resp.status, body) if body is not None else None
     if retried is not None:
         # a binding 400 (stale blocks removed) or another thinking 400 (every replayed reasoning degraded): one retry
         retry = _retry_body(codec)

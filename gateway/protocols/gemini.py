@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from gateway.dialects.params import CLIENT_PARAMS
 from gateway.errors import bad_request
 from gateway.protocols.canonical import (
     CLIENT,
@@ -46,7 +47,6 @@ from gateway.protocols.gemini_parts import (
     map_responses,
     part_from_block,
 )
-from gateway.protocols.params import CLIENT_PARAMS
 from gateway.protocols.usage import from_gemini
 
 NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``

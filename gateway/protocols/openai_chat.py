@@ -12,7 +12,7 @@ business of ``openai_chat_messages``):
   function tools (wrapped or flat) -> Anthropic tools (``function.strict`` -> ``strict``);
   ``user`` / ``safety_identifier`` -> ``metadata``; ``response_format`` json_schema ->
   ``output_config.format``; ``service_tier`` auto/default -> auto/standard_only.
-- Every other parameter is judged by the one table (``gateway.protocols.params``) for the
+- Every other parameter is judged by the one table (``gateway.dialects.params``) for the
   ``route`` the model goes to: what that upstream cannot honour is a 400 naming the
   parameters, or with ``drop_unsupported`` (GATEWAY_DROP_UNSUPPORTED_PARAMS) dropped and
   listed in ``surface[DROPPED_PARAMS]`` for the endpoint to count and log. The client's
@@ -33,12 +33,20 @@ import re
 import secrets
 from typing import Any
 
+from gateway.dialects.params import (
+    ANTHROPIC_SERVICE_TIERS,
+    CLIENT_PARAMS,
+    DROPPED_PARAMS,
+    Route,
+    maps,
+    refusal,
+    unsupported,
+)
+from gateway.dialects.routing import caps_for
 from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, Turn
 from gateway.protocols.openai_chat_messages import assistant_message, decode_messages, system_of
-from gateway.protocols.params import ANTHROPIC_SERVICE_TIERS, CLIENT_PARAMS, DROPPED_PARAMS, Route, refusal, unsupported
 from gateway.protocols.provider_seal import Seal
-from gateway.routing import caps_for
 
 DEFAULT_MAX_TOKENS = 8192
 EFFORT_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 24576}
@@ -97,12 +105,12 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     if user is not None:
         params["metadata"] = {"user_id": user}
     output_config = body.get("output_config")
-    fmt = _output_format(body.get("response_format")) if route != "openai" else None
+    fmt = _output_format(body.get("response_format")) if route is None or maps("response_format", route) else None
     if effort is not None or isinstance(output_config, dict) or fmt is not None:
         params["output_config"] = {**(output_config if isinstance(output_config, dict) else {}),
                                    **({"effort": effort} if effort else {}), **({"format": fmt} if fmt else {})}
     tier = body.get("service_tier")
-    if route in (None, "anthropic") and isinstance(tier, str) and tier in ANTHROPIC_SERVICE_TIERS:
+    if (route is None or maps("service_tier", route)) and isinstance(tier, str) and tier in ANTHROPIC_SERVICE_TIERS:
         params["service_tier"] = ANTHROPIC_SERVICE_TIERS[tier]
     for key in _VENDOR_PARAMS:
         if key in body:

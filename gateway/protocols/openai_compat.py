@@ -9,7 +9,7 @@ and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoni
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
 A request from a chat completions client (``Request.surface[CLIENT_PARAMS]``) keeps every other
 top-level field as the client sent it, in its order, its own reasoning fields included
-(``same_dialect``; the table is ``gateway.protocols.params``).
+(``same_dialect``; the table is ``gateway.dialects.params``).
 
 Answers (``decode_turn``): reasoning text (``reasoning_content`` / ``reasoning`` /
 ``reasoning_text``) -> a ``ThoughtBlock``; content -> text; tool calls -> tool_use
@@ -25,6 +25,9 @@ from typing import Any
 import orjson
 
 from gateway.credentials import credential_of
+from gateway.dialects import registry
+from gateway.dialects.params import CLIENT_PARAMS
+from gateway.dialects.routing import ModelCaps
 from gateway.errors import bad_request
 from gateway.protocols.canonical import (
     JSON,
@@ -41,10 +44,8 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.gemini_parts import openai_extra, signature_from_openai_extra
-from gateway.protocols.params import CLIENT_PARAMS
 from gateway.protocols.provider_seal import unsealed
 from gateway.protocols.usage import from_openai
-from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
 PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content")
@@ -88,10 +89,8 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     return same_dialect(body, client, req, caps) if isinstance(client, dict) else body
 
 
-# the reasoning parameters each flavor reads (OpenRouter: ``reasoning``, and ``reasoning_effort`` as its
-# shorthand; DeepSeek: ``reasoning_effort`` and ``thinking``; Copilot and generic: ``reasoning_effort``)
+# the reasoning parameters any flavor reads (each flavor's own: ``Flavor.reads``)
 _REASONING_KEYS = ("reasoning", "reasoning_effort", "thinking")
-_FLAVOR_READS = {"openrouter": ("reasoning", "reasoning_effort"), "deepseek": ("reasoning_effort", "thinking")}
 _OWNED = frozenset({"model", "messages", "stream", "stream_options", *_REASONING_KEYS})
 _SANITIZED = ("temperature", "top_p", "top_k")  # sent only while the canonical request still has them
 
@@ -119,7 +118,7 @@ def same_dialect(derived: dict[str, JSON], client: dict[str, JSON], req: Request
             reasoning["reasoning"] = trimmed
         else:
             del reasoning["reasoning"]
-    reads = _FLAVOR_READS.get(caps.flavor, ("reasoning_effort",))
+    reads = registry.flavor(caps.flavor).reads
     if any(k in reasoning for k in reads):  # the client's own choice stands; thinkgate adds none of its own
         for k in _REASONING_KEYS:
             derived.pop(k, None)
@@ -194,16 +193,7 @@ def _reasoning(req: Request, caps: ModelCaps, body: dict[str, JSON]) -> None:
     t = req.thinking
     if not isinstance(t, dict) or t.get("type") not in ("enabled", "adaptive"):
         return
-    budget = t.get("budget_tokens")
-    if caps.flavor == "openrouter":
-        body["reasoning"] = {"max_tokens": budget} if isinstance(budget, int) else {"effort": "medium"}
-        return
-    if caps.flavor in ("copilot", "deepseek"):
-        return  # the model decides (deepseek-reasoner always thinks); no documented parameter to send
-    if isinstance(budget, int):
-        body["reasoning_effort"] = "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
-    else:
-        body["reasoning_effort"] = "medium"
+    registry.flavor(caps.flavor).reasoning(t, body)
 
 
 def assistant(m: Message) -> dict[str, JSON]:

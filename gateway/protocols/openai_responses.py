@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.dialects.params import RESPONSES_PARAMS
 from gateway.errors import ClientError, bad_request
 from gateway.protocols.canonical import (
     JSON,
@@ -48,7 +49,6 @@ from gateway.protocols.canonical import (
     Turn,
 )
 from gateway.protocols.openai_chat import max_tokens_of, reasoning_of, tool_and_sampling_params
-from gateway.protocols.params import RESPONSES_PARAMS
 from gateway.protocols.responses_upstream import minted_item
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from gateway.dialects.params import RESPONSES_PARAMS
+from gateway.dialects.routing import ModelCaps
 from gateway.errors import bad_request
 from gateway.protocols.canonical import (
     JSON,
@@ -47,9 +49,7 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_chat import EFFORT_BUDGETS
 from gateway.protocols.openai_compat import choice_fields, image_url, system_text, tool_function
-from gateway.protocols.params import RESPONSES_PARAMS
 from gateway.protocols.responses_passthrough import same_dialect
-from gateway.routing import ModelCaps
 from gateway.toolchain import content_text
 
 INCLUDE = ["reasoning.encrypted_content"]

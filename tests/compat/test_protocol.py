@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from gateway.dialects.routing import ModelCaps
 from gateway.errors import upstream_error
 from gateway.protocols import openai_compat
 from gateway.protocols.canonical import (
@@ -19,7 +20,6 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.openai_compat_stream import CompatTranslator
 from gateway.records import lift_turn
-from gateway.routing import ModelCaps
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "openrouter/google/gemini-3-pro-preview"

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.dialects.routing import FLAVORS
 from gateway.protocols.gemini_parts import BYPASS_VALUES
-from gateway.routing import FLAVORS
 from gateway.settings import BYPASS_OFF, Settings
 from state.factory import open_store
 

@@ -197,8 +197,8 @@ def env_file(path: Path) -> dict[str, str]:
 def upstream_families() -> dict[str, str]:
     """Every family of upstream thinkgate calls (``gateway.dialects``: its upstream kinds, the OpenAI-compatible one
     once per flavor but the generic one) -> a model the compose routing sends there."""
-    from gateway.dialects import UPSTREAM_DIALECTS
-    from gateway.routing import FLAVORS
+    from gateway.dialects.routing import FLAVORS
+    from gateway.dialects.transport import UPSTREAM_DIALECTS
 
     families = [k for k in UPSTREAM_DIALECTS if k != "openai"] + [f for f in FLAVORS if f != "generic"]
     models = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview", "openrouter": "x-ai/grok-4",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.routing import FLAVORS, KINDS
+from gateway.dialects.routing import FLAVORS, KINDS
 from tests.e2e.readme import blocks, commands, section, start_command, wait_ready
 from tests.process_fixtures import ServerProcess, free_port
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from gateway import context_edits, model_switch
 from gateway.actions import Action, ActionKind
+from gateway.dialects.routing import caps_for, reads_thinking
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.recorded import RecordedTurn
 from gateway.repair_state import RepairResult
-from gateway.routing import caps_for, reads_thinking
 from gateway.sanitize import Policy, sanitize
 from gateway.streaming.accumulate import Snapshot, accumulate, message_dict
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.credentials import credential_of
-from gateway.dialects import gemini_headers
+from gateway.dialects.transport import gemini_headers
 from gateway.errors import ClientError
 
 

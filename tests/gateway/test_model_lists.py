@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from gateway.dialects.routing import Router, parse_routes
 from gateway.errors import ClientError
 from gateway.model_lists import Listed, ModelLists, anthropic_list, gemini_list, openai_list, parse_list, route_models
-from gateway.routing import Router, parse_routes
 from gateway.surfaces import dialect_for_request
 
 MODELS = [Listed(m, "anthropic", created_at="2025-11-24T00:00:00Z") for m in ("a", "b", "c")]
@@ -28,15 +28,15 @@ def test_anthropic_pages_as_the_api_does() -> None:
 
 
 def test_parse_each_upstreams_list_and_render_each_shape() -> None:
-    gem = parse_list("gemini", "gemini", orjson.dumps({"models": [{"name": "models/gemini-3-pro-preview",
+    gem = parse_list("models", "gemini", orjson.dumps({"models": [{"name": "models/gemini-3-pro-preview",
                                                                     "displayName": "Gemini 3 Pro"}, "junk"]}))
     assert [(m.id, m.display_name) for m in gem] == [("gemini-3-pro-preview", "Gemini 3 Pro")]
     assert gemini_list(gem) == {"models": [{"name": "models/gemini-3-pro-preview", "displayName": "Gemini 3 Pro"}]}
-    oai = parse_list("openai", "responses", orjson.dumps({"object": "list", "data": [
+    oai = parse_list("data", "responses", orjson.dumps({"object": "list", "data": [
         {"id": "gpt-5", "created": 7, "owned_by": "system"}, {"id": ""}]}))
     assert openai_list(oai) == {"object": "list", "data": [{"id": "gpt-5", "object": "model", "created": 7,
                                                             "owned_by": "responses"}]}
-    assert parse_list("anthropic", "anthropic", b"<html>") == []
+    assert parse_list("data", "anthropic", b"<html>") == []
 
 
 def test_routes_that_name_a_model_are_listed_once() -> None:

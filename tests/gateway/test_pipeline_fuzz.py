@@ -12,11 +12,11 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.routing import caps_for
 from gateway.errors import ClientError
 from gateway.protocols import anthropic
 from gateway.recorded import Records
 from gateway.repair import repair
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 
 scalars = st.none() | st.booleans() | st.integers(-2, 5000) | st.floats(allow_nan=False) | st.text(max_size=12)

@@ -7,9 +7,9 @@ from typing import Any
 
 from gateway import prefix
 from gateway.actions import ActionKind
+from gateway.dialects.routing import ModelCaps, caps_for
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Request
-from gateway.routing import ModelCaps, caps_for
 from gateway.sanitize import Policy, strip_bound
 from state import codec
 from state.records import TurnRecord

@@ -13,6 +13,7 @@ import pytest
 
 from gateway import lookup as lookup_module
 from gateway.actions import ActionKind
+from gateway.dialects.routing import caps_for
 from gateway.lookup import lookup_hashes
 from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
@@ -22,7 +23,6 @@ from gateway.records import RecordCaches, records_from
 from gateway.repair import rebuild_history, repair
 from gateway.repair import run as repair_run
 from gateway.repair_state import RepairPrior
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.toolchain import NO_RESULT
 from state.hashing import exact_hash, replay_digest

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.actions import ActionKind
+from gateway.dialects.routing import caps_for
 from gateway.identity import build_query, identify_conversation
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message, Request
@@ -19,7 +20,6 @@ from gateway.recorded import Records
 from gateway.records import records_from
 from gateway.repair import repair
 from gateway.reshape import dropped_result_ids
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from state.hashing import replay_digest
 from state.keys import new_scid

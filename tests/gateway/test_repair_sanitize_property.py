@@ -13,12 +13,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.routing import caps_for
 from gateway.identity import RECENT_TURNS
 from gateway.paths import path_fingerprint
 from gateway.protocols import anthropic
 from gateway.recorded import RecordedTurn, Records, TurnsConversation
 from gateway.repair import repair
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter

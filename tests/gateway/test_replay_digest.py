@@ -10,11 +10,11 @@ import copy
 from typing import Any
 
 from gateway.actions import ActionKind
+from gateway.dialects.routing import caps_for
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import ProviderFields, Turn
 from gateway.records import records_from, turn_record
 from gateway.repair import repair
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize
 from state.hashing import replay_digest
 from state.keys import new_scid

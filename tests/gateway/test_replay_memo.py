@@ -19,13 +19,13 @@ from prometheus_client import REGISTRY
 
 from gateway import pipeline
 from gateway.app import Gateway
+from gateway.dialects.routing import caps_for
 from gateway.errors import GatewayError
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.recorded import Records
 from gateway.repair import repair
 from gateway.replay_memo import Carried, ReplayMemo, entry_cost, one_to_one
-from gateway.routing import caps_for
 from gateway.sanitize import NO_LOOP, Policy, Sanitized
 from gateway.upstream import forward_request_headers
 from state.sizing import held

@@ -17,8 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import dialects, pipeline
+from gateway import pipeline
 from gateway.app import Gateway
+from gateway.dialects import transport as dialects
 from gateway.endpoints import chat
 from gateway.errors import ClientError
 from gateway.protocols import anthropic, openai_chat

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.dialects.routing import ModelCaps, Router, parse_routes
 from gateway.protocols.canonical import (
     Message,
     ProviderSig,
@@ -28,7 +29,6 @@ from gateway.protocols.responses_upstream import (
 )
 from gateway.protocols.responses_upstream_stream import ResponsesTranslator
 from gateway.records import lift_turn
-from gateway.routing import ModelCaps, Router, parse_routes
 from gateway.sim.responses import Memory, ResponsesMinter, check, plan
 from gateway.sim.responses_stream import events
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn

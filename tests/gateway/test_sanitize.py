@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.actions import ActionKind
+from gateway.dialects.routing import caps_for
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Block
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, sanitize, trailing_loop_start
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter

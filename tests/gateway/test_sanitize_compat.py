@@ -1,5 +1,5 @@
-"""The OpenAI-compatible flavors' sanitize rules (``gateway/sanitize_compat.py``), pure: what a client's reasoning
-fields look like without a record, and what goes upstream."""
+"""The OpenAI-compatible flavors' sanitize rules (``gateway/dialects/openai_compat/fields.py`` and each flavor's
+subpackage), pure: what a client's reasoning fields look like without a record, and what goes upstream."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects import registry
+from gateway.dialects.routing import ModelCaps, Router, origin_of, parse_routes
 from gateway.protocols.canonical import (
     CLIENT,
     Message,
@@ -18,9 +20,7 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.routing import ModelCaps, Router, origin_of, parse_routes
 from gateway.sanitize import Policy, sanitize
-from gateway.sanitize_compat import whole
 
 ON = {"type": "enabled", "budget_tokens": 2048}
 COPILOT = ModelCaps("copilot", kind="openai", flavor="copilot", family="gemini")
@@ -47,6 +47,10 @@ def run(caps: ModelCaps, model: str, msgs: list[Message], thinking: dict[str, An
 
 def kinds(actions: list[Action]) -> list[tuple[ActionKind, str]]:
     return [(a.kind, a.detail) for a in actions]
+
+
+def whole(flavor: str, family: str, fields: dict[str, object]) -> bool:
+    return registry.flavor(flavor).whole(family, fields)  # type: ignore[arg-type]
 
 
 def test_whole_per_flavor() -> None:

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.continuation import sanitize_prior
+from gateway.dialects.routing import caps_for
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Message
 from gateway.recorded import ConversationView, RecordedTurn, Records
 from gateway.repair import repair
 from gateway.replay_memo import Carried, Ticket
-from gateway.routing import caps_for
 from gateway.sanitize import Policy, Sanitized, SanitizeResult, loop_fold, loop_start, sanitize, trailing_loop_start
 from gateway.sanitize import run as sanitize_run
 from gateway.toolchain import chain_fold, chain_intact

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.actions import ActionKind
+from gateway.dialects.routing import ModelCaps, caps_for, origin_of
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import (
     CLIENT,
@@ -19,7 +20,6 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
 )
 from gateway.protocols.provider_seal import seals_for
-from gateway.routing import ModelCaps, caps_for, origin_of
 from gateway.sanitize import Policy, distrust, sanitize
 from gateway.sim.rules import check_messages_request
 from gateway.sim.signing import Minter

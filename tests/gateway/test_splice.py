@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import dialects, pipeline, splice
+from gateway import pipeline, splice
 from gateway.app import Gateway
+from gateway.dialects import transport as dialects
 from gateway.endpoints import chat
 from gateway.protocols import anthropic, openai_chat
 from gateway.protocols.canonical import Message, TextBlock

@@ -62,15 +62,15 @@ def test_the_apps_client_routes_are_the_tables() -> None:
 def test_one_routing_rule_with_one_error_for_every_surface() -> None:
     """``dialects.route``: a model is served when its upstream is configured and of a kind the surface calls;
     else the same 400 ``model_not_supported`` whatever the surface (it was written three times, three texts)."""
-    from gateway.dialects import route
+    from gateway.dialects.routing import Router
+    from gateway.dialects.transport import route
     from gateway.errors import ClientError
-    from gateway.routing import Router
 
     router = Router()
-    assert route(router, {"anthropic"}, "claude-opus-4-5").upstream == "anthropic"
+    assert route(router.caps_for("claude-opus-4-5"), {"anthropic"}, "claude-opus-4-5").upstream == "anthropic"
     for configured, kinds in (({"gemini"}, ("anthropic", "gemini", "openai")), ({"anthropic"}, ("gemini",))):
         try:
-            route(router, configured, "claude-opus-4-5", kinds)
+            route(router.caps_for("claude-opus-4-5"), configured, "claude-opus-4-5", kinds)
         except ClientError as e:
             assert (e.status, e.code) == (400, "model_not_supported")
             assert e.message == "no upstream configured for model claude-opus-4-5 that this endpoint can call"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from gateway.dialects.routing import RouteError, Router, origin_of, parse_routes
 from gateway.protocols import anthropic, gemini
 from gateway.protocols.canonical import (
     CLIENT,
@@ -29,7 +30,6 @@ from gateway.records import (
     store_message,
     turn_record,
 )
-from gateway.routing import RouteError, Router, origin_of, parse_routes
 from gateway.settings import Settings, SettingsError
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
 

@@ -4,6 +4,7 @@ the bypass value where no record vouches for a signature."""
 from __future__ import annotations
 
 from gateway.actions import ActionKind
+from gateway.dialects.routing import Router
 from gateway.protocols.canonical import (
     CLIENT,
     Message,
@@ -16,7 +17,6 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.routing import Router
 from gateway.sanitize import Policy, sanitize
 
 GEM = "gemini/gemini-3-pro-preview"

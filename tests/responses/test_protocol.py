@@ -348,8 +348,8 @@ def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order()
     """Same dialect (``responses_passthrough``): the client's fields in its order and as sent, but for what
     thinkgate decides (model, input, instructions, stream, store: false, no previous_response_id, its include
     entry added); keys only thinkgate derived follow."""
+    from gateway.dialects.routing import Router
     from gateway.protocols import responses_upstream
-    from gateway.routing import Router
 
     body = {"text": {"verbosity": "high"}, "model": "gpt-5", "x_unknown": [1, {"a": None}],
             "previous_response_id": "resp_AbCdEfGhIjKlMnOpQrStUv.0", "include": ["file_search_call.results"],

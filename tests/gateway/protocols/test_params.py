@@ -1,4 +1,4 @@
-"""The chat completions parameter table (``gateway.protocols.params``) and the encoders that apply it (pure):
+"""The chat completions parameter table (``gateway.dialects.params``) and the encoders that apply it (pure):
 passed as received to an OpenAI-compatible upstream of every flavor, mapped to Anthropic and Gemini, refused
 (a 400 naming them) or, with the switch, dropped."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.params import BY_NAME, DROPPED_PARAMS, PARAMS, REFUSABLE, markdown_table, unsupported
+from gateway.dialects.routing import FLAVORS, ModelCaps
 from gateway.errors import ClientError
 from gateway.protocols import anthropic, gemini, openai_compat
 from gateway.protocols.canonical import JSON
 from gateway.protocols.openai_chat import decode_request
-from gateway.protocols.params import BY_NAME, DROPPED_PARAMS, PARAMS, REFUSABLE, markdown_table, unsupported
-from gateway.routing import FLAVORS, ModelCaps
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],

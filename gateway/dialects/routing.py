@@ -20,14 +20,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
+from gateway.dialects import registry
 from gateway.urls import credentials_problem, display_url, redact_urls
 
-Kind = Literal["anthropic", "gemini", "openai", "responses"]
-KINDS: tuple[Kind, ...] = ("anthropic", "gemini", "openai")  # the targets a route names without a base URL
-RESPONSES = "responses"  # ``PREFIX=responses@BASE_URL``: an OpenAI Responses API upstream (``/responses``)
-FLAVORS = ("generic", "openrouter", "copilot", "deepseek")
+Kind = str  # an upstream kind: a key of ``registry.DIALECTS``
+KINDS: tuple[Kind, ...] = registry.BARE_ROUTES  # the targets a route names without a base URL
+FLAVORS = tuple(registry.FLAVORS)  # the OpenAI-compatible flavors a route names with its base URL
+NAMED = (*FLAVORS, *registry.NAMED_KINDS)  # ``NAME@BASE_URL`` targets (``responses@``: a Responses API upstream)
 
 
 class RouteError(ValueError):
@@ -202,13 +202,13 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
             routes.append(Route(prefix, target, target))
             continue
         flavor, at, url = target.partition("@")
-        if not at or flavor not in (*FLAVORS, RESPONSES) or not url.startswith(("http://", "https://")):
-            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(target)!r} should be anthropic, gemini, openai or "
-                             f"FLAVOR@URL with FLAVOR one of {', '.join((*FLAVORS, RESPONSES))}")
+        if not at or flavor not in NAMED or not url.startswith(("http://", "https://")):
+            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(target)!r} should be {', '.join(KINDS)} or "
+                             f"FLAVOR@URL with FLAVOR one of {', '.join(NAMED)}")
         if problem := credentials_problem(url):
             raise RouteError(f"GATEWAY_ROUTES: the base URL of {prefix!r} ({display_url(url)}) {problem}")
         if urls.setdefault(flavor, url) != url:
             raise RouteError(f"GATEWAY_ROUTES: flavor {flavor!r} names two base URLs")
-        kind: Kind = "responses" if flavor == RESPONSES else "openai"
+        kind = flavor if flavor in registry.NAMED_KINDS else "openai"
         routes.append(Route(prefix, flavor, kind, flavor, url))
     return tuple(routes)

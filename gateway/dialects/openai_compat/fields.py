@@ -41,81 +41,50 @@ Every degrade is an ``Action`` (the ``gateway_sanitize_actions_total`` vocabular
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from gateway.actions import Action, ActionKind
-from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolResultBlock, ToolUseBlock
-from gateway.protocols.provider_seal import Seals, opaque_entry, opaque_values
-from gateway.routing import ModelCaps
-from gateway.toolchain import textualize
+from gateway.dialects.entry import FieldsContext
+from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolUseBlock
+from gateway.protocols.provider_seal import opaque_values
+from gateway.toolchain import current_turn_start, textualize
 
-ANTHROPIC_FORMAT = "anthropic-claude-v1"
-# the message-level fields each flavor's upstream returns and reads back
-OWN_FIELDS: dict[str, tuple[str, ...]] = {"openrouter": ("reasoning_details",),
-                                          "copilot": ("reasoning_opaque", "reasoning_text"),
-                                          "deepseek": ("reasoning_content",)}
+if TYPE_CHECKING:
+    from gateway.dialects.openai_compat.flavor import Flavor
+
 UNVERIFIABLE = "unverifiable_reasoning"
 MISSING = "reasoning_missing"
 
-LoopStart = Callable[[list[Message]], "int | None"]
 
-
-def run(req: Request, caps: ModelCaps, target: str, unverifiable: Literal["drop", "text"], loop_start: LoopStart,
-        actions: list[Action], seals: Seals | None = None) -> None:
-    """The flavor's rules over ``req`` in place (see the module docstring); ``loop_start``: the trailing tool loop's
-    first assistant message (``sanitize.trailing_loop_start``); ``seals``: the tenant's (a client's own opaque
-    fields are kept only when they open: ``provider_seal``)."""
-    own = OWN_FIELDS.get(caps.flavor)
-    if own is None:
+def run(req: Request, flavor: Flavor, ctx: FieldsContext, actions: list[Action]) -> None:
+    """The flavor's rules over ``req`` in place (see the module docstring): each assistant message's fields are
+    kept when they are the target's own (a record's) or whole and, as a client's, open under the tenant's seals
+    (``provider_seal``); else degraded; then the flavor's loop rule (``Flavor.degrade``)."""
+    own = flavor.own_fields
+    if not own:
         return
     msgs = req.messages
     kept = [False] * len(msgs)
     repeated = _repeated(msgs)
+    target, seals = ctx.target, ctx.seals
     for i, m in enumerate(msgs):
         if m.role != "assistant":
             continue
         p = m.provider
         if i in repeated:  # one turn's reasoning on several messages (a client split its calls): no one message's
-            _degrade_fields(m, i, own, unverifiable, actions)
+            _degrade_fields(m, i, own, ctx.unverifiable, actions)
         elif (p is not None and p.origin == target) or (
-                whole(caps.flavor, caps.family, p.fields if p else {})
+                flavor.whole(ctx.caps.family, p.fields if p else {})
                 and (seals is None or p is None or seals.opens(target, p.fields))):
             kept[i] = True
         else:
-            _degrade_fields(m, i, own, unverifiable, actions)
-    if caps.flavor == "deepseek":
-        if _deepseek_thinking(req):
-            _deepseek_spans(msgs, kept, actions)
-        else:
-            _strip(msgs, own, actions)
-    elif caps.family == "gemini":
-        _gemini_steps(msgs, kept, actions)
-    elif caps.family == "anthropic" and caps.flavor == "openrouter":
-        if req.thinking_enabled():
-            first = loop_start(msgs)
-            if first is not None and not kept[first]:
-                req.thinking = None
-                actions.append(Action(ActionKind.THINKING_DISABLED, first, "loop_start_unverified"))
-        if not req.thinking_enabled():
-            _strip(msgs, own, actions)
+            _degrade_fields(m, i, own, ctx.unverifiable, actions)
+    flavor.degrade(req, ctx, kept, actions)
 
 
-def whole(flavor: str, family: str, fields: dict[str, JSON]) -> bool:
-    """Whether a message's fields hold what the flavor's upstream checks (see the module docstring)."""
-    if flavor == "openrouter":
-        details = fields.get("reasoning_details")
-        entries = [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
-        opaque = any(map(opaque_entry, entries))
-        unsigned = any(d.get("type") == "reasoning.text" and not _text(d.get("signature"))
-                       and (family == "anthropic" or d.get("format") == ANTHROPIC_FORMAT) for d in entries)
-        # another family's reasoning (DeepSeek's, plain text entries) is its own content: no opaque value is due
-        return (opaque or family not in ("gemini", "anthropic")) and not unsigned
-    if flavor == "copilot":
-        return _text(fields.get("reasoning_opaque"))
-    if flavor == "deepseek":
-        return _text(fields.get("reasoning_content"))
-    return True
+def text_value(v: JSON) -> bool:
+    """A non-empty string (what an opaque reasoning field must be to count)."""
+    return isinstance(v, str) and bool(v)
 
 
 def _repeated(msgs: list[Message]) -> set[int]:
@@ -130,31 +99,14 @@ def _repeated(msgs: list[Message]) -> set[int]:
     return {i for where in seen.values() if len(where) > 1 for i in where}
 
 
-def current_turn_start(msgs: list[Message]) -> int:
-    """Where Gemini's current turn starts: after the last user message with content other than tool results
-    (reference 2.2)."""
-    start = 0
-    for i, m in enumerate(msgs):
-        if m.role == "user" and _opens_turn(m):
-            start = i + 1
-    return start
-
-
-def _text(v: JSON) -> bool:
-    return isinstance(v, str) and bool(v)
-
-
-def _opens_turn(m: Message) -> bool:
-    return any(not isinstance(b, ToolResultBlock) for b in m.content)
-
-
-def _calls(m: Message) -> bool:
+def calls(m: Message) -> bool:
+    """Whether the message calls tools."""
     return any(isinstance(b, ToolUseBlock) for b in m.content)
 
 
 def _reasoning_text(fields: dict[str, JSON]) -> str:
     for key in ("reasoning_text", "reasoning_content"):
-        if _text(v := fields.get(key)):
+        if text_value(v := fields.get(key)):
             assert isinstance(v, str)
             return v
     details = fields.get("reasoning_details")
@@ -180,7 +132,7 @@ def _degrade_fields(m: Message, i: int, own: tuple[str, ...], unverifiable: str,
         actions.append(Action(ActionKind.DROPPED, i, UNVERIFIABLE))
 
 
-def _strip(msgs: list[Message], own: tuple[str, ...], actions: list[Action]) -> None:
+def strip(msgs: list[Message], own: tuple[str, ...], actions: list[Action]) -> None:
     """Thinking off: no reasoning field of the flavor's goes upstream."""
     for i, m in enumerate(msgs):
         p = m.provider
@@ -190,40 +142,16 @@ def _strip(msgs: list[Message], own: tuple[str, ...], actions: list[Action]) -> 
             actions.append(Action(ActionKind.DROPPED, i, "thinking_disabled"))
 
 
-def _textualize_step(msgs: list[Message], i: int) -> None:
+def textualize_step(msgs: list[Message], i: int) -> None:
     """Assistant message ``i``'s calls, and the results answering them in the next message, as text."""
     textualize(msgs[i])
     if i + 1 < len(msgs) and msgs[i + 1].role == "user":
         textualize(msgs[i + 1])
 
 
-def _gemini_steps(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None:
+def gemini_steps(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None:
     """Rules 21/22: every step of the current turn whose reasoning is not whole goes as text."""
     for i in range(current_turn_start(msgs), len(msgs)):
-        if msgs[i].role == "assistant" and not kept[i] and _calls(msgs[i]):
-            _textualize_step(msgs, i)
+        if msgs[i].role == "assistant" and not kept[i] and calls(msgs[i]):
+            textualize_step(msgs, i)
             actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, i, MISSING))
-
-
-def _deepseek_thinking(req: Request) -> bool:
-    t = req.thinking
-    return not (isinstance(t, dict) and t.get("type") == "disabled")
-
-
-def _deepseek_spans(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None:
-    """Rule 23: in a span between two user messages where the model called tools, every assistant message needs its
-    reasoning; the steps up to the last one without it go as text (each textualized result is a user message, so what
-    is left of the span after it holds only messages with reasoning)."""
-    start = 0
-    for end in [*(i for i, m in enumerate(msgs) if m.role == "user" and _opens_turn(m)), len(msgs)]:
-        span = [i for i in range(start, end) if msgs[i].role == "assistant"]
-        lacking = [i for i in span if not kept[i]]
-        if lacking and any(_calls(msgs[i]) for i in span):
-            last = lacking[-1]
-            for i in span:
-                if i > last:
-                    break
-                if _calls(msgs[i]):
-                    _textualize_step(msgs, i)
-            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, span[0], MISSING))
-        start = end + 1

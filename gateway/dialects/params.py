@@ -1,6 +1,6 @@
 """The chat completions parameters and what each route does with them: the one table.
 
-A /v1/chat/completions request goes to one of four kinds of upstream (``gateway.routing``): an
+A /v1/chat/completions request goes to one of four kinds of upstream (``gateway.dialects.routing``): an
 OpenAI-compatible API (any flavor: the same dialect), the Anthropic Messages API, Gemini
 generateContent or the OpenAI Responses API. Per top-level parameter and route, ``PARAMS`` says:
 
@@ -26,6 +26,14 @@ from gateway.protocols.canonical import JSON
 Route = Literal["openai", "anthropic", "gemini", "responses"]
 Treatment = Literal["passed", "mapped", "refused"]
 ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini", "responses")
+
+
+def route_of(kind: str) -> Route:
+    """The table's column for an upstream kind (a kind the table has no column for: ``openai``'s, the widest)."""
+    return _COLUMNS.get(kind, "openai")
+
+
+_COLUMNS: dict[str, Route] = {r: r for r in ROUTES}
 CLIENT_PARAMS = "client_params"    # ``Request.surface`` key: the client's own top-level fields, in order
 # ``Request.surface`` key: a Responses client's own top-level fields, in order (``responses_passthrough``)
 RESPONSES_PARAMS = "responses_params"
@@ -135,6 +143,11 @@ BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 # the metric's ``param`` label values: every parameter some route may refuse, and UNKNOWN
 REFUSABLE: frozenset[str] = frozenset({p.name for p in PARAMS if _R in (p.openai, p.anthropic, p.gemini, p.responses)
                                        or p.maps_only} | {UNKNOWN})
+
+
+def maps(name: str, route: Route) -> bool:
+    """Whether ``route`` takes parameter ``name`` mapped into its own form (the table's ``mapped``)."""
+    return BY_NAME[name].on(route) == _M
 
 
 def unsupported(body: dict[str, JSON], route: Route) -> list[str]:

@@ -3,7 +3,7 @@
 An ``UpstreamDialect`` holds what differs per upstream protocol: its path, the headers it takes from the client's,
 the request encoder, the turn decoder, the stream translator (None: its stream is canonical already) and the error
 reader. ``route`` is the one place that decides whether a model can be served from a surface: the routing table
-names its upstream (``gateway.routing``), and that upstream must be configured and of a kind the surface calls.
+names its upstream (``gateway.dialects.routing``), and that upstream must be configured and of a kind the surface calls.
 Surfaces (``gateway.endpoints``) call upstreams through this table only; no endpoint imports another.
 """
 
@@ -19,6 +19,7 @@ import orjson
 from gateway import pipeline
 from gateway.credentials import credential_of
 from gateway.deps import Gateway
+from gateway.dialects.routing import ModelCaps, origin_of
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.exchange import Exchange
 from gateway.protocols import anthropic, gemini, openai_compat, responses_upstream
@@ -27,7 +28,6 @@ from gateway.protocols.gemini_parts import Mint
 from gateway.protocols.gemini_stream import GeminiTranslator
 from gateway.protocols.openai_compat_stream import CompatTranslator
 from gateway.protocols.responses_upstream_stream import ResponsesTranslator
-from gateway.routing import ModelCaps, Router, origin_of
 from gateway.streaming.translate import Translator
 from gateway.upstream import forward_request_headers
 
@@ -110,11 +110,11 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
 }
 
 
-def route(router: Router, configured: Collection[str], model: str,
+def route(caps: ModelCaps, configured: Collection[str], model: str,
           kinds: Collection[str] = tuple(UPSTREAM_DIALECTS)) -> ModelCaps:
-    """The model's capabilities when a surface that calls upstreams of ``kinds`` can serve it: the routing table
-    names its upstream, which is ``configured`` and of one of those kinds. Else a 400 ``model_not_supported``."""
-    caps = router.caps_for(model)
+    """``caps`` (the router's for ``model``) when a surface that calls upstreams of ``kinds`` can serve it: the
+    routing table names its upstream, which is ``configured`` and of one of those kinds. Else a 400
+    ``model_not_supported``."""
     if caps.kind not in kinds or caps.upstream not in configured:
         raise ClientError(400, f"no upstream configured for model {model} that this endpoint can call",
                           "invalid_request_error", "model_not_supported")
