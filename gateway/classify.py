@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from gateway.dialects import registry
+
 KINDS: tuple[str, ...] = (
     "binding_mismatch",            # a thinking block bound to a different conversation (prefix binding, 1.8, 1.9)
     "invalid_signature",           # Anthropic signature invalid, forged, foreign, missing (E2, E3, rule 15)
@@ -50,12 +52,10 @@ DISTRUSTED_KINDS: frozenset[str] = SIGNATURE_KINDS - {"binding_mismatch"}
 _I = re.IGNORECASE
 # THE table. Ordered: first match wins. Patterns are matched against the unwrapped messages,
 # error types and statuses of the body, joined by newlines.
+# The dialect entries' own texts come first (``registry.ERROR_PATTERNS``: OpenRouter's, which quotes the Vertex text
+# after its own, and DeepSeek's), then the shared ones.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # OpenRouter (Gemini via OpenRouter) quotes the Vertex text after its own: its own wins.
-    ("reasoning_not_preserved", re.compile(r"reasoning details to be preserved", _I)),
-    # DeepSeek chat completions and its Anthropic-format endpoint (and Xiaomi MiMo).
-    ("reasoning_not_preserved", re.compile(
-        r"`?(reasoning_content|content\[\]\.thinking)`? in the thinking mode must be passed back", _I)),
+    *registry.ERROR_PATTERNS,
     ("missing_thought_signature", re.compile(r"missing a `?thought_signature`?", _I)),
     ("missing_thought_signature", re.compile(r"corrupted thought signature", _I)),
     # the binding 400 (protocols.md 1.8, rule 15) starts as the tampered-signature one: its own sentence first

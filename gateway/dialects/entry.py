@@ -11,6 +11,7 @@ translators) is the dialect's ``wire`` module, found by the same name (``gateway
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 Unverifiable = Literal["drop", "text"]
 LoopStart = Callable[[list[Message]], "int | None"]
+# (error kind, pattern) pairs of an upstream's own error texts, for the classifier (``gateway.classify``)
+ErrorPatterns = tuple[tuple[str, re.Pattern[str]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class Dialect:
     paired_reasoning = False  # a thought block goes back only as its recorded reasoning item, in its place (rule 8)
     binding_retry = False     # a binding 400 is answered by one retry without the bound blocks (``pipeline``)
     passthrough_from = ""     # the client protocol whose untouched request bytes this upstream takes as they are
+    errors: ErrorPatterns = ()  # its own error texts, classified before the shared table
 
     def signs_calls(self, caps: ModelCaps) -> bool:
         """Whether the current turn's first call of each step must carry a Gemini signature (rule 7)."""

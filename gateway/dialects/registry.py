@@ -26,6 +26,9 @@ NAMED_KINDS = tuple(k for k, d in DIALECTS.items() if not d.bare_route)  # ``PRE
 # the metrics' label sets: an upstream is named after its kind (built-in) or its flavor / kind (``NAME@BASE_URL``)
 UPSTREAM_LABELS = frozenset(DIALECTS) | frozenset(FLAVORS) | {"none", "other"}
 PARAM_ROUTES = frozenset(DIALECTS) | {"other"}
+# the error texts of the entries' own, in registry order (the classifier matches them before its shared table)
+ERROR_PATTERNS = tuple(p for f in FLAVORS.values() for p in f.errors) + tuple(
+    p for d in DIALECTS.values() for p in d.errors)
 
 
 def dialect(kind: str) -> Dialect:

@@ -25,7 +25,7 @@ class ChatCompletions(Codec):
         def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
             caps = self.caps_of(body)  # the client's reasoning fields: provider data, or thinking (the dialect's)
             return openai_chat.decode_request(body, provider_fields=registry.of(caps).provider_fields, replayed=kept,
-                                              route=params.route_of(caps.kind),
+                                              route=params.route_of(caps.kind), adaptive_only=caps.adaptive_only,
                                               drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
             kept, tail, len(body["messages"]), provider_fields=registry.of(self.caps_of(body)).provider_fields))

@@ -29,7 +29,8 @@ class Responses(Codec):
         responses_state.check_previous(self.gw, self.ex, self.parsed.previous_response_id)
 
     def decode(self, body: Any) -> Request:
-        self.parsed = responses.decode_request(body, self.seal.unseal, self.resolved)
+        self.parsed = responses.decode_request(body, self.seal.unseal, self.resolved,
+                                               self.caps_of(body).adaptive_only)
         responses_state.continue_previous(self.ex, self.parsed.previous_response_id)
         return self.parsed.request
 

@@ -64,10 +64,12 @@ _RESPONSES_KEPT = ("model", "stream", "stream_options", "tools", "tool_choice", 
 # ---------------------------------------------------------------- requests
 
 def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[Message] | None = None,
-                   route: Route | None = None, drop_unsupported: bool = False) -> Request:
+                   route: Route | None = None, drop_unsupported: bool = False, adaptive_only: bool | None = None
+                   ) -> Request:
     """``replayed``: the messages already decoded (``openai_chat_messages.continue_messages``, for the
     replay memo); the system value is then taken from the body's system messages alone. ``route``: the
-    kind of upstream the model goes to (None: no parameter is judged, as for a pure translation)."""
+    kind of upstream the model goes to (None: no parameter is judged, as for a pure translation);
+    ``adaptive_only``: whether the routed model takes adaptive thinking only (None: the built-in table's answer)."""
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object")
     if "messages" not in body and "input" in body:
@@ -92,7 +94,7 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
         system, messages = decode_messages(raw, provider_fields=provider_fields)
     else:
         system, messages = system_of(raw), replayed
-    thinking, effort = reasoning_of(body, model)
+    thinking, effort = reasoning_of(body, model, adaptive_only)
     params: dict[str, JSON] = {}
     if system is not None:
         params["system"] = system
@@ -159,14 +161,15 @@ def _output_format(raw: JSON) -> dict[str, JSON] | None:
     return {"type": "json_schema", "schema": schema}
 
 
-def reasoning_of(body: dict[str, JSON], model: str) -> tuple[dict[str, JSON] | None, str | None]:
+def reasoning_of(body: dict[str, JSON], model: str, adaptive_only: bool | None = None
+                 ) -> tuple[dict[str, JSON] | None, str | None]:
     """(thinking config, adaptive effort) from the vendor, OpenRouter and OpenAI parameters."""
     thinking = body.get("thinking")
     if thinking is not None:
         if not isinstance(thinking, dict):
             raise bad_request("thinking: Input should be a valid dictionary")
         return thinking, None
-    adaptive = caps_for(model).adaptive_only
+    adaptive = caps_for(model).adaptive_only if adaptive_only is None else adaptive_only
     effort = body.get("reasoning_effort")
     r = body.get("reasoning")
     if r is not None:

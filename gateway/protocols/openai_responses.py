@@ -141,8 +141,10 @@ def _reference(item: Any) -> str | None:
     return None
 
 
-def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]] | None = None) -> ResponsesRequest:
-    """``resolved``: the full items of the bare references the caller looked up (by id)."""
+def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON]] | None = None,
+                   adaptive_only: bool | None = None) -> ResponsesRequest:
+    """``resolved``: the full items of the bare references the caller looked up (by id); ``adaptive_only``: as
+    ``openai_chat.decode_request``."""
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object")
     model = body.get("model")
@@ -162,7 +164,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     if not messages:
         raise bad_request("input: the request has no input items")
     chat_view = {"reasoning": reasoning} if reasoning is not None else {}
-    thinking, effort = reasoning_of(chat_view, model)
+    thinking, effort = reasoning_of(chat_view, model, adaptive_only)
     params: dict[str, JSON] = {}
     system_text = "\n\n".join(([instructions] if instructions else []) + system)
     if system_text:

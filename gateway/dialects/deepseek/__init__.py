@@ -4,6 +4,8 @@ the parameters it reads. This subpackage and its registry entry are all of DeepS
 
 from __future__ import annotations
 
+import re
+
 from gateway.actions import Action, ActionKind
 from gateway.dialects.entry import FieldsContext
 from gateway.dialects.openai_compat import fields
@@ -16,6 +18,9 @@ class DeepSeek(Flavor):
     name = "deepseek"
     own_fields = ("reasoning_content",)
     reads = ("reasoning_effort", "thinking")
+    # DeepSeek chat completions and its Anthropic-format endpoint (and Xiaomi MiMo)
+    errors = (("reasoning_not_preserved", re.compile(
+        r"`?(reasoning_content|content\[\]\.thinking)`? in the thinking mode must be passed back", re.I)),)
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
         return fields.text_value(values.get("reasoning_content"))

@@ -5,7 +5,7 @@ are whole, the reasoning parameters it reads, and how a loop whose fields are no
 from __future__ import annotations
 
 from gateway.actions import Action
-from gateway.dialects.entry import FieldsContext
+from gateway.dialects.entry import ErrorPatterns, FieldsContext
 from gateway.dialects.openai_compat import fields
 from gateway.protocols.canonical import JSON, Request
 
@@ -16,6 +16,7 @@ class Flavor:
     name = "generic"
     own_fields: tuple[str, ...] = ()   # (): the messages' fields are not judged (``fields.run`` returns at once)
     reads: tuple[str, ...] = ("reasoning_effort",)  # the reasoning parameters the upstream reads from a client
+    errors: ErrorPatterns = ()  # its own error texts, classified before the shared table (``gateway.classify``)
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
         """Whether a message's fields hold what the upstream checks."""

@@ -3,6 +3,8 @@ parameter (``reasoning_effort`` its shorthand). Reference 3.4 and rules 9, 10, 2
 
 from __future__ import annotations
 
+import re
+
 from gateway.actions import Action, ActionKind
 from gateway.dialects.entry import FieldsContext
 from gateway.dialects.openai_compat import fields
@@ -17,6 +19,8 @@ class OpenRouter(Flavor):
     name = "openrouter"
     own_fields = ("reasoning_details",)
     reads = ("reasoning", "reasoning_effort")
+    # its own wording (Gemini through OpenRouter), before the Vertex text it quotes after it
+    errors = (("reasoning_not_preserved", re.compile(r"reasoning details to be preserved", re.I)),)
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
         """For a Gemini or an Anthropic model, at least one entry with an opaque value (a ``reasoning.encrypted``
