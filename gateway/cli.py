@@ -37,7 +37,7 @@ def settings_epilog() -> str:
 
 
 def markers_epilog() -> str:
-    from gateway.sim.scenarios import MARKERS
+    from thinkgate_sim.scenarios import MARKERS
 
     width = max(len(m) for m, _ in MARKERS)
     lines = ["scenario markers (anywhere in the FIRST user message of a conversation; any combination):"]
@@ -128,7 +128,7 @@ def _check_store_credentials(url: str) -> None:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from gateway import logs
-    from gateway.sim.app import SimConfig, run_sim
+    from thinkgate_sim.app import SimConfig, run_sim
 
     config = SimConfig(strict_older_turns=not args.lenient_older_turns,
                        interleaved={"auto": None, "on": True, "off": False}[args.interleaved])

@@ -18,7 +18,7 @@ from hypercorn.config import Config
 
 from gateway.app import create_app
 from gateway.settings import Settings
-from gateway.sim.app import SimConfig, create_sim_app
+from thinkgate_sim.app import SimConfig, create_sim_app
 
 PROMPT = "[[sim:tools=3]] What's the weather in Paris, Rome and Oslo?"
 TOOLS = [{"name": "get_weather", "description": "Weather for a city",

@@ -211,7 +211,7 @@ def upstream_families() -> dict[str, str]:
 def test_compose_wires_every_upstream_family(compose: dict[str, Any], with_sim: bool) -> None:
     """Each family's model routes to an upstream of that family; with deploy/sim.env every one is the compose
     simulator, at a path the simulator serves; without it, the public service."""
-    from gateway.sim.app import SimConfig, create_sim_app
+    from thinkgate_sim.app import SimConfig, create_sim_app
 
     svc = compose["services"][GATEWAYS[0]]
     env_vars = {"THINKGATE_SECRET": "s3cret" * 6, **(env_file(DEPLOY / "sim.env") if with_sim else {})}

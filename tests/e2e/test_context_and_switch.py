@@ -1,5 +1,5 @@
 """Model switches, context management and compaction end to end: the official ``anthropic`` SDK -> two gateway
-replicas on one redis-server (requests alternate between them) -> the strict simulator (``gateway/sim``).
+replicas on one redis-server (requests alternate between them) -> the strict simulator (``thinkgate_sim``).
 
 - A conversation that moves to another model mid tool loop completes with no 4xx: to a model that binds thinking
   (it drops what it cannot read) the recorded blocks go back unchanged and ``model_binding_mismatch`` is counted;

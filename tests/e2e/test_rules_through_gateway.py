@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.sim.signing import Minter
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from thinkgate_sim.signing import Minter
 
 KEY = {"x-api-key": "sk-test-rules", "anthropic-version": "2023-06-01"}
 MODEL = "claude-opus-4-5"

@@ -44,8 +44,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.sim.gemini_rules import AISTUDIO
-from gateway.sim.gemini_rules import BYPASS as GEMINI_BYPASS
 from tests.e2e.traffic_clients import PLAY, REQUEST_TIMEOUT_S, Cell, Conv, Surface
 from tests.gemini.helpers import (
     CLAUDE,
@@ -66,6 +64,8 @@ from tests.process_fixtures import ServerProcess, Sim, scrape
 from tests.reliability.loops import access_lines
 from tests.reliability.recording_proxy import Exchange, Figures, RecordingProxy
 from tests.responses.helpers import CASES as RESPONSES_CASES
+from thinkgate_sim.gemini_rules import AISTUDIO
+from thinkgate_sim.gemini_rules import BYPASS as GEMINI_BYPASS
 
 SPLIT_SEED = 23  # the recording proxy's: where it cuts the upstream answers it relays
 TENANTS = ("sk-traffic-tenant-a-0123456789abcdef0123456789", "sk-traffic-tenant-b-0123456789abcdef0123456789")

@@ -16,13 +16,13 @@ import pytest
 
 from gateway import cli
 from gateway.settings import DESCRIPTIONS, Settings
-from gateway.sim import scenarios
-from gateway.sim.app import SimConfig, create_sim_app
-from gateway.sim.compat import Minter as CompatMinter
-from gateway.sim.compat import plan as compat_plan
-from gateway.sim.gemini import plan_parts
 from gateway.urls import display_url
 from state.factory import describe_store
+from thinkgate_sim import scenarios
+from thinkgate_sim.app import SimConfig, create_sim_app
+from thinkgate_sim.compat import Minter as CompatMinter
+from thinkgate_sim.compat import plan as compat_plan
+from thinkgate_sim.gemini import plan_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_BY_SETTINGS = {"GATEWAY_" + n for n in re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py")
@@ -125,7 +125,7 @@ def test_sim_tools_default_applies_to_requests_that_declare_tools() -> None:
     assert scenarios.scenario_of(with_tools, "hi [[sim:tools=3]]", 0).tools == 3
     chat = {"model": "deepseek-reasoner", "messages": [{"role": "user", "content": "hi"}],
             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]}
-    from gateway.sim.gemini_rules import ThoughtSigner
+    from thinkgate_sim.gemini_rules import ThoughtSigner
 
     signer = ThoughtSigner(b"k" * 32)
     assert compat_plan("deepseek", chat, CompatMinter(b"k" * 32), signer, 1)[1] == "tool_calls"

@@ -1,7 +1,7 @@
 """Random histories x random manglings x record availability -> the simulator's rules hold.
 
 Histories are minted with the simulator's own Minter, so every original signature is
-valid; the strict validator (``gateway.sim.rules``) then judges what repair +
+valid; the strict validator (``thinkgate_sim.rules``) then judges what repair +
 sanitize would send upstream.
 """
 
@@ -20,10 +20,10 @@ from gateway.protocols import anthropic
 from gateway.recorded import RecordedTurn, Records, TurnsConversation
 from gateway.repair import repair
 from gateway.sanitize import Policy, sanitize
-from gateway.sim.rules import check_messages_request
-from gateway.sim.signing import Minter
 from state.hashing import exact_hash
 from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
+from thinkgate_sim.rules import check_messages_request
+from thinkgate_sim.signing import Minter
 
 MODEL = "claude-sonnet-4-5"
 MINTER = Minter(b"property-test")

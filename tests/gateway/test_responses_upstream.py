@@ -29,9 +29,9 @@ from gateway.protocols.responses_upstream import (
 )
 from gateway.protocols.responses_upstream_stream import ResponsesTranslator
 from gateway.records import lift_turn
-from gateway.sim.responses import Memory, ResponsesMinter, check, plan
-from gateway.sim.responses_stream import events
 from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
+from thinkgate_sim.responses import Memory, ResponsesMinter, check, plan
+from thinkgate_sim.responses_stream import events
 
 ORIGIN = "responses/gpt-5"
 CAPS = ModelCaps("responses", kind="responses", flavor="responses")

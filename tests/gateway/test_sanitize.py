@@ -9,9 +9,9 @@ from gateway.dialects.routing import caps_for
 from gateway.protocols import anthropic
 from gateway.protocols.canonical import Block
 from gateway.sanitize import Policy, sanitize, trailing_loop_start
-from gateway.sim.rules import check_messages_request
-from gateway.sim.signing import Minter
 from gateway.toolchain import NO_RESULT
+from thinkgate_sim.rules import check_messages_request
+from thinkgate_sim.signing import Minter
 
 THINK = {"type": "thinking", "thinking": "plan\r\n", "signature": "sig-ok"}
 BAD = {"type": "thinking", "thinking": "forged", "signature": "sig-bad"}

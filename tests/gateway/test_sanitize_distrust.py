@@ -21,8 +21,8 @@ from gateway.protocols.canonical import (
 )
 from gateway.protocols.provider_seal import seals_for
 from gateway.sanitize import Policy, distrust, sanitize
-from gateway.sim.rules import check_messages_request
-from gateway.sim.signing import Minter
+from thinkgate_sim.rules import check_messages_request
+from thinkgate_sim.signing import Minter
 
 OPENROUTER_CLAUDE = ModelCaps("openrouter", kind="openai", flavor="openrouter", family="anthropic")
 MODEL = "anthropic/claude-opus-4.5"

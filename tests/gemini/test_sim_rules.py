@@ -9,8 +9,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from gateway.sim.app import SimConfig, create_sim_app
-from gateway.sim.gemini_rules import ThoughtSigner, check_request, rule16_message
+from thinkgate_sim.app import SimConfig, create_sim_app
+from thinkgate_sim.gemini_rules import ThoughtSigner, check_request, rule16_message
 
 MODEL = "gemini-3-pro-preview"
 KEY = {"x-goog-api-key": "k"}

@@ -12,9 +12,9 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from starlette.applications import Starlette
 
-from gateway.sim.app import SimConfig, create_sim_app
-from gateway.sim.signing import Minter
 from tests.sim.helpers import free_port
+from thinkgate_sim.app import SimConfig, create_sim_app
+from thinkgate_sim.signing import Minter
 
 
 @pytest.fixture

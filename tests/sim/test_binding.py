@@ -13,9 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.sim.app import SimConfig, create_sim_app
-from gateway.sim.binding import DEFAULT_BOUND_MODELS, prefix_of
-from gateway.sim.signing import Minter
 from tests.sim.helpers import (
     BINDING_BETA,
     BOUND_400,
@@ -31,6 +28,9 @@ from tests.sim.helpers import (
     rejection,
     run_loop,
 )
+from thinkgate_sim.app import SimConfig, create_sim_app
+from thinkgate_sim.binding import DEFAULT_BOUND_MODELS, prefix_of
+from thinkgate_sim.signing import Minter
 
 BOUND = BOUND_MODEL
 BETA = {"anthropic-beta": BINDING_BETA}
@@ -271,7 +271,7 @@ async def test_block_binding_needs_the_beta_and_adaptive(client: httpx.AsyncClie
 # ------------------------------------------------------------------ configuration
 
 def test_sim_command_takes_the_bound_model_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.sim.app as sim_app
+    import thinkgate_sim.app as sim_app
     from gateway.cli import build_parser
 
     seen: list[SimConfig] = []

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.sim.context import COMPACT_BETA, CONTEXT_BETA, MSG_CLEAR_NEEDS_THINKING, MSG_EXTRA
 from tests.sim.helpers import (
     BOUND_400,
     BOUND_MODEL,
@@ -24,6 +23,7 @@ from tests.sim.helpers import (
     request,
     tool_results,
 )
+from thinkgate_sim.context import COMPACT_BETA, CONTEXT_BETA, MSG_CLEAR_NEEDS_THINKING, MSG_EXTRA
 
 CLEAR = {"context_management": {"edits": [{"type": "clear_thinking_20251015",
                                            "keep": {"type": "thinking_turns", "value": 1}}]}}

@@ -10,11 +10,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.sim.gemini import plan_parts
-from gateway.sim.gemini_rules import ThoughtSigner
-from gateway.sim.oracle import ConversationOracle, conversation_line
-from gateway.sim.scenarios import parse_scenario, pick_tool, thinking_text
 from tests.sim.helpers import answer, history, post, request, tool_results
+from thinkgate_sim.gemini import plan_parts
+from thinkgate_sim.gemini_rules import ThoughtSigner
+from thinkgate_sim.oracle import ConversationOracle, conversation_line
+from thinkgate_sim.scenarios import parse_scenario, pick_tool, thinking_text
 
 GEMINI = "/v1beta/models/gemini-3-pro-preview:generateContent"
 GEMINI_STREAM = "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"

@@ -16,7 +16,7 @@ from tests.sim.helpers import HEADERS, free_port, request
 @pytest.mark.process
 def test_run_sim_serves_and_stops_on_sigterm() -> None:
     port = free_port()
-    code = ("from gateway.sim.app import SimConfig, run_sim; "
+    code = ("from thinkgate_sim.app import SimConfig, run_sim; "
             f"run_sim('127.0.0.1', {port}, SimConfig(secret=b'proc'))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

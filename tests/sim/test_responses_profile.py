@@ -1,4 +1,4 @@
-"""The simulator's strict OpenAI Responses profile (``gateway.sim.responses``): pure rules with their exact texts
+"""The simulator's strict OpenAI Responses profile (``thinkgate_sim.responses``): pure rules with their exact texts
 (docs/upstream-rules.md, "OpenAI Responses"), then the official ``openai`` SDK against the simulator process."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.sim.responses import NOT_PERSISTED, Memory, ResponsesMinter, check, plan
 from tests.process_fixtures import Sim
+from thinkgate_sim.responses import NOT_PERSISTED, Memory, ResponsesMinter, check, plan
 
 TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object",
                                                                    "properties": {"city": {"type": "string"}}}}]

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.sim.rules import check_messages_request
-from gateway.sim.signing import Minter
 from tests.sim.helpers import INTERLEAVED, answer, history, post, rejection, request, run_loop, tool_results
+from thinkgate_sim.rules import check_messages_request
+from thinkgate_sim.signing import Minter
 
 INVALID_REQUEST = "invalid_request_error"
 

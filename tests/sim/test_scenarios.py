@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.sim.scenarios import MAGIC_REDACTED, Fault, Scenario, parse_scenario, plan_reply, thinking_text
-from gateway.sim.signing import Minter
 from tests.sim.helpers import MODEL, request, tool_results
+from thinkgate_sim.scenarios import MAGIC_REDACTED, Fault, Scenario, parse_scenario, plan_reply, thinking_text
+from thinkgate_sim.signing import Minter
 
 TOOL_ID = re.compile(r"^toolu_01[0-9A-Za-z]{22}$")
 
@@ -25,7 +25,7 @@ def test_parse_markers() -> None:
 
 
 def test_the_arg_marker_gives_string_arguments_a_runnable_value() -> None:
-    from gateway.sim.scenarios import tool_input
+    from thinkgate_sim.scenarios import tool_input
     schema = {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}},
               "required": ["cmd", "n"]}
     assert tool_input(schema, 0, 0, "echo done") == {"cmd": "echo done", "n": 0}

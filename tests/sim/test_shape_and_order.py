@@ -7,9 +7,9 @@ import copy
 import httpx
 import pytest
 
-from gateway.sim.rules import RULE_EMPTY_TEXT, SHAPE, check_messages_request
-from gateway.sim.signing import Minter
 from tests.sim.helpers import history, post, rejection, request
+from thinkgate_sim.rules import RULE_EMPTY_TEXT, SHAPE, check_messages_request
+from thinkgate_sim.signing import Minter
 
 
 @pytest.mark.parametrize(("field", "message"), [

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from gateway.sim.signing import Binding, Minter, MintInfo, model_family
+from thinkgate_sim.signing import Binding, Minter, MintInfo, model_family
 
 MODEL = "claude-sonnet-4-5-20250929"
 TEXT = "  Let me think.  \r\n\r\nStep 1: café — 思考 🤔   \r\n   done \n"

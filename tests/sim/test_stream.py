@@ -10,8 +10,8 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 
-from gateway.sim.render import split_awkward
 from tests.sim.helpers import HEADERS, INTERLEAVED, Event, events_of, post, request, run_loop
+from thinkgate_sim.render import split_awkward
 
 
 def assert_well_formed(events: list[Event]) -> None:

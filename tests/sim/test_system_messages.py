@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 
-from gateway.sim.system_messages import INLINE_TOOLS_BETA, TOOL_CHANGES_BETA, check, offered
 from tests.sim.helpers import (
     BOUND_400,
     BOUND_MODEL,
@@ -21,6 +20,7 @@ from tests.sim.helpers import (
     rejection,
     tool_results,
 )
+from thinkgate_sim.system_messages import INLINE_TOOLS_BETA, TOOL_CHANGES_BETA, check, offered
 
 DEFERRED_CLOCK = {**CLOCK_TOOL, "defer_loading": True}
 TOOL_BETA = {"anthropic-beta": TOOL_CHANGES_BETA}

@@ -15,7 +15,7 @@ from state.coherence import CACHES, Head, Kind, continues, serves
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gateway", "state")
-SKIP = ("gateway/sim/",)  # the simulator is an upstream, not a replica: it holds what a real upstream holds
+SKIP = ("thinkgate_sim/",)  # the simulator is an upstream, not a replica: it holds what a real upstream holds
 # what builds a cache: a bounded map, a memoising decorator, an LRU of ours
 CACHE_CALLS = frozenset({"OrderedDict", "Lru", "ObjectLru", "turn_cache", "WeakValueDictionary",
                          "WeakKeyDictionary"})

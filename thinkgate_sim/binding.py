@@ -28,12 +28,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.sim.context import compaction_positions, cut_at_compaction
-from gateway.sim.convo import THINKING_TYPES
-from gateway.sim.deep_json import dumps
-from gateway.sim.rules import BINDING_BETA
-from gateway.sim.signing import BINDING_DIGEST, Binding, Minter, MintInfo, model_family
-from gateway.sim.system_messages import added_tools
+from thinkgate_sim.context import compaction_positions, cut_at_compaction
+from thinkgate_sim.convo import THINKING_TYPES
+from thinkgate_sim.deep_json import dumps
+from thinkgate_sim.rules import BINDING_BETA
+from thinkgate_sim.signing import BINDING_DIGEST, Binding, Minter, MintInfo, model_family
+from thinkgate_sim.system_messages import added_tools
 
 # Where the reference names them (1.8, 1.9; the preserved-thinking pages list these model ids).
 DEFAULT_BOUND_MODELS: tuple[str, ...] = (

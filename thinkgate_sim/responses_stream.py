@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.sim.deep_json import dumps
-from gateway.sim.render import split_words
+from thinkgate_sim.deep_json import dumps
+from thinkgate_sim.render import split_words
 
 
 def _pieces(text: str) -> list[str]:

@@ -9,13 +9,13 @@ Endpoints:
   ``max_tokens``, only count_tokens' fields), and on a bound model the binding's.
 * ``GET /v1/models``: Anthropic's model list (one page); ``GET /v1beta/models``: Gemini's.
 * ``GET /_sim/stats``, ``POST /_sim/reset``, ``GET /_sim/last``, ``POST /_sim/release``.
-* Gemini (``gateway.sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
+* Gemini (``thinkgate_sim.gemini``): ``/v1beta/models/{model}:generateContent`` and
   ``:streamGenerateContent`` (AI Studio), the same under ``/vertex``; OpenAI-compatible
-  profiles (``gateway.sim.compat``): ``/v1beta/openai/chat/completions`` (Gemini's
+  profiles (``thinkgate_sim.compat``): ``/v1beta/openai/chat/completions`` (Gemini's
   compatibility layer), ``/openrouter/api/v1/chat/completions``,
   ``/copilot/chat/completions``, ``/deepseek/v1/chat/completions``. Their rejections
   count in the same stats (rule keys ``gemini-N`` / ``compat-N``); the strict OpenAI Responses profile
-  (``gateway.sim.responses``): ``/openai/v1/responses`` and ``/openai/v1/models`` (rule keys ``responses-N``).
+  (``thinkgate_sim.responses``): ``/openai/v1/responses`` and ``/openai/v1/models`` (rule keys ``responses-N``).
 
 Every flavor shows each request to the cross-conversation ``oracle`` before validating it
 (``[[sim:conv=NAME]]``): ``stats.foreign`` counts requests carrying another conversation's
@@ -42,22 +42,21 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.errors import anthropic_error_body
-from gateway.sim import context
-from gateway.sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
-from gateway.sim.compat import compat_routes
-from gateway.sim.convo import first_user_text
-from gateway.sim.deep_json import estimate_tokens
-from gateway.sim.dropped import DroppedResponse
-from gateway.sim.faults import pump
-from gateway.sim.gemini import gemini_routes
-from gateway.sim.oracle import ConversationOracle
-from gateway.sim.render import first_delta_position, stream_events
-from gateway.sim.responses import responses_routes
-from gateway.sim.rules import check_messages_request, thinking_mode
-from gateway.sim.scenarios import Fault, Reply, minted_tokens, new_id, parse_scenario, plan_reply
-from gateway.sim.signing import Minter
-from gateway.streaming.sse import encode_event
+from thinkgate_sim import context
+from thinkgate_sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
+from thinkgate_sim.compat import compat_routes
+from thinkgate_sim.convo import first_user_text
+from thinkgate_sim.deep_json import estimate_tokens
+from thinkgate_sim.dropped import DroppedResponse
+from thinkgate_sim.faults import pump
+from thinkgate_sim.gemini import gemini_routes
+from thinkgate_sim.oracle import ConversationOracle
+from thinkgate_sim.render import first_delta_position, stream_events
+from thinkgate_sim.responses import responses_routes
+from thinkgate_sim.rules import check_messages_request, thinking_mode
+from thinkgate_sim.scenarios import Fault, Reply, minted_tokens, new_id, parse_scenario, plan_reply
+from thinkgate_sim.signing import Minter
+from thinkgate_sim.wire import anthropic_error_body, encode_event
 
 SIM_ANTHROPIC_MODELS = ("claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5")
 FOREIGN_DETAILS = 50
@@ -69,7 +68,7 @@ class SimConfig:
     secret: bytes = b"thinkgate-sim"
     strict_older_turns: bool = True
     interleaved: bool | None = None  # None = follow the beta header/adaptive; True/False force
-    # models (families) that bind thinking blocks to their prefix and model (``gateway.sim.binding``)
+    # models (families) that bind thinking blocks to their prefix and model (``thinkgate_sim.binding``)
     bound_models: tuple[str, ...] = DEFAULT_BOUND_MODELS
     # False: an account created before 2026-08-31, where the prefix check is not enforced by default
     binding_enforced: bool = True
@@ -301,7 +300,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
 
 def _count_tokens_rejection(state: _State, body: Any, betas: frozenset[str]) -> tuple[int, str] | None:
     """(rule, message) of the 400 count_tokens answers: it validates the body as ``/v1/messages`` does, without
-    ``max_tokens`` and with only its own fields (``gateway.sim.count_tokens``); on a bound model it "answers the same
+    ``max_tokens`` and with only its own fields (``thinkgate_sim.count_tokens``); on a bound model it "answers the same
     400" as the request would, the binding's included (protocols.md 1.9)."""
     bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
         body["model"], state.config.bound_models)

@@ -1,6 +1,6 @@
 """The simulator's OpenRouter profile for Anthropic models (``/openrouter/api/v1/chat/completions``, model
 ``anthropic/...``): OpenRouter translates the chat completions body to Anthropic Messages, Anthropic validates it
-(the strict Anthropic rules, ``gateway.sim.rules``) and OpenRouter relays Anthropic's error (docs/upstream-rules.md,
+(the strict Anthropic rules, ``thinkgate_sim.rules``) and OpenRouter relays Anthropic's error (docs/upstream-rules.md,
 ``compat-anthropic``).
 
 The translation (reference 3.1, 3.2, 3.4; its details are INFERRED where no source shows them):
@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.rules import INTERLEAVED_BETA, check_messages_request
-from gateway.sim.scenarios import plan_reply
-from gateway.sim.signing import Minter
+from thinkgate_sim.rules import INTERLEAVED_BETA, check_messages_request
+from thinkgate_sim.scenarios import plan_reply
+from thinkgate_sim.signing import Minter
 
 PREFIX = "anthropic/"
 FORMAT = "anthropic-claude-v1"

@@ -13,7 +13,7 @@ A signature is an HMAC-SHA256 (keyed with the simulator secret) over:
 Any byte change of the text (CRLF -> LF, a trailing space, a trim) therefore
 invalidates it, and a signature is never valid for other text.
 
-Bound models (``gateway.sim.binding``) mint with a ``Binding``: the producing model
+Bound models (``thinkgate_sim.binding``) mint with a ``Binding``: the producing model
 family (envelope field 8) and the block's prefix record (field 9: digests of the
 ``system``, the tool set and the earlier messages, and of the previous thinking block,
 the chain), both covered by the MAC. A tampered bound signature fails the MAC like any

@@ -35,7 +35,7 @@ latest assistant message: per run of consecutive thinking blocks, no genuine blo
 from different responses, or fewer than were minted (dropped) -> rule 7.
 A final assistant message (prefill) ending in ``tool_use`` is not checked by rule 12.
 
-Bound models (``bound=True``, ``gateway.sim.binding``): phase 1 adds the ``block_binding`` input rule
+Bound models (``bound=True``, ``thinkgate_sim.binding``): phase 1 adds the ``block_binding`` input rule
 (``RULE_BLOCK_BINDING_INPUT``) and then the adaptive-only rule (``RULE_ADAPTIVE_ONLY``); absent thinking
 is adaptive; phase 6 keeps only rule 7 on a latest message of the model's own blocks, and the app runs
 ``binding.check_binding`` after this function (rule 6 for tampered blocks, rule 15, drops).
@@ -46,10 +46,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.sim import count_tokens as count_tokens_rules
-from gateway.sim import system_messages, system_prompt
-from gateway.sim.convo import THINKING_TYPES, Msg, turn_start, view
-from gateway.sim.signing import Minter, MintInfo
+from thinkgate_sim import count_tokens as count_tokens_rules
+from thinkgate_sim import system_messages, system_prompt
+from thinkgate_sim.convo import THINKING_TYPES, Msg, turn_start, view
+from thinkgate_sim.signing import Minter, MintInfo
 
 INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 SHAPE = 0
@@ -136,10 +136,10 @@ def check_messages_request(body: Any, *, betas: frozenset[str], minter: Minter,
                            count_tokens: bool = False) -> Violation | None:
     """The first violation (see the module doc for the order), or None if the request is valid.
 
-    ``bound``: the model binds its thinking blocks (``gateway.sim.binding``): it takes only adaptive
+    ``bound``: the model binds its thinking blocks (``thinkgate_sim.binding``): it takes only adaptive
     thinking, and of phase 6 only rule 7 runs here (on a latest message whose blocks are all this
     model's own); ``binding.check_binding`` does the rest. ``count_tokens``: the body of
-    ``/v1/messages/count_tokens`` (no ``max_tokens``, only its own fields: ``gateway.sim.count_tokens``)."""
+    ``/v1/messages/count_tokens`` (no ``max_tokens``, only its own fields: ``thinkgate_sim.count_tokens``)."""
     if not isinstance(body, dict):
         return _v(SHAPE, _DICT)
     bad = (_check_request_shape(body, count_tokens) or _check_block_binding(body, betas, bound)

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.signing import model_family
+from thinkgate_sim.signing import model_family
 
 AISTUDIO, VERTEX = "aistudio", "vertex"
 BYPASS = {AISTUDIO: frozenset({"skip_thought_signature_validator", "context_engineering_is_the_way_to_go"}),

@@ -24,15 +24,15 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.binding import Outcome, block_id, reply_binding
-from gateway.sim.context import Plan
-from gateway.sim.convo import first_user_text, tool_round, turn_number, view
-from gateway.sim.deep_json import estimate_tokens
-from gateway.sim.oracle import NAME, conversation_line
-from gateway.sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
-from gateway.sim.signing import Minter
-from gateway.sim.system_messages import added_tools, removed_tools
-from gateway.sim.system_messages import offered as offered_tools
+from thinkgate_sim.binding import Outcome, block_id, reply_binding
+from thinkgate_sim.context import Plan
+from thinkgate_sim.convo import first_user_text, tool_round, turn_number, view
+from thinkgate_sim.deep_json import estimate_tokens
+from thinkgate_sim.oracle import NAME, conversation_line
+from thinkgate_sim.rules import BINDING_BETA, INTERLEAVED_BETA, thinking_mode
+from thinkgate_sim.signing import Minter
+from thinkgate_sim.system_messages import added_tools, removed_tools
+from thinkgate_sim.system_messages import offered as offered_tools
 
 MAGIC_REDACTED = ("ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_"
                   "46C9A13E193C177646C7398A98432ECCCE4C1253D5E2D82641AC0E52CC2876CB")

@@ -1,6 +1,6 @@
 """The simulator's strict OpenAI Responses profile: ``POST /openai/v1/responses`` (base URL ``{sim}/openai/v1``).
 
-What it mints (scripted by the usual markers in the first user message, ``gateway.sim.scenarios``): every answer
+What it mints (scripted by the usual markers in the first user message, ``thinkgate_sim.scenarios``): every answer
 starts with a ``reasoning`` item (``rs_...``; ``summary`` text when ``reasoning.summary`` is asked for, the awkward
 thinking text of ``scenarios.thinking_text``; ``encrypted_content`` always, as the API now populates it), then
 ``[[sim:parallel=K]]`` ``function_call`` items (``fc_...``, ``call_...``) for each of ``[[sim:tools=N]]`` rounds, then
@@ -42,12 +42,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.sim import faults
-from gateway.sim.compat import has_bearer
-from gateway.sim.deep_json import dumps
-from gateway.sim.responses_stream import sse_frames
-from gateway.sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
-from gateway.sim.signing import model_family
+from thinkgate_sim import faults
+from thinkgate_sim.compat import has_bearer
+from thinkgate_sim.deep_json import dumps
+from thinkgate_sim.responses_stream import sse_frames
+from thinkgate_sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
+from thinkgate_sim.signing import model_family
 
 MEMORY = 100_000  # items and responses the profile remembers (the newest)
 SIM_RESPONSES_MODELS = ("gpt-5", "gpt-5-codex", "gpt-5.1")

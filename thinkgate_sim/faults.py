@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.sim.dropped import DroppedResponse
-from gateway.sim.scenarios import Scenario
+from thinkgate_sim.dropped import DroppedResponse
+from thinkgate_sim.scenarios import Scenario
 
 HOLD_SECONDS = 10.0
 # OpenAI's own texts for an overloaded engine and a rate limit (the shapes every OpenAI-compatible API relays)

@@ -25,8 +25,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.sim.convo import THINKING_TYPES
-from gateway.sim.signing import Minter
+from thinkgate_sim.convo import THINKING_TYPES
+from thinkgate_sim.signing import Minter
 
 CONTEXT_BETA = "context-management-2025-06-27"
 COMPACT_BETA = "compact-2026-01-12"

@@ -33,9 +33,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.sim.deep_json import estimate_tokens
-from gateway.sim.dropped import DroppedResponse
-from gateway.sim.gemini_rules import (
+from thinkgate_sim.deep_json import estimate_tokens
+from thinkgate_sim.dropped import DroppedResponse
+from thinkgate_sim.gemini_rules import (
     AISTUDIO,
     VERTEX,
     ThoughtSigner,
@@ -45,8 +45,8 @@ from gateway.sim.gemini_rules import (
     thinking_config,
     turn_start,
 )
-from gateway.sim.render import split_awkward, split_words
-from gateway.sim.scenarios import new_id, parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
+from thinkgate_sim.render import split_awkward, split_words
+from thinkgate_sim.scenarios import new_id, parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}

@@ -46,13 +46,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.sim import faults, openrouter_anthropic
-from gateway.sim.gemini import google_error
-from gateway.sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
-from gateway.sim.render import split_awkward, split_words
-from gateway.sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
-from gateway.sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
-from gateway.sim.signing import model_family
+from thinkgate_sim import faults, openrouter_anthropic
+from thinkgate_sim.gemini import google_error
+from thinkgate_sim.gemini_rules import AISTUDIO, BYPASS, VERTEX, ThoughtSigner, is_gemini3, rule16_message
+from thinkgate_sim.render import split_awkward, split_words
+from thinkgate_sim.rules import MSG_DUPLICATE_TOOL_ID, RULE_DUPLICATE_TOOL_ID
+from thinkgate_sim.scenarios import parse_scenario, pick_tool, scenario_of, thinking_text, tool_input
+from thinkgate_sim.signing import model_family
 
 GEMINI_OPENAI, OPENROUTER, COPILOT, DEEPSEEK = "gemini_openai", "openrouter", "copilot", "deepseek"
 # each profile's model list (``GET .../models``), as its real upstream lists models of these families
