@@ -63,7 +63,7 @@ def report(before: tracemalloc.Snapshot, at: tracemalloc.Snapshot, top: int) -> 
 
 
 async def run(args: argparse.Namespace) -> None:
-    from gateway.endpoints import handler
+    from gateway.surfaces import handler
 
     send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
     settings = dict(s.split("=", 1) for s in args.set)

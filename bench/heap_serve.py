@@ -71,7 +71,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     tracemalloc.start(FRAMES)
     signal.signal(signal.SIGUSR1, _on_signal)
-    from gateway.cli import main as gateway_main
+    from gateway.app.cli import main as gateway_main
 
     return gateway_main(sys.argv[1:])
 

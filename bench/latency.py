@@ -214,8 +214,8 @@ async def in_process_loop(rounds: int, title: str, *, redis: bool = True,
     history. For profilers and timers that need the pipeline in process."""
     import httpx
 
-    from gateway.app import create_app
-    from gateway.settings import Settings
+    from gateway.app.factory import create_app
+    from gateway.app.settings import Settings
 
     sim = start(["sim"], {}, "/_sim/stats")
     store = start_redis() if redis else None

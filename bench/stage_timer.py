@@ -59,8 +59,12 @@ def timed(owner: Any, name: str, label: str | None = None) -> None:
 
 
 async def run(args: argparse.Namespace) -> float:
-    from gateway import identity, pipeline, repair, sanitize, splice
-    from gateway.replay_memo import ReplayMemo
+    from gateway.continuation import splice
+    from gateway.continuation.replay_memo import ReplayMemo
+    from gateway.pipeline import stages as pipeline
+    from gateway.pipeline.identify import identity
+    from gateway.pipeline.repair import core as repair
+    from gateway.pipeline.sanitize import core as sanitize
 
     for name in PIPELINE_STAGES:
         timed(pipeline, name)

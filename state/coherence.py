@@ -12,7 +12,8 @@ Two ways an entry goes through the rule:
 
 - **Held at a head** (``Head``, ``serves``): the entry was built at one head of one conversation and serves
   only a request whose load read exactly that head. The continuation priors a request hands the next one
-  (``gateway.replay_memo.Carried``: repair's and sanitize's findings, the splice prior, the restorations) are
+  (``gateway.continuation.replay_memo.Carried``: repair's and sanitize's findings, the splice prior, the restorations)
+  are
   stamped with the head the conversation had once this worker recorded the request's answer; another replica's
   record in between moves the head, and the next request starts afresh.
 - **Extended in the round trip** (``load_args``, ``continues``): the conversation cache
@@ -71,16 +72,18 @@ class Kind(Enum):
 # module -> (what it caches, how it keeps the rule). Every module that builds a per-worker cache is listed.
 CACHES: dict[str, tuple[str, Kind]] = {
     "state/convcache.py": ("the conversations a worker loaded or recorded (delta loads)", Kind.EXTENDED),
-    "gateway/replay_memo.py": ("the previous request's body, parsed values, messages and the stages' priors "
-                               "(Carried, stamped with the head after its record)", Kind.HEAD),
+    "gateway/continuation/replay_memo.py": (
+        "the previous request's body, parsed values, messages and the stages' priors (Carried, stamped with the head "
+        "after its record)", Kind.HEAD),
     "state/codec.py": ("decoded turns by their stored bytes", Kind.CONTENT),
     "state/lru.py": ("the bounded LRU the other caches are built on", Kind.CONTENT),
-    "gateway/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
-    "gateway/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),
-    "gateway/hints.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
-    "gateway/journal.py": ("the exact thinking a worker relayed, by its text's hash, with its signature (a faithful "
-                           "replay verified while the store is away)", Kind.CONTENT),
-    "gateway/model_lists.py": ("upstream model lists per tenant, with a TTL", Kind.NOT_CONVERSATION),
+    "gateway/pipeline/repair/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
+    "gateway/app/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),
+    "gateway/pipeline/identify/hints.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
+    "gateway/continuation/journal.py": (
+        "the exact thinking a worker relayed, by its text's hash, with its signature (a faithful replay verified while "
+        "the store is away)", Kind.CONTENT),
+    "gateway/surfaces/model_lists.py": ("upstream model lists per tenant, with a TTL", Kind.NOT_CONVERSATION),
     "state/engine.py": ("tenants over their storage budget (a refusal window)", Kind.NOT_CONVERSATION),
     "state/memory_store.py": ("the embedded store's keyspace", Kind.AUTHORITY),
 }

@@ -63,7 +63,8 @@ class TurnRecord:
     # ``hashing.replay_digest`` of the content as the client received it (b"" when the writer set none:
     # turns with provider data, whose client form differs from the stored one)
     replay_digest: bytes = b""
-    # the prefix this turn was produced under, on models that bind thinking to it (``gateway.prefix.Note``): small
+    # the prefix this turn was produced under, on models that bind thinking to it
+    # (``gateway.pipeline.repair.prefix.Note``): small
     # (digests) except on a turn where the prefix sent changed or thinkgate inserted messages before the answer
     prefix: dict[str, Any] = field(default_factory=dict)
 

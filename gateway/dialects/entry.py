@@ -6,7 +6,7 @@ Shared code (sanitize, model switch, prefix keeping, the binding retry, the surf
 the entry of the request's route (``gateway.dialects.registry``) and never compares a kind or flavor name. Defaults
 here are what an upstream that reads no thinking of its own needs; each subpackage (``gateway.dialects.<name>``)
 overrides what differs. An entry holds rules only: how a request is sent and an answer read (paths, encoders,
-translators) is the dialect's ``wire`` module, found by the same name (``gateway.dialects.transport``).
+translators) is the dialect's ``wire`` module, found by the same name (``gateway.surfaces.upstreams``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from gateway.actions import Action
-from gateway.protocols.canonical import Message, Request
+from gateway.dialects.canonical import Message, Request
 
 if TYPE_CHECKING:
+    from gateway.dialects.provider_seal import Seals
     from gateway.dialects.routing import ModelCaps
-    from gateway.protocols.provider_seal import Seals
 
 Unverifiable = Literal["drop", "text"]
 LoopStart = Callable[[list[Message]], "int | None"]
-# (error kind, pattern) pairs of an upstream's own error texts, for the classifier (``gateway.classify``)
+# (error kind, pattern) pairs of an upstream's own error texts, for the classifier (``gateway.dialects.classify``)
 ErrorPatterns = tuple[tuple[str, re.Pattern[str]], ...]
 
 
@@ -62,7 +62,7 @@ class Dialect:
         return False
 
     def keeps_prefix(self, caps: ModelCaps) -> bool:
-        """Whether the model binds thinking to its prefix (``gateway.prefix``)."""
+        """Whether the model binds thinking to its prefix (``gateway.pipeline.repair.prefix``)."""
         return False
 
     def sanitize_fields(self, req: Request, ctx: FieldsContext, actions: list[Action]) -> None:

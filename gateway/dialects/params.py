@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.protocols.canonical import JSON
+from gateway.dialects.canonical import JSON
 
 Route = Literal["openai", "anthropic", "gemini", "responses"]
 Treatment = Literal["passed", "mapped", "refused"]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gateway.dialects import registry
-from gateway.urls import credentials_problem, display_url, redact_urls
+from gateway.dialects.urls import credentials_problem, display_url, redact_urls
 
 Kind = str  # an upstream kind: a key of ``registry.DIALECTS``
 KINDS: tuple[Kind, ...] = registry.BARE_ROUTES  # the targets a route names without a base URL
@@ -46,7 +46,7 @@ class ModelCaps:
     drops_unreadable_thinking: bool = False
     family: str = ""               # OpenAI-compatible upstreams: the model family behind it (``compat_family``)
     # Thinking blocks bound to their prefix (system, tool set, earlier messages; protocols.md 1.8, 1.9): a changed
-    # prefix is the binding 400 unless the request opts into ``drop_block`` (``gateway.prefix``)
+    # prefix is the binding 400 unless the request opts into ``drop_block`` (``gateway.pipeline.repair.prefix``)
     prefix_bound: bool = False
     # The append-only forms that keep a prefix unchanged (1.9): a mid-conversation ``role: "system"`` message, and
     # ``tool_addition`` / ``tool_removal`` blocks (beta ``mid-conversation-tool-changes-2026-07-01``)

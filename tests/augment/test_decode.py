@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.augment.codec import DEFAULT_MAX_TOKENS, DEFAULT_THINKING, ToolMeta, decode_chat_request
 from gateway.errors import ClientError
-from gateway.protocols import anthropic
-from gateway.protocols.augment import DEFAULT_MAX_TOKENS, DEFAULT_THINKING, ToolMeta, decode_chat_request
 
 
 def wire(body: dict[str, Any]) -> list[dict[str, Any]]:

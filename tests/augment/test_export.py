@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.export import export_conversation, openai_request_messages, tool_content
+from gateway.surfaces.export import export_conversation, openai_request_messages, tool_content
 from state.records import ConversationState, TurnRecord
 
 SIG = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds=="

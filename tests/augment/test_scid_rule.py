@@ -6,8 +6,8 @@ import uuid
 
 import httpx
 
-from gateway.pipeline import Exchange, _plan_record
-from gateway.protocols.canonical import Message, Request, TextBlock, ToolUseBlock
+from gateway.dialects.canonical import Message, Request, TextBlock, ToolUseBlock
+from gateway.pipeline.stages import Exchange, _plan_record
 from tests.e2e.helpers import WEATHER_TOOL
 from tests.process_fixtures import ServerProcess, Sim
 

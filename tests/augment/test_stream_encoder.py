@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.protocols.augment import ToolMeta, stop_reason_of
-from gateway.protocols.augment_stream import StreamEncoder, error_line
-from gateway.protocols.gemini_stream import GeminiTranslator
-from gateway.protocols.openai_compat_stream import CompatTranslator
-from gateway.streaming.accumulate import Snapshot, accumulate
-from gateway.streaming.sse import SSEDecoder, SSEEvent
-from gateway.streaming.translate import TranslatedStream, Translator
-from gateway.upstream import UpstreamResponse
+from gateway.dialects.augment.codec import ToolMeta, stop_reason_of
+from gateway.dialects.augment.stream import StreamEncoder, error_line
+from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.transport.streaming.accumulate import Snapshot, accumulate
+from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.transport.streaming.translate import TranslatedStream, Translator
+from gateway.transport.upstream import UpstreamResponse
 from tests.augment.client import assert_tools_stream_per_tool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.protocols.provider_seal import SEAL_KEY, unsealed
+from gateway.dialects.provider_seal import SEAL_KEY, unsealed
 from tests.gemini.helpers import (
     COPILOT,
     DEEPSEEK,

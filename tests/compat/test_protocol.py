@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.dialects.routing import ModelCaps
-from gateway.errors import upstream_error
-from gateway.protocols import openai_compat
-from gateway.protocols.canonical import (
+from gateway.dialects.canonical import (
     Message,
     ProviderFields,
     ProviderSig,
@@ -18,9 +15,12 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.openai_compat_stream import CompatTranslator
-from gateway.records import lift_turn
-from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
+from gateway.dialects.openai_compat import codec as openai_compat
+from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.routing import ModelCaps
+from gateway.errors import upstream_error
+from gateway.pipeline.repair.records import lift_turn
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "openrouter/google/gemini-3-pro-preview"
 DETAILS = [{"type": "reasoning.text", "text": "ab", "format": "google-gemini-v1", "index": 0},

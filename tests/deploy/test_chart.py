@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.app.settings import BYPASS_OFF, Settings
+from gateway.dialects.gemini.parts import BYPASS_VALUES
 from gateway.dialects.routing import FLAVORS
-from gateway.protocols.gemini_parts import BYPASS_VALUES
-from gateway.settings import BYPASS_OFF, Settings
 from state.factory import open_store
 
 helm = pytest.importorskip("helm_python", reason="Helm SDK: pip install -e '.[deploy]' (helm-python-sdk)")
@@ -222,7 +222,7 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
     _, values, rendered = scenario
     ctr = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env: dict[str, str] = dict(one(rendered, "ConfigMap")["data"])
-    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
+    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "app" / "settings.py").read_text()))
     assert {k.removeprefix("GATEWAY_") for k in env} <= known, "a ConfigMap key the gateway does not read"
     for var in ctr["env"]:
         if "valueFrom" in var:
@@ -275,9 +275,9 @@ def container_env(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
 
 
 def test_chart_sets_every_gateway_setting_with_the_gateways_defaults() -> None:
-    """Every GATEWAY_* variable gateway/settings.py reads is in the ConfigMap (or comes from the
+    """Every GATEWAY_* variable gateway/app/settings.py reads is in the ConfigMap (or comes from the
     Secret), and the chart's defaults are the gateway's, apart from the documented CHART_DEFAULTS."""
-    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
+    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "app" / "settings.py").read_text()))
     config = one(render(SECRET), "ConfigMap")["data"]
     assert {k.removeprefix("GATEWAY_") for k in config} == known - set(FROM_SECRET_OR_REDIS)
     assert Settings.from_env(config) == dataclasses.replace(Settings(), **CHART_DEFAULTS)

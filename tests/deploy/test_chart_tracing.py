@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from gateway.tracing import wanted
+from gateway.ops.tracing import wanted
 from tests.deploy.test_chart import SECRET, container_env_resolved, helm, one, render
 from tests.process_fixtures import GatewayFactory, Sim
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.settings import Settings
+from gateway.app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -94,7 +94,7 @@ def test_three_identical_hardened_gateway_replicas(compose: dict[str, Any]) -> N
 def test_gateway_environment_is_real_settings(compose: dict[str, Any]) -> None:
     svc = compose["services"][GATEWAYS[0]]
     env = {k: interpolate(str(v), {"THINKGATE_SECRET": "s3cret" * 6}) for k, v in svc["environment"].items()}
-    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py").read_text()))
+    known = set(re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "app" / "settings.py").read_text()))
     assert {k.removeprefix("GATEWAY_") for k in env if k.startswith("GATEWAY_")} <= known
     settings = Settings.from_env(env)
     settings.check_production()  # a private secret is required once Redis is shared
@@ -198,7 +198,7 @@ def upstream_families() -> dict[str, str]:
     """Every family of upstream thinkgate calls (``gateway.dialects``: its upstream kinds, the OpenAI-compatible one
     once per flavor but the generic one) -> a model the compose routing sends there."""
     from gateway.dialects.routing import FLAVORS
-    from gateway.dialects.transport import UPSTREAM_DIALECTS
+    from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
 
     families = [k for k in UPSTREAM_DIALECTS if k != "openai"] + [f for f in FLAVORS if f != "generic"]
     models = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview", "openrouter": "x-ai/grok-4",

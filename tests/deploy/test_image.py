@@ -177,8 +177,8 @@ def test_wheel_from_the_build_context_serves(built_wheel: Path, sim: Sim, tmp_pa
                     str(built_wheel)], check=True, timeout=120)
     env = {**os.environ, "PYTHONPATH": str(target), "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp_path),
            "GATEWAY_ANTHROPIC_BASE_URL": sim.url, "GATEWAY_LOG_LEVEL": "WARNING"}
-    where = subprocess.run([sys.executable, "-c", "import gateway.server, state.factory, thinkgate_sim.app;"
-                            "print(gateway.server.__file__)"], env=env, cwd=tmp_path, capture_output=True,
+    where = subprocess.run([sys.executable, "-c", "import gateway.app.server, state.factory, thinkgate_sim.app;"
+                            "print(gateway.app.server.__file__)"], env=env, cwd=tmp_path, capture_output=True,
                            text=True, check=True)
     assert where.stdout.strip().startswith(str(target)), where.stdout
     port = free_port()

@@ -92,7 +92,7 @@ def test_adaptive_omitted_thinking_replays(sim: Sim, client: anthropic.Anthropic
 def test_an_sdk_tool_loop_replays_its_history_without_decoding_it_again(
         sim: Sim, gateways: GatewayFactory, redis_url: str, stream: bool, replay: str) -> None:
     """The SDK sends each round's history as the previous round's body with the new messages inserted:
-    from the second request on, the gateway parses and decodes only those (``gateway.replay_memo``), and
+    from the second request on, the gateway parses and decodes only those (``gateway.continuation.replay_memo``), and
     every request still reaches the simulator in the form it accepts. Also when the client trims every
     replayed thinking text (an IDE's mangling): each turn is restored from its record in Redis, sent
     upstream as recorded, and the restored request is still kept for the next one. From the fourth request on,

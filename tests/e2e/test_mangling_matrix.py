@@ -62,8 +62,8 @@ import openai
 import orjson
 import pytest
 
-from gateway.protocols.provider_seal import unsealed
-from gateway.toolchain import NO_RESULT
+from gateway.dialects.provider_seal import unsealed
+from gateway.dialects.toolchain import NO_RESULT
 from tests.e2e.helpers import WEATHER_TOOL, block_dicts, send, tool_results
 from tests.gemini import helpers as gemini_helpers
 from tests.gemini.helpers import (

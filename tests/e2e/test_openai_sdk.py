@@ -1,5 +1,5 @@
 """The official openai SDK -> real `thinkgate serve` -> real `thinkgate sim`: a tool loop's replayed
-history is decoded once (``gateway.replay_memo`` on the OpenAI chat surface)."""
+history is decoded once (``gateway.continuation.replay_memo`` on the OpenAI chat surface)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.protocols.provider_seal import unsealed
+from gateway.dialects.provider_seal import unsealed
 from tests.gemini import helpers as gemini_helpers
 from tests.gemini.helpers import (
     COPILOT,

@@ -69,7 +69,7 @@ from thinkgate_sim.gemini_rules import BYPASS as GEMINI_BYPASS
 
 SPLIT_SEED = 23  # the recording proxy's: where it cuts the upstream answers it relays
 TENANTS = ("sk-traffic-tenant-a-0123456789abcdef0123456789", "sk-traffic-tenant-b-0123456789abcdef0123456789")
-# The access log's endpoint label of each surface (``gateway.surfaces``).
+# The access log's endpoint label of each surface (``gateway.surfaces.table``).
 ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_completions", "responses": "responses",
                                  "gemini": "generate_content", "augment": "chat_stream"}
 

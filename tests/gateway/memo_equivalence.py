@@ -15,14 +15,16 @@ from typing import Any
 
 import orjson
 
-from gateway import paths, pipeline, records
-from gateway.app import Gateway, create_app
-from gateway.protocols import anthropic
-from gateway.replay_memo import Ticket
-from gateway.settings import Settings
+from gateway.app.factory import Gateway, create_app
+from gateway.app.settings import Settings
+from gateway.continuation.replay_memo import Ticket
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.identify import paths
+from gateway.pipeline.repair import records
 
 Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
-# every continuation a worker has (``gateway.continuation``, ``BENCHMARKS.md``), each switched off alone by
+# every continuation a worker has (``gateway.continuation.core``, ``BENCHMARKS.md``), each switched off alone by
 # ``switched_off``
 CONTINUATIONS = ("memo", "splice", "carried_repair", "carried_sanitize", "load_cache")
 
@@ -123,7 +125,8 @@ async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pi
     got, want = plan(ex), plan(reference)
     assert got[1:] == want[1:] and got[0] == want[0], f"{got[1:]} != {want[1:]}"
     if ex.continuation.changed and ex.upstream == "anthropic":
-        assert ex.outgoing == got[1]  # spliced (``gateway.splice``) or not: the bytes encoding it all gives
+        assert ex.outgoing == got[1]  # spliced (``gateway.continuation.splice``) or not: the bytes encoding it all
+        # gives
     return ex
 
 

@@ -1,4 +1,4 @@
-"""``gateway.allocator``: a worker's large blocks stay mapped (returned when freed), whatever it freed before."""
+"""``gateway.app.allocator``: a worker's large blocks stay mapped (returned when freed), whatever it freed before."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import platform
 
 import pytest
 
-from gateway import allocator
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.app import allocator
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 

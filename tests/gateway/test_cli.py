@@ -14,9 +14,9 @@ import httpx
 import orjson
 import pytest
 
-from gateway import cli
-from gateway.settings import DESCRIPTIONS, Settings
-from gateway.urls import display_url
+from gateway.app import cli
+from gateway.app.settings import DESCRIPTIONS, Settings
+from gateway.dialects.urls import display_url
 from state.factory import describe_store
 from thinkgate_sim import scenarios
 from thinkgate_sim.app import SimConfig, create_sim_app
@@ -25,8 +25,8 @@ from thinkgate_sim.compat import plan as compat_plan
 from thinkgate_sim.gemini import plan_parts
 
 ROOT = Path(__file__).resolve().parents[2]
-READ_BY_SETTINGS = {"GATEWAY_" + n for n in re.findall(r'get\("([A-Z0-9_]+)"\)', (ROOT / "gateway" / "settings.py")
-                                                         .read_text())}
+SETTINGS_SOURCE = (ROOT / "gateway" / "app" / "settings.py").read_text()
+READ_BY_SETTINGS = {"GATEWAY_" + n for n in re.findall(r'get\("([A-Z0-9_]+)"\)', SETTINGS_SOURCE)}
 
 
 def help_of(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:

@@ -1,20 +1,20 @@
-"""The pure rules for model switches (``gateway.model_switch``), clear_thinking and compaction
-(``gateway.context_edits``), the compaction block in sanitize and in the stream accumulator, and
+"""The pure rules for model switches (``gateway.pipeline.repair.model_switch``), clear_thinking and compaction
+(``gateway.pipeline.repair.context_edits``), the compaction block in sanitize and in the stream accumulator, and
 ``routing.reads_thinking``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway import context_edits, model_switch
 from gateway.actions import Action, ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for, reads_thinking
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message
-from gateway.recorded import RecordedTurn
-from gateway.repair_state import RepairResult
-from gateway.sanitize import Policy, sanitize
-from gateway.streaming.accumulate import Snapshot, accumulate, message_dict
+from gateway.pipeline.repair import context_edits, model_switch
+from gateway.pipeline.repair.recorded import RecordedTurn
+from gateway.pipeline.repair.repair_state import RepairResult
+from gateway.pipeline.sanitize.core import Policy, sanitize
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, message_dict
 
 THINK = {"type": "thinking", "thinking": "plan\r\n", "signature": "sig-ok"}
 COMPACTION = {"type": "compaction", "content": "<summary>  so far \r\n</summary>\n", "signature": "c-sig"}

@@ -1,4 +1,4 @@
-"""Each continuation switched off alone against a worker with all of them on (``gateway.continuation``; the
+"""Each continuation switched off alone against a worker with all of them on (``gateway.continuation.core``; the
 acceptance of issue 21, item 2): every step of a faithful and of mangled tool loops (real simulator, real
 Redis) goes upstream as the same bytes with the same plan (repair's and sanitize's actions, identification,
 position, fork), and the switched-off worker's stages really did without it."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.app import Gateway
-from gateway.upstream import forward_request_headers
+from gateway.app.factory import Gateway
+from gateway.transport.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import CONTINUATIONS, answered, continuation_pair, exchange_of, step_both_ways
 from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
 

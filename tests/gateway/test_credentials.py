@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.credentials import credential_of
-from gateway.dialects.transport import gemini_headers
+from gateway.dialects.credentials import credential_of
 from gateway.errors import ClientError
+from gateway.surfaces.upstreams import gemini_headers
 
 
 @pytest.mark.parametrize(("headers", "key"), [

@@ -1,4 +1,4 @@
-"""The one handler (``gateway.endpoints.handler``) in process, against a fake upstream: each surface's request is
+"""The one handler (``gateway.surfaces.handler``) in process, against a fake upstream: each surface's request is
 decoded, then routed once (one error text, before any upstream call), then sent as the upstream dialect table says;
 the answer comes back in the client's dialect."""
 
@@ -11,9 +11,9 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import Settings
-from gateway.upstream import UpstreamResponse
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
+from gateway.transport.upstream import UpstreamResponse
 
 
 class FakeAnswer:

@@ -1,4 +1,4 @@
-"""Unit tests of conversation identification (pure functions of gateway/identity.py).
+"""Unit tests of conversation identification (pure functions of gateway/pipeline/identify/identity.py).
 
 Order of evidence, all within one tenant: the X-AG-Conversation-Id header > tool_use ids > the prefix
 fingerprint. Text hashes never pick a conversation. A malformed or unknown header is a miss; tool ids that
@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.hints import EDGE_TURNS, edge_tool_ids
-from gateway.identity import (
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message
+from gateway.pipeline.identify.hints import EDGE_TURNS, edge_tool_ids
+from gateway.pipeline.identify.identity import (
     RECENT_TURNS,
     build_query,
     identify_conversation,
     scid_from_header,
     tenant_of,
 )
-from gateway.paths import PathHash, path_fingerprint
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message
+from gateway.pipeline.identify.paths import PathHash, path_fingerprint
 from state.records import ConversationState, Location
 from state.store import LoadQuery, LoadResult
 

@@ -1,10 +1,11 @@
-"""``gateway.journal``: a worker vouches, while the store is away, only for thinking it relayed itself, byte for byte,
+"""``gateway.continuation.journal``: a worker vouches, while the store is away, only for thinking it relayed itself,
+byte for byte,
 signature included, to the same tenant."""
 
 from __future__ import annotations
 
-from gateway.journal import Journal
-from gateway.protocols.canonical import RedactedThinkingBlock, TextBlock, ThinkingBlock
+from gateway.continuation.journal import Journal
+from gateway.dialects.canonical import RedactedThinkingBlock, TextBlock, ThinkingBlock
 
 
 def test_only_the_exact_relayed_thinking_of_the_same_tenant_is_vouched_for() -> None:

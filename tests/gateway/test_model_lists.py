@@ -1,4 +1,5 @@
-"""``gateway.model_lists`` (list shapes, Anthropic paging, the per-worker TTL cache) and the dialect an error takes
+"""``gateway.surfaces.model_lists`` (list shapes, Anthropic paging, the per-worker TTL cache) and the dialect an error
+takes
 on a path two protocols share or no surface owns (``surfaces.dialect_for_request``)."""
 
 from __future__ import annotations
@@ -8,8 +9,16 @@ import pytest
 
 from gateway.dialects.routing import Router, parse_routes
 from gateway.errors import ClientError
-from gateway.model_lists import Listed, ModelLists, anthropic_list, gemini_list, openai_list, parse_list, route_models
-from gateway.surfaces import dialect_for_request
+from gateway.surfaces.model_lists import (
+    Listed,
+    ModelLists,
+    anthropic_list,
+    gemini_list,
+    openai_list,
+    parse_list,
+    route_models,
+)
+from gateway.surfaces.table import dialect_for_request
 
 MODELS = [Listed(m, "anthropic", created_at="2025-11-24T00:00:00Z") for m in ("a", "b", "c")]
 

@@ -12,12 +12,12 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.routing import caps_for
 from gateway.errors import ClientError
-from gateway.protocols import anthropic
-from gateway.recorded import Records
-from gateway.repair import repair
-from gateway.sanitize import Policy, sanitize
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.recorded import Records
+from gateway.pipeline.sanitize.core import Policy, sanitize
 
 scalars = st.none() | st.booleans() | st.integers(-2, 5000) | st.floats(allow_nan=False) | st.text(max_size=12)
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)

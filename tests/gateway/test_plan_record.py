@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gateway import pipeline
-from gateway.exchange import Exchange
-from gateway.protocols.canonical import Message, Request, TextBlock
-from gateway.recorded import RecordedTurn
+from gateway.dialects.canonical import Message, Request, TextBlock
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import Exchange
+from gateway.pipeline.repair.recorded import RecordedTurn
 from state.records import ConversationState
 from state.store import LoadResult
 from tests.state.factories import turn

@@ -1,16 +1,17 @@
-"""``gateway.prefix`` (pure): a binding model's prefix kept as recorded, or ``drop_block`` where it changed; the
+"""``gateway.pipeline.repair.prefix`` (pure): a binding model's prefix kept as recorded, or ``drop_block`` where it
+changed; the
 stale-block strip after a binding 400 (``sanitize.strip_bound``); the note round-trips through the store codec."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway import prefix
 from gateway.actions import ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Request
 from gateway.dialects.routing import ModelCaps, caps_for
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Request
-from gateway.sanitize import Policy, strip_bound
+from gateway.pipeline.repair import prefix
+from gateway.pipeline.sanitize.core import Policy, strip_bound
 from state import codec
 from state.records import TurnRecord
 

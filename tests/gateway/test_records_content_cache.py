@@ -1,5 +1,6 @@
 """A worker decodes a stored record's blocks once and shares them between requests
-(``gateway.records.RecordCaches``, one per worker): a mangled replay restores every turn from its record on every
+(``gateway.pipeline.repair.records.RecordCaches``, one per worker): a mangled replay restores every turn from its
+record on every
 request.
 
 Turns are recorded into the embedded store and loaded back as the gateway does (``records_from``); the
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import records
 from gateway.actions import ActionKind
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Block, Message
-from gateway.records import RecordCaches, records_from
-from gateway.repair import repair
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Block, Message
+from gateway.pipeline.repair import records
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.records import RecordCaches, records_from
 from state.records import TurnRecord
 from state.store import LoadQuery
 from tests.gateway.test_replay_digest import recorded_history

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from gateway import lookup as lookup_module
 from gateway.actions import ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from gateway.dialects.routing import caps_for
-from gateway.lookup import lookup_hashes
-from gateway.paths import path_fingerprint
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from gateway.recorded import RecordedTurn, Records, TurnsConversation
-from gateway.records import RecordCaches, records_from
-from gateway.repair import rebuild_history, repair
-from gateway.repair import run as repair_run
-from gateway.repair_state import RepairPrior
-from gateway.sanitize import Policy, sanitize
-from gateway.toolchain import NO_RESULT
+from gateway.dialects.toolchain import NO_RESULT
+from gateway.pipeline.identify import lookup as lookup_module
+from gateway.pipeline.identify.lookup import lookup_hashes
+from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline.repair.core import rebuild_history, repair
+from gateway.pipeline.repair.core import run as repair_run
+from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
+from gateway.pipeline.repair.records import RecordCaches, records_from
+from gateway.pipeline.repair.repair_state import RepairPrior
+from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import exact_hash, replay_digest
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult

@@ -22,12 +22,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import identity
-from gateway.paths import path_fingerprint
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Turn
-from gateway.records import records_from, turn_record
-from gateway.repair import repair
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Turn
+from gateway.pipeline.identify import identity
+from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.records import records_from, turn_record
 from state.keys import new_scid
 from state.memory_store import MemoryStore
 from state.store import TurnWrite

@@ -12,15 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.actions import ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message, Request
 from gateway.dialects.routing import caps_for
-from gateway.identity import build_query, identify_conversation
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, Request
-from gateway.recorded import Records
-from gateway.records import records_from
-from gateway.repair import repair
-from gateway.reshape import dropped_result_ids
-from gateway.sanitize import Policy, sanitize
+from gateway.dialects.toolchain import dropped_result_ids
+from gateway.pipeline.identify.identity import build_query, identify_conversation
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.recorded import Records
+from gateway.pipeline.repair.records import records_from
+from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import replay_digest
 from state.keys import new_scid
 from state.memory_store import MemoryStore

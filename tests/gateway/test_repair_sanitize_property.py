@@ -13,13 +13,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.routing import caps_for
-from gateway.identity import RECENT_TURNS
-from gateway.paths import path_fingerprint
-from gateway.protocols import anthropic
-from gateway.recorded import RecordedTurn, Records, TurnsConversation
-from gateway.repair import repair
-from gateway.sanitize import Policy, sanitize
+from gateway.pipeline.identify.identity import RECENT_TURNS
+from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
+from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import exact_hash
 from tests.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
 from thinkgate_sim.rules import check_messages_request

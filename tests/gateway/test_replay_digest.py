@@ -10,12 +10,12 @@ import copy
 from typing import Any
 
 from gateway.actions import ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import ProviderFields, Turn
 from gateway.dialects.routing import caps_for
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import ProviderFields, Turn
-from gateway.records import records_from, turn_record
-from gateway.repair import repair
-from gateway.sanitize import Policy, sanitize
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.records import records_from, turn_record
+from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import replay_digest
 from state.keys import new_scid
 from state.memory_store import MemoryStore

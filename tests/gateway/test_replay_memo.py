@@ -1,4 +1,4 @@
-"""The replay memo (``gateway.replay_memo``): a faithful replay's history is not decoded again, and nothing
+"""The replay memo (``gateway.continuation.replay_memo``): a faithful replay's history is not decoded again, and nothing
 the gateway sends upstream or decides depends on whether it was.
 
 Unit tests hold the memo to its rules; the equivalence tests run tool loops (faithful and mangled, real
@@ -17,17 +17,17 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway import pipeline
-from gateway.app import Gateway
+from gateway.app.factory import Gateway
+from gateway.continuation.replay_memo import Carried, ReplayMemo, entry_cost, one_to_one
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for
 from gateway.errors import GatewayError
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message
-from gateway.recorded import Records
-from gateway.repair import repair
-from gateway.replay_memo import Carried, ReplayMemo, entry_cost, one_to_one
-from gateway.sanitize import NO_LOOP, Policy, Sanitized
-from gateway.upstream import forward_request_headers
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.recorded import Records
+from gateway.pipeline.sanitize.core import NO_LOOP, Policy, Sanitized
+from gateway.transport.upstream import forward_request_headers
 from state.sizing import held
 from tests.gateway.memo_equivalence import (
     answered,

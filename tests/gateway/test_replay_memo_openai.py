@@ -17,15 +17,16 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import pipeline
-from gateway.app import Gateway
-from gateway.dialects import transport as dialects
-from gateway.endpoints import chat
+from gateway.app.factory import Gateway
+from gateway.continuation.replay_memo import ReplayMemo, one_to_one
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message
+from gateway.dialects.openai_chat import codec as openai_chat
+from gateway.dialects.openai_chat.messages import continue_messages, decode_messages, system_of
 from gateway.errors import ClientError
-from gateway.protocols import anthropic, openai_chat
-from gateway.protocols.canonical import Message
-from gateway.protocols.openai_chat_messages import continue_messages, decode_messages, system_of
-from gateway.replay_memo import ReplayMemo, one_to_one
+from gateway.pipeline import stages as pipeline
+from gateway.surfaces import chat
+from gateway.surfaces import upstreams as dialects
 from tests.gateway.memo_equivalence import (
     exchange_of,
     gateway_pair,

@@ -21,11 +21,11 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway import pipeline
-from gateway.app import Gateway, create_app
-from gateway.hints import ConversationHints
-from gateway.settings import Settings
-from gateway.upstream import forward_request_headers
+from gateway.app.factory import Gateway, create_app
+from gateway.app.settings import Settings
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.identify.hints import ConversationHints
+from gateway.transport.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import answered, exchange_of, plan, relay_and_record
 from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
 from tests.redis_fixtures import RedisServer, fresh_url

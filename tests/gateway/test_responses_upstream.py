@@ -10,8 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.dialects.routing import ModelCaps, Router, parse_routes
-from gateway.protocols.canonical import (
+from gateway.dialects.canonical import (
     Message,
     ProviderSig,
     Request,
@@ -20,16 +19,17 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.protocols.responses_upstream import (
+from gateway.dialects.responses.upstream import (
     assistant_items,
     decode_items,
     decode_turn,
     encode_items,
     encode_request,
 )
-from gateway.protocols.responses_upstream_stream import ResponsesTranslator
-from gateway.records import lift_turn
-from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
+from gateway.dialects.responses.upstream_stream import ResponsesTranslator
+from gateway.dialects.routing import ModelCaps, Router, parse_routes
+from gateway.pipeline.repair.records import lift_turn
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 from thinkgate_sim.responses import Memory, ResponsesMinter, check, plan
 from thinkgate_sim.responses_stream import events
 
@@ -152,8 +152,8 @@ def test_encode_request_keeps_no_upstream_state_and_asks_for_encrypted_reasoning
 
 
 def test_chat_parameters_reach_a_responses_upstream_or_are_refused_by_name() -> None:
+    from gateway.dialects.openai_chat.codec import decode_request
     from gateway.errors import ClientError
-    from gateway.protocols.openai_chat import decode_request
 
     chat = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "minimal",
             "max_completion_tokens": 300, "user": "u-2", "parallel_tool_calls": False,
@@ -223,7 +223,7 @@ def test_reasoning_summary_streams_as_it_comes_and_its_item_completes_the_block(
 
 def test_sanitize_drops_a_reasoning_item_parted_from_its_call_and_counts_it() -> None:
     from gateway.actions import ActionKind
-    from gateway.sanitize import Policy, sanitize
+    from gateway.pipeline.sanitize.core import Policy, sanitize
 
     memory, minter = Memory(), ResponsesMinter(b"s" * 32)
     response = _answer("weather? [[sim:tools=1]]", memory, minter)

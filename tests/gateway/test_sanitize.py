@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.actions import ActionKind
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Block
 from gateway.dialects.routing import caps_for
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Block
-from gateway.sanitize import Policy, sanitize, trailing_loop_start
-from gateway.toolchain import NO_RESULT
+from gateway.dialects.toolchain import NO_RESULT
+from gateway.pipeline.sanitize.core import Policy, sanitize, trailing_loop_start
 from thinkgate_sim.rules import check_messages_request
 from thinkgate_sim.signing import Minter
 

@@ -9,8 +9,7 @@ import pytest
 
 from gateway.actions import Action, ActionKind
 from gateway.dialects import registry
-from gateway.dialects.routing import ModelCaps, Router, origin_of, parse_routes
-from gateway.protocols.canonical import (
+from gateway.dialects.canonical import (
     CLIENT,
     Message,
     ProviderFields,
@@ -20,7 +19,8 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.sanitize import Policy, sanitize
+from gateway.dialects.routing import ModelCaps, Router, origin_of, parse_routes
+from gateway.pipeline.sanitize.core import Policy, sanitize
 
 ON = {"type": "enabled", "budget_tokens": 2048}
 COPILOT = ModelCaps("copilot", kind="openai", flavor="copilot", family="gemini")

@@ -13,16 +13,24 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.continuation import sanitize_prior
+from gateway.continuation.core import sanitize_prior
+from gateway.continuation.replay_memo import Carried, Ticket
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message
-from gateway.recorded import ConversationView, RecordedTurn, Records
-from gateway.repair import repair
-from gateway.replay_memo import Carried, Ticket
-from gateway.sanitize import Policy, Sanitized, SanitizeResult, loop_fold, loop_start, sanitize, trailing_loop_start
-from gateway.sanitize import run as sanitize_run
-from gateway.toolchain import chain_fold, chain_intact
+from gateway.dialects.toolchain import chain_fold, chain_intact
+from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.recorded import ConversationView, RecordedTurn, Records
+from gateway.pipeline.sanitize.core import (
+    Policy,
+    Sanitized,
+    SanitizeResult,
+    loop_fold,
+    loop_start,
+    sanitize,
+    trailing_loop_start,
+)
+from gateway.pipeline.sanitize.core import run as sanitize_run
 
 MODEL = "claude-sonnet-4-5"
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.actions import ActionKind
-from gateway.dialects.routing import ModelCaps, caps_for, origin_of
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import (
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import (
     CLIENT,
     Message,
     ProviderFields,
@@ -19,8 +18,9 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.protocols.provider_seal import seals_for
-from gateway.sanitize import Policy, distrust, sanitize
+from gateway.dialects.provider_seal import seals_for
+from gateway.dialects.routing import ModelCaps, caps_for, origin_of
+from gateway.pipeline.sanitize.core import Policy, distrust, sanitize
 from thinkgate_sim.rules import check_messages_request
 from thinkgate_sim.signing import Minter
 

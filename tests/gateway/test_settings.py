@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gateway.settings import DEFAULT_SECRET, Settings, SettingsError
+from gateway.app.settings import DEFAULT_SECRET, Settings, SettingsError
 from tests.process_fixtures import free_port
 from tests.redis_fixtures import RedisServer
 

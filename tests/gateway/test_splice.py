@@ -1,4 +1,4 @@
-"""Splicing kept message JSON into a changed request (``gateway.splice``): the same bytes as encoding it
+"""Splicing kept message JSON into a changed request (``gateway.continuation.splice``): the same bytes as encoding it
 all, kept JSON used only while a message is what it was encoded from, and in a mangled tool loop only the
 new messages encoded."""
 
@@ -10,13 +10,15 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import pipeline, splice
-from gateway.app import Gateway
-from gateway.dialects import transport as dialects
-from gateway.endpoints import chat
-from gateway.protocols import anthropic, openai_chat
-from gateway.protocols.canonical import Message, TextBlock
-from gateway.upstream import forward_request_headers
+from gateway.app.factory import Gateway
+from gateway.continuation import splice
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message, TextBlock
+from gateway.dialects.openai_chat import codec as openai_chat
+from gateway.pipeline import stages as pipeline
+from gateway.surfaces import chat
+from gateway.surfaces import upstreams as dialects
+from gateway.transport.upstream import forward_request_headers
 from state.lru import ObjectLru
 from tests.gateway.memo_equivalence import answered, exchange_of, gateway_pair, prepare_both_ways, relay_and_record
 from tests.manglings.anthropic import MESSAGE_MANGLINGS, mangle_assistants

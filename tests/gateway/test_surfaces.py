@@ -1,4 +1,4 @@
-"""The surface table (``gateway.surfaces``) is the one source of the app's client routes, the error dialect of a
+"""The surface table (``gateway.surfaces.table``) is the one source of the app's client routes, the error dialect of a
 path and the metrics' endpoint labels: they cannot drift apart (as ``/v1/models/`` once did: served as Gemini,
 counted as ``other``)."""
 
@@ -8,10 +8,10 @@ import re
 
 from starlette.routing import Route
 
-from gateway import metrics
-from gateway.app import HANDLERS, create_app
-from gateway.settings import Settings
-from gateway.surfaces import SURFACES, dialect_for_request, surface_for_path
+from gateway.app.factory import HANDLERS, create_app
+from gateway.app.settings import Settings
+from gateway.ops import metrics
+from gateway.surfaces.table import SURFACES, dialect_for_request, surface_for_path
 
 
 def _concrete(route: str) -> str:
@@ -30,7 +30,7 @@ def test_every_route_of_a_surface_is_labelled_and_rendered_as_that_surface() -> 
 def test_a_path_two_surfaces_share_is_told_apart_by_method() -> None:
     """``/v1/models/{id}``: GET is a model lookup (the SDKs' ``models.retrieve``), POST Gemini's generateContent; a
     method neither takes is the first one's (its 405 in Google's envelope)."""
-    from gateway.surfaces import GENERATE_CONTENT, MODEL_GET, dialect_for_request
+    from gateway.surfaces.table import GENERATE_CONTENT, MODEL_GET, dialect_for_request
 
     path = "/v1/models/gpt-5"
     assert surface_for_path(path, "GET") is MODEL_GET and surface_for_path(path, "POST") is GENERATE_CONTENT
@@ -63,8 +63,8 @@ def test_one_routing_rule_with_one_error_for_every_surface() -> None:
     """``dialects.route``: a model is served when its upstream is configured and of a kind the surface calls;
     else the same 400 ``model_not_supported`` whatever the surface (it was written three times, three texts)."""
     from gateway.dialects.routing import Router
-    from gateway.dialects.transport import route
     from gateway.errors import ClientError
+    from gateway.surfaces.upstreams import route
 
     router = Router()
     assert route(router.caps_for("claude-opus-4-5"), {"anthropic"}, "claude-opus-4-5").upstream == "anthropic"

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gateway.endpoints
+import gateway.surfaces
 
-SHARED = {"__init__.py", "handler.py", "common.py"}
+# the shared machinery of the surfaces package, beside the endpoint modules: the handler and its helpers, the surface
+# table, the upstream call table, model listing, the Responses surface's record readers and seals, export formats
+SHARED = {"__init__.py", "handler.py", "common.py", "table.py", "upstreams.py", "model_listing.py", "model_lists.py",
+          "responses_state.py", "reasoning_seal.py", "export.py"}
 LIMIT = 52  # "about 40 lines": the longest today is chat.py (51)
 
 
 def test_every_surface_endpoint_module_is_thin() -> None:
-    folder = Path(gateway.endpoints.__file__).parent
+    folder = Path(gateway.surfaces.__file__).parent
     sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py") if p.name not in SHARED}
-    assert {"responses.py", "models.py", "response_get.py"} <= set(sizes)
+    assert {"responses.py", "models.py", "response_get.py", "chat.py", "messages.py", "gemini.py"} <= set(sizes)
     assert {name: n for name, n in sizes.items() if n > LIMIT} == {}

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from gateway.errors import GatewayError
-from gateway.upstream import Upstream
+from gateway.transport.upstream import Upstream
 
 pytestmark = pytest.mark.process  # a loopback server in this process
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway import pipeline
-from gateway.app import Gateway, create_app
-from gateway.settings import Settings
-from gateway.upstream import forward_request_headers
+from gateway.app.factory import Gateway, create_app
+from gateway.app.settings import Settings
+from gateway.pipeline import stages as pipeline
+from gateway.transport.upstream import forward_request_headers
 from tests.gateway.memo_equivalence import answered, exchange_of, prepare_both_ways, relay_and_record
 from tests.gateway.test_replay_memo import HEADERS, SCENARIOS
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.protocols import gemini, gemini_parts
+from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini import parts as gemini_parts
 
 SHA256 = hashlib.sha256
 

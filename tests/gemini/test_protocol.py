@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.dialects.routing import RouteError, Router, origin_of, parse_routes
-from gateway.protocols import anthropic, gemini
-from gateway.protocols.canonical import (
+from gateway.app.settings import Settings, SettingsError
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import (
     CLIENT,
     Message,
     ProviderFields,
@@ -18,9 +18,11 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.gemini_parts import deterministic_ids, map_responses
-from gateway.protocols.gemini_stream import GeminiTranslator
-from gateway.records import (
+from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini.parts import deterministic_ids, map_responses
+from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.routing import RouteError, Router, origin_of, parse_routes
+from gateway.pipeline.repair.records import (
     lift_turn,
     load_block,
     load_fields,
@@ -30,8 +32,7 @@ from gateway.records import (
     store_message,
     turn_record,
 )
-from gateway.settings import Settings, SettingsError
-from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "gemini/gemini-3-pro-preview"
 CONTENTS = [

@@ -4,8 +4,7 @@ the bypass value where no record vouches for a signature."""
 from __future__ import annotations
 
 from gateway.actions import ActionKind
-from gateway.dialects.routing import Router
-from gateway.protocols.canonical import (
+from gateway.dialects.canonical import (
     CLIENT,
     Message,
     ProviderFields,
@@ -17,7 +16,8 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.sanitize import Policy, sanitize
+from gateway.dialects.routing import Router
+from gateway.pipeline.sanitize.core import Policy, sanitize
 
 GEM = "gemini/gemini-3-pro-preview"
 ROUTER = Router()

@@ -68,6 +68,6 @@ def test_the_check_sees_the_forms_it_forbids() -> None:
 
 
 def test_the_metric_label_sets_come_from_the_registry() -> None:
-    from gateway import metrics
+    from gateway.ops import metrics
     assert set(registry.DIALECTS) | set(registry.FLAVORS) <= metrics.UPSTREAMS
     assert metrics.PARAM_ROUTES == frozenset(registry.DIALECTS) | {"other"}

@@ -18,8 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
 from tests.gemini.helpers import OPENROUTER, RESPONSES, gateway_env
 from tests.process_fixtures import Sim
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.classify import KINDS, PATTERNS, SIGNATURE_KINDS, classify, classify_event
+from gateway.dialects.classify import KINDS, PATTERNS, SIGNATURE_KINDS, classify, classify_event
 
 # (case id, verbatim message from /work/shared/reference/protocols.md, expected kind)
 ANTHROPIC: list[tuple[str, str, str]] = [

@@ -1,4 +1,4 @@
-"""The Grafana dashboard and the Prometheus alert rules against ``gateway.metrics``: every metric a
+"""The Grafana dashboard and the Prometheus alert rules against ``gateway.ops.metrics``: every metric a
 panel or rule queries exists with the labels (and label values) it is queried by; the dashboard is
 valid for provisioning; every alert links to its runbook section; promtool accepts the rules and
 they fire (and stay silent) on synthetic series."""
@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from gateway import metrics
-from gateway.classify import SIGNATURE_KINDS
+from gateway.dialects.classify import SIGNATURE_KINDS
+from gateway.ops import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "grafana" / "dashboards" / "thinkgate.json"
@@ -63,7 +63,7 @@ def check_promql(expr: str, where: str) -> list[str]:
     for m in _METRIC.finditer(expr):
         sample = m[1]
         if sample not in EXPORTED:
-            problems.append(f"{where}: {sample} is not exported by gateway/metrics.py")
+            problems.append(f"{where}: {sample} is not exported by gateway/ops/metrics.py")
             continue
         defined, labels = EXPORTED[sample]
         known_labels |= labels
@@ -307,7 +307,7 @@ MSG = {"endpoint": "messages", "upstream": "anthropic", "model": "claude-opus"} 
 
 
 def _series(metric: str, values: str, **labels: str) -> dict[str, str]:
-    """A synthetic input series, with exactly the labels ``gateway.metrics`` exports for ``metric`` (and the
+    """A synthetic input series, with exactly the labels ``gateway.ops.metrics`` exports for ``metric`` (and the
     scrape's): a rule tested on series the gateway never exports would prove nothing."""
     assert set(labels) | SCRAPE_LABELS == EXPORTED[metric][1] | SCRAPE_LABELS, (metric, set(labels))
     sel = ",".join(f'{k}="{v}"' for k, v in {"job": "tg", "instance": "a", **labels}.items())

@@ -1,4 +1,4 @@
-"""``gateway.logs``: formats, redaction, the request line's fields, settings."""
+"""``gateway.ops.logs``: formats, redaction, the request line's fields, settings."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway import cli, logs
 from gateway.actions import Action, ActionKind
-from gateway.pipeline import Exchange
-from gateway.protocols.canonical import Request
-from gateway.settings import Settings, SettingsError
+from gateway.app import cli
+from gateway.app.settings import Settings, SettingsError
+from gateway.dialects.canonical import Request
+from gateway.ops import logs
+from gateway.pipeline.stages import Exchange
 
 
 def _observation() -> logs.Observation:

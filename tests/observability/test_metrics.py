@@ -1,4 +1,4 @@
-"""``gateway.metrics`` in-process: label validation, the pipeline observations, the instrumented
+"""``gateway.ops.metrics`` in-process: label validation, the pipeline observations, the instrumented
 store, and an upstream error answer through the real app counted by kind."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import metrics, metrics_store, metrics_workers, pipeline
 from gateway.actions import Action, ActionKind
-from gateway.app import Gateway, create_app
-from gateway.pipeline import Exchange
-from gateway.protocols.canonical import Message, Request, TextBlock
-from gateway.settings import Settings
+from gateway.app.factory import Gateway, create_app
+from gateway.app.settings import Settings
+from gateway.dialects.canonical import Message, Request, TextBlock
+from gateway.ops import metrics, metrics_store, metrics_workers
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.stages import Exchange
 from state.breaker import CircuitBreaker
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, LoadResult, RecordResult, StoreHealth, StoreUnavailable, TurnWrite

@@ -10,10 +10,10 @@ import anthropic
 import openai
 import pytest
 
-from gateway import metrics, metrics_workers
-from gateway.app import default_upstreams
-from gateway.identity import tenant_of
-from gateway.settings import Settings
+from gateway.app.factory import default_upstreams
+from gateway.app.settings import Settings
+from gateway.ops import metrics, metrics_workers
+from gateway.pipeline.identify.identity import tenant_of
 from tests.gemini.helpers import DEEPSEEK, GEMINI, gateway_env
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, scrape
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (``gateway.tracing``, the ``otel`` extra) with the SDK's in-memory exporter, the app in
+"""OpenTelemetry traces (``gateway.ops.tracing``, the ``otel`` extra) with the SDK's in-memory exporter, the app in
 process in front of a loopback upstream: the request span with a child per stage, per store call and for the
 upstream call, its attributes (never a key, a prompt or thinking text), the W3C ``traceparent`` the upstream gets;
 off without ``OTEL_*`` and without the extra."""
@@ -19,9 +19,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.app import create_app
-from gateway.settings import Settings
-from gateway.tracing import STAGES, Tracing, wanted
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
+from gateway.ops.tracing import STAGES, Tracing, wanted
 from tests.observability.fake_upstream import serving
 from tests.process_fixtures import GatewayFactory, Sim
 
@@ -158,7 +158,7 @@ def test_only_the_tracing_module_imports_opentelemetry_and_only_inside_functions
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(n.split(".")[0] == "opentelemetry" for n in names):
-                assert path.name == "tracing.py" and path.parent.name == "gateway", path
+                assert path.name == "tracing.py" and path.parent.name == "ops", path
                 assert id(node) not in top, f"{path}: a module-level opentelemetry import"
 
 
@@ -178,8 +178,8 @@ def test_without_the_extra_tracing_is_off_and_requests_are_served() -> None:
     the app serves (and no opentelemetry module is loaded)."""
     code = BLOCKED + """
 import asyncio, logging, httpx
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
 logging.basicConfig(level=logging.WARNING)
 async def main():
     app = create_app(Settings())

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import ClientError
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import (
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import (
     OpaqueBlock,
     RedactedThinkingBlock,
     TextBlock,
@@ -18,7 +17,8 @@ from gateway.protocols.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.protocols.openai_chat import decode_request
+from gateway.dialects.openai_chat.codec import decode_request
+from gateway.errors import ClientError
 
 MODEL = "claude-opus-4-5"
 AWKWARD = "  Let me think.\r\n  Trailing spaces   \n\n\ncafé — 思考 🤔\r\n"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import (
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import (
     Message,
     RedactedThinkingBlock,
     TextBlock,
@@ -17,7 +17,7 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.openai_chat import decode_request, encode_completion
+from gateway.dialects.openai_chat.codec import decode_request, encode_completion
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 AWKWARD = [

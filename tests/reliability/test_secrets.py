@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.settings import DEFAULT_SECRET
+from gateway.app.settings import DEFAULT_SECRET
 from tests.process_fixtures import GatewayFactory, Sim, free_port
 from tests.redis_fixtures import RedisServer
 

@@ -22,8 +22,8 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
 from state.errors import StoreUnavailable
 from state.keys import conversation_keys, new_scid, tenant_prefix
 from state.redis_store import RedisStore

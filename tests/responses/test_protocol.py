@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ClientError
-from gateway.protocols import openai_responses as responses
-from gateway.protocols.canonical import (
+from gateway.dialects.canonical import (
     SEALED,
     ProviderFields,
     ProviderSig,
@@ -22,11 +20,13 @@ from gateway.protocols.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.protocols.openai_responses_stream import StreamEncoder
-from gateway.reasoning_seal import sealer
-from gateway.records import lift_turn
-from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn
-from gateway.streaming.sse import SSEDecoder
+from gateway.dialects.responses import codec as responses
+from gateway.dialects.responses.stream import StreamEncoder
+from gateway.errors import ClientError
+from gateway.pipeline.repair.records import lift_turn
+from gateway.surfaces.reasoning_seal import sealer
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
+from gateway.transport.streaming.sse import SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "responses-unit-secret-0123456789abcdef"
@@ -348,8 +348,8 @@ def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order()
     """Same dialect (``responses_passthrough``): the client's fields in its order and as sent, but for what
     thinkgate decides (model, input, instructions, stream, store: false, no previous_response_id, its include
     entry added); keys only thinkgate derived follow."""
+    from gateway.dialects.responses import upstream as responses_upstream
     from gateway.dialects.routing import Router
-    from gateway.protocols import responses_upstream
 
     body = {"text": {"verbosity": "high"}, "model": "gpt-5", "x_unknown": [1, {"a": None}],
             "previous_response_id": "resp_AbCdEfGhIjKlMnOpQrStUv.0", "include": ["file_search_call.results"],

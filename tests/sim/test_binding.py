@@ -272,7 +272,7 @@ async def test_block_binding_needs_the_beta_and_adaptive(client: httpx.AsyncClie
 
 def test_sim_command_takes_the_bound_model_list(monkeypatch: pytest.MonkeyPatch) -> None:
     import thinkgate_sim.app as sim_app
-    from gateway.cli import build_parser
+    from gateway.app.cli import build_parser
 
     seen: list[SimConfig] = []
     monkeypatch.setattr(sim_app, "run_sim", lambda host, port, config: seen.append(config))

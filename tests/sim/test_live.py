@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.streaming.sse import SSEDecoder
+from gateway.transport.streaming.sse import SSEDecoder
 from tests.sim.helpers import HEADERS, request
 
 

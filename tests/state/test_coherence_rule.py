@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.replay_memo import Carried
-from gateway.splice import SplicePrior
+from gateway.continuation.replay_memo import Carried
+from gateway.continuation.splice import SplicePrior
 from state.coherence import CACHES, Head, Kind, continues, serves
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_the_scan_sees_a_new_cache() -> None:
 
 def test_conversation_state_caches_are_the_head_or_extended_kinds() -> None:
     assert CACHES["state/convcache.py"][1] is Kind.EXTENDED
-    assert CACHES["gateway/replay_memo.py"][1] is Kind.HEAD
+    assert CACHES["gateway/continuation/replay_memo.py"][1] is Kind.HEAD
 
 
 H = Head("scid-a", 1_700_000_000_000, 3, 3)

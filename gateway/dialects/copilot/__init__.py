@@ -3,9 +3,9 @@ assistant message; the model decides how much it thinks (no reasoning parameter 
 
 from __future__ import annotations
 
+from gateway.dialects.canonical import JSON
 from gateway.dialects.openai_compat import fields
 from gateway.dialects.openai_compat.flavor import Flavor
-from gateway.protocols.canonical import JSON
 
 
 class Copilot(Flavor):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects.canonical import JSON, Message, Request
 from gateway.dialects.entry import FieldsContext
 from gateway.dialects.openai_compat import fields
 from gateway.dialects.openai_compat.flavor import Flavor
-from gateway.protocols.canonical import JSON, Message, Request
-from gateway.toolchain import opens_turn
+from gateway.dialects.toolchain import opens_turn
 
 
 class DeepSeek(Flavor):

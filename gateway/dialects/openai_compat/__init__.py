@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.actions import Action
+from gateway.dialects.canonical import Request
 from gateway.dialects.entry import Dialect, FieldsContext
 from gateway.dialects.openai_compat import fields
-from gateway.protocols.canonical import Request
 
 if TYPE_CHECKING:
     from gateway.dialects.openai_compat.flavor import Flavor

@@ -44,10 +44,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolUseBlock
 from gateway.dialects.entry import FieldsContext
-from gateway.protocols.canonical import JSON, Message, ProviderFields, Request, TextBlock, ToolUseBlock
-from gateway.protocols.provider_seal import opaque_values
-from gateway.toolchain import current_turn_start, textualize
+from gateway.dialects.provider_seal import opaque_values
+from gateway.dialects.toolchain import current_turn_start, textualize
 
 if TYPE_CHECKING:
     from gateway.dialects.openai_compat.flavor import Flavor

@@ -5,9 +5,9 @@ are whole, the reasoning parameters it reads, and how a loop whose fields are no
 from __future__ import annotations
 
 from gateway.actions import Action
+from gateway.dialects.canonical import JSON, Request
 from gateway.dialects.entry import ErrorPatterns, FieldsContext
 from gateway.dialects.openai_compat import fields
-from gateway.protocols.canonical import JSON, Request
 
 
 class Flavor:
@@ -16,7 +16,8 @@ class Flavor:
     name = "generic"
     own_fields: tuple[str, ...] = ()   # (): the messages' fields are not judged (``fields.run`` returns at once)
     reads: tuple[str, ...] = ("reasoning_effort",)  # the reasoning parameters the upstream reads from a client
-    errors: ErrorPatterns = ()  # its own error texts, classified before the shared table (``gateway.classify``)
+    errors: ErrorPatterns = ()  # its own error texts, classified before the shared table
+    # (``gateway.dialects.classify``)
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
         """Whether a message's fields hold what the upstream checks."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects.canonical import JSON, Request
 from gateway.dialects.entry import FieldsContext
 from gateway.dialects.openai_compat import fields
 from gateway.dialects.openai_compat.flavor import Flavor
-from gateway.protocols.canonical import JSON, Request
-from gateway.protocols.provider_seal import opaque_entry
+from gateway.dialects.provider_seal import opaque_entry
 
 ANTHROPIC_FORMAT = "anthropic-claude-v1"
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Message, OpaqueBlock, ResultShape, ThinkingBlock
 from gateway.errors import ClientError
-from gateway.protocols import anthropic
-from gateway.protocols.canonical import Message, OpaqueBlock, ResultShape, ThinkingBlock
 
 AWKWARD = ["", " ", "a\r\nb", "trailing   ", "\n\n\nblank lines\n", "café — 思考 🤔", "\t tab\r", "\u2028\u00a0"]
 

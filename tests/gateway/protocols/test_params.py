@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import JSON
+from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.openai_chat.codec import decode_request
+from gateway.dialects.openai_compat import codec as openai_compat
 from gateway.dialects.params import BY_NAME, DROPPED_PARAMS, PARAMS, REFUSABLE, markdown_table, unsupported
 from gateway.dialects.routing import FLAVORS, ModelCaps
 from gateway.errors import ClientError
-from gateway.protocols import anthropic, gemini, openai_compat
-from gateway.protocols.canonical import JSON
-from gateway.protocols.openai_chat import decode_request
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],

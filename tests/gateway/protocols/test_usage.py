@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.openai_compat import codec as openai_compat
+from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.dialects.routing import MODEL_LABELS, model_label
-from gateway.protocols import gemini, openai_compat
-from gateway.protocols.openai_compat_stream import CompatTranslator
-from gateway.protocols.usage import REASONING, from_gemini, from_openai, token_counts
+from gateway.dialects.usage import REASONING, from_gemini, from_openai, token_counts
 
 
 def test_openai_usage_splits_cached_prompt_tokens_and_keeps_the_reasoning_share() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.streaming.accumulate import Snapshot, accumulate, finished_turn, message_dict
-from gateway.streaming.sse import SSEDecoder
+from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn, message_dict
+from gateway.transport.streaming.sse import SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 GOLDEN = ["sse_thinking_tool_use", "sse_omitted_redacted"]
@@ -78,7 +78,7 @@ def test_crlf_framing_is_decoded() -> None:
 
 
 def test_malformed_tool_input_is_a_protocol_error() -> None:
-    from gateway.streaming.accumulate import UpstreamProtocolError
+    from gateway.transport.streaming.accumulate import UpstreamProtocolError
 
     snap = Snapshot()
     accumulate({"type": "content_block_start", "index": 0,

@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 
 import orjson
 
-from gateway.protocols import anthropic, augment_stream, openai_chat_stream
-from gateway.protocols.gemini_stream import GeminiTranslator, NativeStreamEncoder
-from gateway.streaming.accumulate import Snapshot
-from gateway.streaming.relay import relay_sse
-from gateway.streaming.translate import TranslatedStream
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.augment import stream as augment_stream
+from gateway.dialects.gemini.stream import GeminiTranslator, NativeStreamEncoder
+from gateway.dialects.openai_chat import stream as openai_chat_stream
+from gateway.transport.streaming.accumulate import Snapshot
+from gateway.transport.streaming.relay import relay_sse
+from gateway.transport.streaming.translate import TranslatedStream
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "sse_thinking_tool_use.sse"
 

@@ -1,4 +1,5 @@
-"""SSE framing (``gateway.streaming.sse``): however a stream is split into reads, the same events come out. A CRLF
+"""SSE framing (``gateway.transport.streaming.sse``): however a stream is split into reads, the same events come out. A
+CRLF
 whose CR ends one read and whose LF starts the next is one line end (issue 22, item 6)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.streaming.sse import SSEDecoder
+from gateway.transport.streaming.sse import SSEDecoder
 
 
 def events(chunks: list[bytes]) -> list[tuple[str | None, str]]:

@@ -1,0 +1,2 @@
+"""The continuation: what a conversation's previous request found, carried to its next (replay memo, splice, records in
+flight)."""

@@ -1,0 +1,1 @@
+"""The Augment (augment-BYOK) client dialect: request and stream codecs."""

@@ -1,0 +1,246 @@
+"""Gemini ``generateContent`` dialect: canonical <-> Gemini bodies (parts live in ``gemini_parts``).
+
+Upstream requests (``encode_request``): messages -> ``contents`` (``user`` / ``model``
+roles; tool results -> ``functionResponse`` parts named after their call), and either
+the native top-level fields a Gemini client sent (kept whole under ``params[NATIVE]``)
+or a translation of the Anthropic-shaped params: ``system`` -> ``systemInstruction``,
+tools -> ``functionDeclarations``, ``tool_choice`` -> ``toolConfig``, ``max_tokens``,
+``temperature``, ``top_p``, ``top_k``, ``stop_sequences``, ``output_config.format`` (structured
+output), a chat client's ``seed`` / penalties / ``response_format`` json_object and the thinking config ->
+``generationConfig`` (``thinkingConfig`` gets ``includeThoughts`` and either a
+``thinkingBudget`` or a ``thinkingLevel``, never both).
+
+Native requests (``decode_request``, the /v1beta surface): ``contents`` -> canonical
+messages; provider data the client sent is ``CLIENT``-origin (repair restores the
+recorded form); call ids are minted deterministically from the conversation so a
+replay finds its records again.
+
+Answers (``decode_turn``): the first candidate's parts -> blocks; ``finishReason`` ->
+stop reason (``tool_use`` when a call was made); ``usageMetadata`` -> usage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.dialects.canonical import (
+    CLIENT,
+    JSON,
+    Block,
+    Message,
+    Request,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Turn,
+)
+from gateway.dialects.gemini.parts import (
+    Mint,
+    PrefixHash,
+    blocks_from_parts,
+    camel_part,
+    deterministic_ids,
+    map_responses,
+    part_from_block,
+)
+from gateway.dialects.params import CLIENT_PARAMS
+from gateway.dialects.usage import from_gemini
+from gateway.errors import bad_request
+
+NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``
+STOP_REASONS = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "refusal", "RECITATION": "refusal",
+                "BLOCKLIST": "refusal", "PROHIBITED_CONTENT": "refusal", "SPII": "refusal"}
+_TOOL_MODES = {"auto": "AUTO", "any": "ANY", "tool": "ANY", "none": "NONE"}
+_EFFORT_LEVELS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+_CHAT_GENERATION = (("seed", "seed"), ("presence_penalty", "presencePenalty"),
+                    ("frequency_penalty", "frequencyPenalty"))
+
+
+# ---------------------------------------------------------------- upstream requests
+
+def encode_contents(msgs: list[Message]) -> list[dict[str, JSON]]:
+    names: dict[str, str] = {}
+    out: list[dict[str, JSON]] = []
+    for m in msgs:
+        if m.role not in ("user", "assistant"):
+            continue
+        for b in m.content:
+            if isinstance(b, ToolUseBlock):
+                names[b.id] = b.name
+        parts = [p for b in m.content if (p := part_from_block(b, names)) is not None]
+        if parts:
+            out.append({"role": "model" if m.role == "assistant" else "user", "parts": parts})
+    return out
+
+
+def encode_request(req: Request) -> dict[str, JSON]:
+    contents = encode_contents(req.messages)
+    native = req.params.get(NATIVE)
+    if isinstance(native, dict):
+        return {"contents": contents, **native}
+    body: dict[str, JSON] = {"contents": contents}
+    p = req.params
+    system = _system_text(p.get("system"))
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+    decls = [_declaration(t) for t in p.get("tools") or () if isinstance(t, dict) and "input_schema" in t]
+    if decls:
+        body["tools"] = [{"functionDeclarations": decls}]
+        choice = p.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") in _TOOL_MODES:
+            cfg: dict[str, JSON] = {"mode": _TOOL_MODES[choice["type"]]}
+            if choice["type"] == "tool" and isinstance(choice.get("name"), str):
+                cfg["allowedFunctionNames"] = [choice["name"]]
+            body["toolConfig"] = {"functionCallingConfig": cfg}
+    gen: dict[str, JSON] = {}
+    for src, dst in (("max_tokens", "maxOutputTokens"), ("temperature", "temperature"), ("top_p", "topP"),
+                     ("top_k", "topK"), ("stop_sequences", "stopSequences")):
+        if p.get(src) is not None:
+            gen[dst] = p[src]
+    gen.update(_output(req))
+    thinking = _thinking_config(req)
+    if thinking is not None:
+        gen["thinkingConfig"] = thinking
+    if gen:
+        body["generationConfig"] = gen
+    return body
+
+
+def _output(req: Request) -> dict[str, JSON]:
+    """Structured output (``output_config.format`` -> ``responseJsonSchema``, a chat client's ``response_format``
+    json_object -> ``responseMimeType``) and the chat client's sampling fields Gemini has (``params.PARAMS``)."""
+    gen: dict[str, JSON] = {}
+    client = req.surface.get(CLIENT_PARAMS)
+    client = client if isinstance(client, dict) else {}
+    for src, dst in _CHAT_GENERATION:
+        if client.get(src) is not None:
+            gen[dst] = client[src]
+    config = req.params.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        gen["responseMimeType"] = "application/json"
+        gen["responseJsonSchema"] = fmt["schema"]
+    elif isinstance(rf := client.get("response_format"), dict) and rf.get("type") == "json_object":
+        gen["responseMimeType"] = "application/json"
+    return gen
+
+
+def _system_text(system: JSON) -> str:
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _declaration(tool: dict[str, JSON]) -> dict[str, JSON]:
+    decl: dict[str, JSON] = {"name": tool["name"]}
+    if isinstance(tool.get("description"), str):
+        decl["description"] = tool["description"]
+    schema = tool.get("input_schema")
+    if isinstance(schema, dict) and schema.get("properties"):
+        decl["parameters"] = {k: v for k, v in schema.items() if k not in ("$schema", "additionalProperties")}
+    return decl
+
+
+def _thinking_config(req: Request) -> dict[str, JSON] | None:
+    t = req.thinking
+    if not isinstance(t, dict) or t.get("type") not in ("enabled", "adaptive"):
+        return None
+    cfg: dict[str, JSON] = {"includeThoughts": True}
+    budget = t.get("budget_tokens")
+    effort = (req.params.get("output_config") or {}).get("effort") \
+        if isinstance(req.params.get("output_config"), dict) else None
+    if t["type"] == "enabled" and isinstance(budget, int) and not isinstance(budget, bool):
+        cfg["thinkingBudget"] = budget
+    elif isinstance(effort, str) and effort in _EFFORT_LEVELS:
+        cfg["thinkingLevel"] = _EFFORT_LEVELS[effort]
+    return cfg
+
+
+# ---------------------------------------------------------------- native requests
+
+def decode_request(body: Any, model: str, *, stream: bool) -> Request:
+    if not isinstance(body, dict):
+        raise bad_request("Invalid JSON payload received. Expected an object.")
+    contents = body.get("contents")
+    if isinstance(contents, dict):
+        contents = [contents]
+    if not isinstance(contents, list) or not contents:
+        raise bad_request("* GenerateContentRequest.contents: contents is not specified")
+    msgs: list[Message] = []
+    before = PrefixHash()  # the user side of ``msgs``, hashed once per message
+    for i, c in enumerate(contents):
+        if not isinstance(c, dict) or not isinstance(c.get("parts"), list):
+            raise bad_request(f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty")
+        role = c.get("role", "user")
+        if role not in ("user", "model", "function"):
+            raise bad_request(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.")
+        msgs.append(_native_message(c["parts"], role, msgs, before))
+        before.add(msgs[-1])
+    native = {k: v for k, v in body.items() if k != "contents"}
+    return Request(model, msgs, None, stream, {NATIVE: native})
+
+
+def _native_message(parts: list[Any], role: str, before: list[Message], prefix: PrefixHash) -> Message:
+    if role == "model":
+        return Message("assistant", blocks_from_parts(parts, CLIENT, deterministic_ids(prefix)))
+    prev = before[-1] if before and before[-1].role == "assistant" else None
+    calls = [b for b in prev.content if isinstance(b, ToolUseBlock)] if prev is not None else []
+    parts = [camel_part(p) if isinstance(p, dict) else p for p in parts]
+    responses = [p["functionResponse"] for p in parts
+                 if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
+    ids = iter(map_responses(calls, responses))
+    blocks: list[Block] = []
+    for p in parts:
+        if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict):
+            response = p["functionResponse"].get("response")
+            blocks.append(ToolResultBlock(next(ids), orjson.dumps(response if response is not None else {}).decode()))
+        else:
+            blocks += blocks_from_parts([p], CLIENT, deterministic_ids(prefix))
+    return Message("user", blocks)
+
+
+# ---------------------------------------------------------------- answers
+
+def stop_reason(finish: JSON, called: bool) -> str | None:
+    if finish is None:
+        return None
+    if called and finish in ("STOP", "FINISH_REASON_UNSPECIFIED"):
+        return "tool_use"
+    return STOP_REASONS.get(str(finish), "end_turn")
+
+
+def usage(meta: JSON) -> dict[str, JSON]:
+    """``usageMetadata`` -> canonical usage (``dialects.usage``)."""
+    return from_gemini(meta)
+
+
+def decode_turn(body: Any, *, origin: str, mint: Mint, model: str) -> Turn:
+    if not isinstance(body, dict):
+        raise bad_request("upstream answer is not a JSON object")
+    cands = body.get("candidates")
+    cand = cands[0] if isinstance(cands, list) and cands and isinstance(cands[0], dict) else {}
+    content = found if isinstance(found := cand.get("content"), dict) else {}
+    parts = listed if isinstance(listed := content.get("parts"), list) else []
+    blocks = blocks_from_parts(parts, origin, mint)
+    called = any(isinstance(b, ToolUseBlock) for b in blocks)
+    return Turn(id=str(body.get("responseId") or ""), model=str(body.get("modelVersion") or model),
+                content=blocks, stop_reason=stop_reason(cand.get("finishReason") or "STOP", called),
+                usage=usage(body.get("usageMetadata")))
+
+
+def text_of(turn: Turn) -> str:
+    return "".join(b.text for b in turn.content if isinstance(b, TextBlock))
+
+
+
+
+def is_google_error(body: bytes) -> bool:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("error"), dict) and "status" in data["error"]

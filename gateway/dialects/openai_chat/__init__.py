@@ -1,0 +1,1 @@
+"""The OpenAI chat completions client dialect: request, messages and stream codecs."""

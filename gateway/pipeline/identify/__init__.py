@@ -1,0 +1,1 @@
+"""Identify: the tenant, the conversation (header, tool ids, fingerprints) and where each replayed message sits."""

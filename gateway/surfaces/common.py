@@ -1,0 +1,187 @@
+"""Helpers every thin handler shares: the app's dependencies, the request body, the upstream call and the
+relay of its answer (the stream branch, its headers and the record of the finished turn, written once)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from starlette.requests import ClientDisconnect
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import StreamingResponse
+
+from gateway.app.deps import Gateway
+from gateway.dialects.canonical import Turn
+from gateway.dialects.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
+from gateway.errors import ClientError
+from gateway.ops import metrics
+from gateway.pipeline import request_cost
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import Exchange
+from gateway.pipeline.identify.identity import SCID_HEADER
+from gateway.surfaces.table import Surface
+from gateway.transport.streaming.accumulate import Snapshot
+from gateway.transport.streaming.relay import StreamEncoder, relay_sse
+from gateway.transport.upstream import UpstreamResponse
+
+T = TypeVar("T")
+TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+TOO_COSTLY = ("Request would need more memory than this gateway allows one request ({mb} MiB): fewer messages or "
+              "smaller contents.")
+log = logging.getLogger("thinkgate.endpoints")
+CLIENT_CLOSED = 499  # the client went away mid-request (nginx's code): counted as a client fault
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def gateway_of(request: HTTPRequest) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+async def read_body(request: HTTPRequest, limit: int, deadline_s: float) -> bytes:
+    """Read the body, refusing (413) as soon as it passes ``limit`` bytes, and (408) when it has not all arrived
+    ``deadline_s`` seconds after the headers (a slow-loris client holds a connection and a worker's memory open)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ClientError(413, TOO_LARGE, "request_too_large")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(deadline_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ClientError(413, TOO_LARGE, "request_too_large")
+                parts.append(chunk)
+    except TimeoutError:  # the client's doing: a 4xx, logged once at INFO
+        log.info("client did not send its request body within %g s (%d bytes read)", deadline_s, size)
+        raise ClientError(408, f"the request body did not arrive within {deadline_s:g} seconds",
+                          "invalid_request_error", "request_timeout") from None
+    except ClientDisconnect:  # the client's doing: a 4xx (499, as nginx counts it), logged once at INFO
+        log.info("client closed the connection while sending its request (%d bytes read)", size)
+        raise ClientError(CLIENT_CLOSED, "the client closed the connection before its request was complete",
+                          "client_closed") from None
+    return b"".join(parts)
+
+
+def client_headers(request: HTTPRequest) -> dict[str, str]:
+    """The client's headers by lowercase name. A field sent on several lines (``anthropic-beta`` from a
+    raw client) is combined into one comma-separated value (RFC 9110 section 5.3), not cut to its last line.
+    A value with a control character is the client's mistake (RFC 9110 5.5 allows none but HTAB): a 400, before
+    anything is forwarded (the upstream client would refuse to send it)."""
+    out: dict[str, str] = {}
+    for name, value in request.headers.items():  # starlette lowercases names and keeps repeats
+        check_header_value(name, value)
+        if name in CREDENTIAL_HEADERS and name in out:  # one credential: a repeat only when it is the same
+            if value.strip() != out[name].strip():
+                raise ClientError(400, CONFLICTING.format(names=f"two {name} header lines"), "invalid_request_error")
+            continue
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_header_value(name: str, value: str) -> None:
+    """400 for a header value (or a value that becomes one, like Gemini's ``?key=``) with a control character."""
+    if _CONTROL.search(value):
+        raise ClientError(400, f"{name}: a header value must not contain control characters",
+                          "invalid_request_error")
+
+
+async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
+    gw = gateway_of(request)
+    budget = gw.settings.request_memory_mb << 20
+    limit = min(gw.settings.max_body_bytes, request_cost.byte_limit(budget) or gw.settings.max_body_bytes)
+    raw = await read_body(request, limit, gw.settings.body_timeout_s)
+    if request_cost.too_costly(raw, budget):  # (before anything is decoded)
+        raise ClientError(413, TOO_COSTLY.format(mb=gw.settings.request_memory_mb), "request_too_large")
+    headers = client_headers(request)
+    if surface.key_query is not None and (key := request.query_params.get(surface.key_query[0])):
+        param, header = surface.key_query  # (Gemini's ?key=): the tenant comes from it, and it is forwarded
+        check_header_value(param, key)
+        if len(set(request.query_params.getlist(param))) > 1:  # forwarded as it is: both would reach Google
+            raise ClientError(400, CONFLICTING.format(names=f"two ?{param}= query parameters"),
+                              "invalid_request_error")
+        cred = credential_of(headers)
+        if cred is None:
+            headers[header] = key
+        elif cred != key:  # one credential, one tenant (``credentials``): not billed to one, recorded under another
+            raise ClientError(400, CONFLICTING.format(names=f"the ?{param}= query and the headers"),
+                              "invalid_request_error")
+    return Exchange(
+        endpoint=surface.label,
+        dialect=surface.dialect,
+        request_id=request.state.request_id,
+        headers=headers,
+        query=request.url.query,
+        raw_body=raw,
+    )
+
+
+async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, headers: dict[str, str], query: str,
+                        *, stream: bool) -> tuple[UpstreamResponse, bytes | None]:
+    """Post ``ex.outgoing`` to ``upstream``; the answer's body, read, unless it is the stream the client asked for
+    (status 200, ``text/event-stream``): then None, and ``stream_answer`` relays it."""
+    up = gw.upstreams[upstream]
+    metrics.observe_upstream_tried(up.name)
+    resp = await up.post(path, ex.outgoing, headers, query)
+    metrics.observe_upstream(up.name, resp.status)
+    if resp.status == 200 and ex.tenant is not None and ex.request is not None and ex.request.model:
+        gw.model_lists.saw(ex.tenant, up.name, ex.request.model)
+    if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
+        return resp, None
+    body = await resp.read()
+    metrics.observe_upstream_body(up.name, resp.status, body)
+    return resp, body
+
+
+async def _client_gone(request: HTTPRequest) -> None:
+    """Returns when the client has gone away (its body was read: the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_client_waits(request: HTTPRequest, work: Awaitable[T]) -> T:
+    """``work`` (a non-stream request's upstream call), cancelled if the client goes away first: the upstream
+    stops generating (and billing) an answer nobody will read, nothing is recorded, and the request is a 499."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        log.info("client closed the connection while waiting for the answer; upstream call cancelled")
+        raise ClientError(CLIENT_CLOSED, "the client closed the connection before the answer", "client_closed")
+    return task.result()
+
+
+def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool = False) -> dict[str, str]:
+    """The headers of an answer relayed to the client: ``headers``, the conversation id, and for a stream the
+    headers that keep proxies from buffering it."""
+    out = {**headers, **SSE_HEADERS} if stream else dict(headers)
+    if scid:
+        out[SCID_HEADER] = scid
+    return out
+
+
+def stream_answer(ex: Exchange, gw: Gateway, source: Any, encoder: StreamEncoder, headers: Mapping[str, str],
+                  media_type: str | None, *, lift: Callable[[Turn], Turn] | None = None,
+                  snapshot: Snapshot | None = None) -> StreamingResponse:
+    """Relay an upstream stream (``source``: the response, or its translation into canonical events) through the
+    client dialect's ``encoder``; the finished turn is recorded (``lift``: from a translated stream's events)."""
+    async def on_complete(turn: Turn) -> None:
+        await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
+
+    relay = relay_sse(source, encoder, on_complete=on_complete, snapshot=snapshot)
+    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
+                             media_type=media_type)

@@ -1,0 +1,52 @@
+"""Anthropic ``POST /v1/messages/count_tokens``: the body forwarded, the answer returned as it came, through the
+handler every surface runs, so it gets what ``/v1/messages`` gets: no routing; one credential per request
+(``credentials``); a body that is not a request is a 400 in Anthropic's envelope; a binding 400 is retried once without
+the stale thinking blocks (``pipeline.strip_bound``). On a model that binds thinking to its prefix
+(``routing.ModelCaps.prefix_bound``) the upstream checks the binding here too (protocols.md 1.9): the body goes through
+the stages of ``/v1/messages`` (``pipeline.prepare``: the prefix kept, or ``drop_block``). Nothing is recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import Request
+from gateway.pipeline import stages as pipeline
+from gateway.surfaces import table as surfaces
+from gateway.surfaces.handler import Codec, endpoint
+from gateway.transport.upstream import UpstreamResponse, forward_request_headers
+
+
+class CountTokens(Codec):
+    surface = surfaces.COUNT_TOKENS
+    kinds = None  # not routed: every model goes to the Anthropic upstream
+    hides = frozenset()  # the upstream's answer, with all its headers
+    may_stream = False  # the answer is a count, whatever the body's ``stream`` says
+
+    def decode(self, body: Any) -> Request:
+        return anthropic.decode_request(body)  # (not the replay memo's: nothing of this request is kept)
+
+    def encoder(self) -> None:
+        return None  # ``pipeline.encode``: byte for byte unless a stage changed the request
+
+    async def prepare(self) -> None:
+        ex, gw = self.ex, self.gw
+        body = pipeline.parse_json(ex.raw_body)
+        if self.caps_of(body).prefix_bound:
+            await super().prepare()  # (which identifies the tenant first, as below)
+            return
+        pipeline.identify_tenant(ex, gw)  # one credential per request, before anything is forwarded
+        ex.request = self.routed(self.decode(body))  # decoded, so that a binding 400 can be retried; sent as it came
+        ex.outgoing = ex.raw_body
+
+    def target(self) -> tuple[str, dict[str, str], str]:
+        return "/v1/messages/count_tokens", forward_request_headers(self.ex.headers), self.ex.query
+
+    async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:
+        """The count, or the upstream's error, as it came (no conversation id: nothing was recorded)."""
+        return Response(body, status_code=resp.status, headers=self.headers(resp))
+
+
+count_tokens = endpoint(CountTokens)

@@ -1,0 +1,244 @@
+"""The one handler every pipeline surface runs, and the ``Codec`` in which a surface says what differs.
+
+    body -> Exchange -> pipeline.prepare: decode, route, identify, load, repair/sanitize, encode -> upstream
+      -> an answer that is not the stream: an error relayed or rendered in the client's dialect (``error``);
+         a 200's turn decoded, recorded and answered in the client's dialect (``completion``)
+      -> the stream: relayed through the surface's stream encoder, the finished turn recorded (``stream_answer``)
+
+A surface is a ``Codec`` subclass, one instance per request, in its endpoint module: its decoder, the kinds of upstream
+it can call, its answers and its stream encoder; what it leaves alone comes from the upstream dialect table
+(``dialects.UPSTREAM_DIALECTS``: path, headers, encoder, turn decoder, stream translator, error reader). Routing is
+``dialects.route`` on the decoded request's model, once, right after the surface decoder: ``prepare`` runs the
+stages as one, and an unroutable model fails before the store is asked and before any upstream body is encoded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, NoReturn
+
+import orjson
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
+
+from gateway.app.deps import Gateway
+from gateway.dialects import registry
+from gateway.dialects.canonical import Message, Request, Turn
+from gateway.dialects.gemini.parts import Mint
+from gateway.dialects.params import DROPPED_PARAMS
+from gateway.dialects.routing import ModelCaps
+from gateway.errors import GatewayError, render_error
+from gateway.ops import metrics
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import Exchange
+from gateway.pipeline.repair.records import lift_turn
+from gateway.surfaces.common import (
+    call_upstream,
+    exchange_from,
+    gateway_of,
+    relay_headers,
+    stream_answer,
+    while_client_waits,
+)
+from gateway.surfaces.table import Surface
+from gateway.surfaces.upstreams import UPSTREAM_DIALECTS, Call, route
+from gateway.transport.streaming.accumulate import Snapshot
+from gateway.transport.streaming.relay import StreamEncoder
+from gateway.transport.streaming.translate import TranslatedStream
+from gateway.transport.upstream import UpstreamResponse
+
+JSON = "application/json"
+UNROUTED = ModelCaps("anthropic")  # what a surface that does not route calls (``Codec.kinds`` None)
+Relay = tuple[StreamEncoder, str | None, Snapshot | None]  # a stream's encoder, media type, and the snapshot it reads
+
+
+class Codec:
+    """One client surface's side of one request. A subclass sets ``surface`` and its decoder (``decode``, or
+    ``decoder`` for a ``pipeline.ReplayDecoder``) and ``stream``, and overrides what else its protocol does
+    differently; the defaults call the routed upstream as its dialect entry says and answer in JSON."""
+
+    surface: ClassVar[Surface]
+    kinds: ClassVar[tuple[str, ...] | None] = tuple(UPSTREAM_DIALECTS)  # None: Anthropic's, whatever the model
+    media_type: ClassVar[str | None] = JSON  # of the answers that are not a stream (None: the headers name it)
+    hides: ClassVar[frozenset[str] | None] = None  # the client gets the upstream's headers but these (None: none)
+    lifts: ClassVar[bool] = True  # the streamed turn comes as canonical events (``records.lift_turn``)
+    raw_events: ClassVar[bool] = False  # the stream encoder wants a translated stream's upstream events too
+    may_stream: ClassVar[bool] = True  # False: the answer is read whole, whatever the request's ``stream`` says
+    ex: Exchange  # from when the body is read
+    call: Call  # the routed request, once it is decoded
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self._model: str | None = None
+
+    def setup(self, request: HTTPRequest) -> None:
+        """What the surface takes from the HTTP request besides its body and headers, before the body is read (it
+        may refuse the request by its path)."""
+
+    def decoder(self) -> pipeline.Decoder | pipeline.ReplayDecoder:
+        return self.decode
+
+    def decode(self, body: Any) -> Request:
+        raise NotImplementedError
+
+    def caps_of(self, body: Any) -> ModelCaps:
+        """The capabilities of a parsed body's model, for a decoder that depends on them (``caps_for``)."""
+        model = body.get("model") if isinstance(body, dict) else None
+        return self.caps_for(model if isinstance(model, str) else "")
+
+    def caps_for(self, model: str) -> ModelCaps:
+        """The router's answer for ``model``, asked once per request (a decoder's lookup and the routing itself read
+        the same answer)."""
+        if self.ex.caps is None or self._model != model:
+            self._model, self.ex.caps = model, self.gw.router.caps_for(model)
+        return self.ex.caps
+
+    def encoder(self) -> pipeline.Encoder | None:
+        return lambda req: UPSTREAM_DIALECTS[self.call.caps.kind].encode(self.call, self.ex, self.gw)
+
+    def routed(self, req: Request) -> Request:
+        """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called."""
+        found = self.caps_for(req.model)
+        caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
+        self.ex.upstream = caps.upstream
+        self.call = Call(caps, req)
+        metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), caps.kind)  # (a surface that may drop some)
+        return req
+
+    async def prepare(self) -> None:
+        """``pipeline.prepare`` with the surface's decoder, routed as soon as it has decoded, and its encoder."""
+        decoder = self.decoder()
+        routed: pipeline.Decoder | pipeline.ReplayDecoder
+        if isinstance(decoder, pipeline.ReplayDecoder):
+            replay = decoder.decode
+
+            def decode_replay(body: Any, kept: list[Message] | None) -> Request:
+                return self.routed(replay(body, kept))
+            routed = pipeline.ReplayDecoder(decoder.kind, decode_replay, decoder.resume)
+        else:
+            plain = decoder
+
+            def decode(body: Any) -> Request:
+                return self.routed(plain(body))
+            routed = decode
+        await pipeline.prepare(self.ex, self.gw, routed, self.encoder())
+        if (mint := self.ids(self.call.req.messages)) is not None:
+            self.call = dataclasses.replace(self.call, mint=mint)
+
+    def ids(self, prefix: Sequence[Message]) -> Mint | None:
+        """How the answer's calls get ids when the upstream names none, for clients that replay them without (the
+        request's messages as the stages left them); None: ``Call``'s."""
+        return None
+
+    def target(self) -> tuple[str, dict[str, str], str]:
+        """The upstream path, headers and query."""
+        dialect = UPSTREAM_DIALECTS[self.call.caps.kind]
+        path, _, query = dialect.path(self.call).partition("?")
+        return path, dialect.headers(self.ex.headers), query
+
+    def headers(self, resp: UpstreamResponse) -> dict[str, str]:
+        """The upstream's answer headers the client gets."""
+        return {} if self.hides is None else {k: v for k, v in resp.headers.items() if k not in self.hides}
+
+    def respond(self, body: bytes, status: int, headers: Mapping[str, str] | None = None,
+                media_type: str | None = JSON) -> Response:
+        return Response(body, status_code=status, headers=relay_headers(headers or {}, self.ex.scid),
+                        media_type=media_type)
+
+    async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:
+        """An upstream answer that is not the stream: an error, or a 200 whose turn is recorded and answered."""
+        if resp.status != 200:
+            return self.error(resp, body)
+        try:
+            turn: Turn | None = UPSTREAM_DIALECTS[self.call.caps.kind].decode_turn(pipeline.parse_json(body), self.call)
+        except GatewayError:
+            turn = None  # not recorded (and relayed as it came, by a surface that relays the upstream's body)
+        if turn is not None:
+            await pipeline.record(self.ex, self.gw, turn)
+        return self.completion(resp, body, turn)
+
+    def relays(self, body: bytes) -> bool:
+        """An upstream error body the client can read as it is (else it is rendered in the client's dialect)."""
+        return False
+
+    def error(self, resp: UpstreamResponse, body: bytes) -> Response:
+        if not self.relays(body):
+            _, body = render_error(self.surface.errors, UPSTREAM_DIALECTS[self.call.caps.kind].error(resp.status, body))
+        return self.respond(body, resp.status, self.headers(resp), self.media_type)
+
+    def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
+        """The client's answer to an upstream 200 (``turn``: None when it could not be read): the body as it came."""
+        return self.respond(body, 200, self.headers(resp), self.media_type)
+
+    def stream(self) -> Relay:
+        raise NotImplementedError
+
+    def source(self, resp: UpstreamResponse) -> Any:
+        """The upstream stream as the relay reads it: canonical events (translated, if the dialect has a translator)."""
+        translator = UPSTREAM_DIALECTS[self.call.caps.kind].translator
+        return resp if translator is None else TranslatedStream(resp, translator(self.call), raw_events=self.raw_events)
+
+
+def unreadable() -> NoReturn:
+    """For a surface that re-encodes the upstream's answer: one it cannot read."""
+    raise GatewayError(502, "the upstream answered with a message thinkgate cannot read", "api_error")
+
+
+async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
+    codec = kind(gateway_of(request))
+    codec.setup(request)
+    ex = codec.ex = await exchange_from(request, kind.surface)
+    gw = codec.gw
+    metrics.bind(ex)
+    await codec.prepare()
+    assert ex.request is not None
+    pipeline.served(ex)
+    path, headers, query = codec.target()
+    stream = ex.request.is_stream and codec.may_stream
+    # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
+    with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
+        gw.tracing.inject(headers)
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+        # a client that goes away before the upstream answers (a stream's: before its first byte) cancels the call;
+        # once a stream is relayed, the relay notices it and stops reading the upstream's stream
+        resp, body = await while_client_waits(request, call)
+        if span is not None:
+            span.set_attribute("http.response.status_code", resp.status)
+    retried = pipeline.retry_kind(ex, gw, registry.of(codec.call.caps), resp.status, body) if body is not None else None
+    if retried is not None:
+        # a binding 400 (stale blocks removed) or another thinking 400 (every replayed reasoning degraded): one retry
+        retry = _retry_body(codec)
+        if retry is None:  # a body forwarded as it came that cannot be written again: the upstream's 400 stands
+            metrics.observe_retry(retried, False)
+        else:
+            ex.outgoing = retry
+            call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+            resp, body = await while_client_waits(request, call)
+            metrics.observe_retry(retried, resp.status < 400)
+    if body is not None:
+        return await codec.answer(resp, body)
+    encoder, media_type, snapshot = codec.stream()
+    return stream_answer(ex, gw, codec.source(resp), encoder, codec.headers(resp), media_type,
+                         lift=lift_turn if codec.lifts else None, snapshot=snapshot)
+
+
+def _retry_body(codec: Codec) -> bytes | None:
+    """The request without its stale blocks, encoded for the retry; None when it cannot be encoded (nested deeper
+    than orjson writes: a body the first call forwarded byte for byte)."""
+    ex, gw = codec.ex, codec.gw
+    assert ex.request is not None
+    encode = codec.encoder()
+    try:
+        return encode(ex.request) if encode is not None else pipeline.anthropic_body(ex, ex.request, gw)
+    except (RecursionError, orjson.JSONEncodeError):
+        return None
+
+
+def endpoint(kind: type[Codec]) -> Callable[[HTTPRequest], Awaitable[Response]]:
+    """The starlette endpoint of a surface's codec."""
+    async def run(request: HTTPRequest) -> Response:
+        return await handle(request, kind)
+
+    run.__name__ = run.__qualname__ = kind.surface.label
+    return run

@@ -1,0 +1,124 @@
+"""The upstream dialects: how thinkgate calls each kind of upstream, in one table, and the one routing rule.
+
+An ``UpstreamDialect`` holds what differs per upstream protocol: its path, the headers it takes from the client's,
+the request encoder, the turn decoder, the stream translator (None: its stream is canonical already) and the error
+reader. ``route`` is the one place that decides whether a model can be served from a surface: the routing table
+names its upstream (``gateway.dialects.routing``), and that upstream must be configured and of a kind the surface calls.
+Surfaces (``gateway.surfaces``) call upstreams through this table only; no endpoint imports another.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.app.deps import Gateway
+from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.canonical import JSON, Request, Turn
+from gateway.dialects.credentials import credential_of
+from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini.parts import Mint
+from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.openai_compat import codec as openai_compat
+from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.responses import upstream as responses_upstream
+from gateway.dialects.responses.upstream_stream import ResponsesTranslator
+from gateway.dialects.routing import ModelCaps, origin_of
+from gateway.errors import ClientError, GatewayError, upstream_error
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import Exchange
+from gateway.transport.streaming.translate import Translator
+from gateway.transport.upstream import forward_request_headers
+
+ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
+
+
+def random_ids(k: int, name: str, args: JSON) -> str:
+    """Ids for the calls of an upstream that names none (Gemini): a fresh one per call, recorded with the turn."""
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One routed request: the model's capabilities, the origin its answer's signatures get, and the ids its
+    answer's calls get when the upstream names none (a surface whose clients replay without ids picks its own)."""
+
+    caps: ModelCaps
+    req: Request
+    mint: Mint = random_ids
+
+    @property
+    def origin(self) -> str:
+        return origin_of(self.caps, self.req.model)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamDialect:
+    path: Callable[[Call], str]
+    headers: Callable[[Mapping[str, str]], dict[str, str]]  # client headers -> upstream headers
+    encode: Callable[[Call, Exchange, Gateway], bytes]     # the request body for this upstream
+    decode_turn: Callable[[Any, Call], Turn]
+    translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
+    error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
+    models: tuple[str, str] | None = None                   # (path, query) of its own model list (None: none)
+
+
+def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's key as ``x-goog-api-key`` (a ``?key=`` query is forwarded with the query)."""
+    key = credential_of(client)
+    return {"x-goog-api-key": key} if key else {}
+
+
+def anthropic_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The bearer credential becomes ``x-api-key`` (OAuth tokens stay bearer); ``anthropic-*`` pass."""
+    out = {k: v for k, v in forward_request_headers(client).items() if k != "authorization"}
+    cred = credential_of(client)
+    if cred and cred.startswith("sk-ant-oat"):
+        out.pop("x-api-key", None)
+        out["authorization"] = f"Bearer {cred}"
+    elif cred:
+        out["x-api-key"] = cred
+    out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    return out
+
+
+def _gemini_path(call: Call) -> str:
+    action = "streamGenerateContent?alt=sse" if call.req.is_stream else "generateContent"
+    return f"/v1beta/models/{call.req.model}:{action}"
+
+
+UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
+    "anthropic": UpstreamDialect(
+        lambda c: "/v1/messages", anthropic_headers, lambda c, ex, gw: pipeline.anthropic_body(ex, c.req, gw),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error, ("/v1/models", "limit=1000")),
+    "gemini": UpstreamDialect(
+        _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
+        lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model),
+        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error,
+        ("/v1beta/models", "pageSize=1000")),
+    "openai": UpstreamDialect(
+        lambda c: "/chat/completions", openai_compat.upstream_headers,
+        lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
+        lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
+        lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
+    "responses": UpstreamDialect(
+        lambda c: "/responses", openai_compat.upstream_headers,
+        lambda c, ex, gw: orjson.dumps(responses_upstream.encode_request(c.req, c.caps)),
+        lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
+        lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
+}
+
+
+def route(caps: ModelCaps, configured: Collection[str], model: str,
+          kinds: Collection[str] = tuple(UPSTREAM_DIALECTS)) -> ModelCaps:
+    """``caps`` (the router's for ``model``) when a surface that calls upstreams of ``kinds`` can serve it: the
+    routing table names its upstream, which is ``configured`` and of one of those kinds. Else a 400
+    ``model_not_supported``."""
+    if caps.kind not in kinds or caps.upstream not in configured:
+        raise ClientError(400, f"no upstream configured for model {model} that this endpoint can call",
+                          "invalid_request_error", "model_not_supported")
+    return caps

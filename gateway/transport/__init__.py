@@ -1,0 +1,1 @@
+"""Transport: the upstream client, retries, error classification, and stream translation and relay."""

@@ -1,0 +1,169 @@
+"""The single pump that relays an upstream SSE stream to the client.
+
+- Every upstream event is handed to the client dialect's ``StreamEncoder`` as soon as
+  it is decoded. The Anthropic encoder forwards events byte-for-byte unless it changes
+  them (``message_start`` gains ``_gateway``), so unknown events pass through; other
+  dialects translate the canonical (Anthropic-shaped) events into their own chunks.
+- The pure accumulator runs alongside; when the stream finished cleanly
+  (``message_stop``, no error event) ``on_complete`` receives the finished turn, and only then does
+  the client get the end of the answer in its dialect (``StreamEncoder.ends``: ``message_stop``, the
+  ``finish_reason`` chunk and ``[DONE]``, Gemini's last chunk, Augment's final node), since clients stop
+  reading there and may send the conversation's next request at once.
+- An upstream failure mid-stream (connection lost, idle timeout, truncated stream)
+  becomes the client dialect's error event, never a silent end of stream.
+- If the client goes away, the generator is closed/cancelled and the upstream
+  connection is dropped in ``finally``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from gateway.dialects.canonical import Turn
+from gateway.ops import metrics
+from gateway.transport.streaming.accumulate import Snapshot, UpstreamProtocolError, accumulate, finished_turn
+from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.transport.upstream import UpstreamResponse
+
+log = logging.getLogger("thinkgate.relay")
+
+OnComplete = Callable[[Turn], Awaitable[None]]
+
+
+class StreamEncoder(Protocol):
+    """Canonical stream events -> the client dialect's wire bytes."""
+
+    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+        """One decoded upstream event (``ev.raw`` holds its exact bytes)."""
+        ...
+
+    def passthrough(self, ev: SSEEvent) -> bytes:
+        """An upstream event that is not a JSON object."""
+        ...
+
+    def error(self, error_type: str, message: str) -> bytes:
+        """The dialect's in-stream error event (the upstream failed mid-stream)."""
+        ...
+
+    def end(self) -> bytes:
+        """Bytes after a clean end of stream (e.g. ``data: [DONE]``)."""
+        ...
+
+    def ends(self, data: dict[str, Any]) -> bool:
+        """Whether the client reads this event's bytes as the end of the answer (a finish reason, a stop
+        event): the relay sends them, and everything after, only once the turn is recorded."""
+        ...
+
+
+async def relay_sse(
+    resp: UpstreamResponse,
+    encoder: StreamEncoder,
+    *,
+    on_complete: OnComplete | None = None,
+    snapshot: Snapshot | None = None,
+) -> AsyncIterator[bytes]:
+    snap = snapshot if snapshot is not None else Snapshot()
+    decoder = SSEDecoder()
+    pump = _Pump(snap, encoder)
+    clean = False
+    try:
+        try:
+            async for chunk in resp.iter_chunks():
+                before = pump.feed(decoder.feed(chunk))
+                if before:
+                    yield before
+                if pump.finished:
+                    yield await pump.record(on_complete)
+            before = pump.feed(decoder.flush())
+            if before:
+                yield before
+            if pump.finished:
+                yield await pump.record(on_complete)
+        except TimeoutError:
+            yield pump.release() + encoder.error("api_error", "upstream stream timed out")
+            return
+        except aiohttp.ClientError as e:
+            yield pump.release() + encoder.error("api_error", f"upstream connection lost: {type(e).__name__}")
+            return
+        except UpstreamProtocolError as e:
+            yield pump.release() + encoder.error("api_error", f"upstream sent an invalid stream: {e}")
+            return
+        if snap.error is None and not snap.stopped:
+            yield pump.release() + encoder.error("api_error", "upstream stream ended before message_stop")
+            return
+        clean = True
+        tail_bytes = pump.release() + encoder.end()
+        if tail_bytes:
+            yield tail_bytes
+    finally:
+        metrics.observe_stream_error(snap.error)
+        if clean:
+            resp.release()
+        else:
+            resp.close()
+
+
+class _Pump:
+    """Folds events into the snapshot and the client's bytes, holding back the end of the answer.
+
+    From the first event the client reads as the end of the answer (``StreamEncoder.ends``: a stop reason,
+    ``message_stop``, Gemini's chunk with a ``finishReason``) the client's bytes are held, across reads,
+    until the turn is recorded (``message_stop`` folded: ``on_complete``): a client stops reading at the
+    finish marker and may send the conversation's next request at once, to any replica, which must find
+    the turn. The events before it go out as they come, so an answer does not wait for the store before
+    its first byte. A stream that fails after the hold began gets the held bytes, then its error."""
+
+    def __init__(self, snap: Snapshot, encoder: StreamEncoder) -> None:
+        self.snap = snap
+        self.encoder = encoder
+        self.held: list[bytes] | None = None
+        self.recorded = False
+
+    def feed(self, events: Iterable[SSEEvent]) -> bytes:
+        """The bytes to send now for ``events``: those before the hold (the rest is held)."""
+        before: list[bytes] = []
+        for ev in events:
+            stopped = self.snap.stopped
+            data, out = _fold(ev, self.snap, self.encoder)
+            if self.held is None and not self.recorded and (
+                    (data is not None and self.encoder.ends(data)) or (self.snap.stopped and not stopped)):
+                self.held = []
+            (before if self.held is None else self.held).append(out)
+        return b"".join(before)
+
+    @property
+    def finished(self) -> bool:
+        """The turn is complete (``message_stop``) and not recorded yet."""
+        return self.snap.stopped and not self.recorded
+
+    async def record(self, on_complete: OnComplete | None) -> bytes:
+        """Record the finished turn; then the held end of the answer may go."""
+        self.recorded = True
+        await _complete(self.snap, on_complete)
+        return self.release()
+
+    def release(self) -> bytes:
+        held, self.held = self.held, None
+        return b"".join(held) if held else b""
+
+
+async def _complete(snap: Snapshot, on_complete: OnComplete | None) -> None:
+    turn = finished_turn(snap)
+    if turn is not None and on_complete is not None:
+        await on_complete(turn)
+
+
+def _fold(ev: SSEEvent, snap: Snapshot, encoder: StreamEncoder) -> tuple[dict[str, Any] | None, bytes]:
+    try:
+        data = orjson.loads(ev.data) if ev.data else None
+    except orjson.JSONDecodeError:
+        return None, encoder.passthrough(ev)  # not JSON: nothing to accumulate
+    if not isinstance(data, dict):
+        return None, encoder.passthrough(ev)
+    accumulate(data, snap)
+    return data, encoder.event(data, ev)
