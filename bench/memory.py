@@ -23,7 +23,7 @@ after each loop phase, one of what it holds then (``now-N.snap``, in DIR). ``--h
 each snapshot's memory was allocated (by line, and by the gateway line that led there).
 
 Both figures are RSS (psutil) of the serving process; the gateway's caches are sized by their settings
-(README, "Configuration"), so a worker's RSS after a workload much larger than its caches is its bound.
+(docs/configuration.md), so a worker's RSS after a workload much larger than its caches is its bound.
 """
 
 from __future__ import annotations

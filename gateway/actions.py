@@ -35,7 +35,8 @@ class ActionKind(StrEnum):
     MODEL_BINDING_MISMATCH = "model_binding_mismatch"
     COMPACTION_RESTORED = "compaction_restored"  # a recorded compaction block the client dropped or re-encoded
     THINKING_CLEARED = "thinking_cleared"        # a turn restored without the thinking clear_thinking clears
-    # binding models (``gateway.pipeline.repair.prefix``, protocols.md 1.9): the recorded system sent, the client's new
+    # binding models (``gateway.pipeline.repair.prefix``, docs/upstream-rules.md, "thinking-block binding"): the
+    # recorded system sent, the client's new
     # one as a
     # mid-conversation system message; tool changes as tool_addition / tool_removal; recorded insertions put back
     PREFIX_SYSTEM_KEPT = "prefix_system_kept"

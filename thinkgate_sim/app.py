@@ -301,7 +301,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
 def _count_tokens_rejection(state: _State, body: Any, betas: frozenset[str]) -> tuple[int, str] | None:
     """(rule, message) of the 400 count_tokens answers: it validates the body as ``/v1/messages`` does, without
     ``max_tokens`` and with only its own fields (``thinkgate_sim.count_tokens``); on a bound model it "answers the same
-    400" as the request would, the binding's included (protocols.md 1.9)."""
+    400" as the request would, the binding's included (docs/upstream-rules.md, "thinking-block binding")."""
     bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
         body["model"], state.config.bound_models)
     violation = check_messages_request(body, betas=betas, minter=state.minter, bound=bound, count_tokens=True)

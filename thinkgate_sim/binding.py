@@ -1,4 +1,4 @@
-"""Thinking-block binding on the newer Claude models (``protocols.md`` 1.8, 1.9, rule 15): pure.
+"""Thinking-block binding on the newer Claude models (docs/upstream-rules.md, "thinking-block binding", rule 15): pure.
 
 On a bound model every thinking / redacted_thinking block the simulator mints commits (see
 ``signing.Binding``) to its prefix: the top-level ``system``, the set of ``tools`` and every

@@ -59,7 +59,8 @@ RULE_EMPTY_TEXT = 100
 # anthropics/claude-code#21317 and #20901, BerriAI/litellm#23510 (see docs/upstream-rules.md).
 RULE_DUPLICATE_TOOL_ID = 102
 # Bound (Claude 5.x) models only, see docs/upstream-rules.md: they take only adaptive thinking (text from
-# Sylinko/Everywhere#410), and ``thinking.block_binding`` needs its beta (protocols.md 1.9).
+# Sylinko/Everywhere#410), and ``thinking.block_binding`` needs its beta (docs/upstream-rules.md, "thinking-block
+# binding").
 RULE_ADAPTIVE_ONLY = 103
 # Two entries of ``tools`` with one name (docs/upstream-rules.md; 105-107 are taken by context management,
 # compaction and mid-conversation system messages)

@@ -1,4 +1,5 @@
-"""Mid-conversation ``role: "system"`` messages, ``tool_addition`` and ``tool_removal`` blocks (protocols.md 1.9).
+"""Mid-conversation ``role: "system"`` messages, ``tool_addition`` and ``tool_removal`` blocks (docs/upstream-rules.md,
+"thinking-block binding").
 
 Pure.
 

@@ -29,7 +29,7 @@ class SettingsError(ValueError):
     pass
 
 
-# One line per setting (``thinkgate serve --help``; README "Configuration" says more). A test checks that every
+# One line per setting (``thinkgate serve --help``; docs/configuration.md says more). A test checks that every
 # field has one and that the listed variables are exactly the ones ``from_env`` reads.
 DESCRIPTIONS: dict[str, str] = {
     "anthropic_base_url": "Anthropic upstream (claude-* models)",

@@ -58,7 +58,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     *registry.ERROR_PATTERNS,
     ("missing_thought_signature", re.compile(r"missing a `?thought_signature`?", _I)),
     ("missing_thought_signature", re.compile(r"corrupted thought signature", _I)),
-    # the binding 400 (protocols.md 1.8, rule 15) starts as the tampered-signature one: its own sentence first
+    # the binding 400 (docs/upstream-rules.md, "thinking-block binding") starts as the tampered-signature one: its own
+    # sentence first
     ("binding_mismatch", re.compile(r"The block is bound to a different conversation", _I)),
     ("invalid_signature", re.compile(r"Invalid `?signature`? in `?thinking`? block", _I)),
     ("invalid_signature", re.compile(r"\.thinking\.signature: Field required", _I)),

@@ -41,11 +41,13 @@ class ModelCaps:
     adaptive_only: bool = False
     kind: Kind = "anthropic"       # the upstream's API dialect
     flavor: str = ""               # OpenAI-compatible upstreams: generic | openrouter | copilot | deepseek
-    # the model binds thinking blocks to their model (protocols.md 1.8, 1.9): a block it cannot read is dropped by
+    # the model binds thinking blocks to their model (docs/upstream-rules.md, "thinking-block binding"): a block it
+    # cannot read is dropped by
     # the API before the model sees it, without an error; older models answer such a block with a 400 instead
     drops_unreadable_thinking: bool = False
     family: str = ""               # OpenAI-compatible upstreams: the model family behind it (``compat_family``)
-    # Thinking blocks bound to their prefix (system, tool set, earlier messages; protocols.md 1.8, 1.9): a changed
+    # Thinking blocks bound to their prefix (system, tool set, earlier messages; docs/upstream-rules.md,
+    # "thinking-block binding"): a changed
     # prefix is the binding 400 unless the request opts into ``drop_block`` (``gateway.pipeline.repair.prefix``)
     prefix_bound: bool = False
     # The append-only forms that keep a prefix unchanged (1.9): a mid-conversation ``role: "system"`` message, and
@@ -137,7 +139,8 @@ def model_family(model: str) -> str:
     return _FAMILY_SUFFIX.sub("", model)
 
 
-# Which other producers' thinking blocks a model that binds them reads, by family (protocols.md 1.9: "Opus 5.5
+# Which other producers' thinking blocks a model that binds them reads, by family (docs/upstream-rules.md,
+# "thinking-block binding": "Opus 5.5
 # reads blocks of earlier Opus/Sonnet/Haiku models (and ... Sonnet/Haiku 5.5), not Fable or Mythos"; 1.8: "Fable
 # 5.1 reads blocks from Opus 5 and ... Opus 5.5"). Every model reads its own family's.
 _READS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (

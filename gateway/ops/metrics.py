@@ -103,7 +103,8 @@ PREFIX_REWRITES: dict[ActionKind, str] = {
     ActionKind.PREFIX_REINSERTED: "reinserted", ActionKind.BINDING_DROP_BLOCK: "drop_block",
     ActionKind.BINDING_STRIPPED: "stripped"}
 PREFIX_REWRITE_KINDS = frozenset(PREFIX_REWRITES.values()) | {"other"}
-# ``input_transformations`` ``thinking_dropped`` entries of upstream answers, by reason (protocols.md 1.9)
+# ``input_transformations`` ``thinking_dropped`` entries of upstream answers, by reason (docs/upstream-rules.md,
+# "thinking-block binding")
 BINDING_DROP_REASONS = frozenset({"prefix_binding_mismatch", "model_binding_mismatch",
                                   "organization_binding_mismatch", "other"})
 # a binding 400 answered by one retry with the stale blocks stripped: the retry's outcome

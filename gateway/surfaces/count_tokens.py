@@ -1,9 +1,9 @@
 """Anthropic ``POST /v1/messages/count_tokens``: the body forwarded, the answer returned as it came, through the
-handler every surface runs, so it gets what ``/v1/messages`` gets: no routing; one credential per request
-(``credentials``); a body that is not a request is a 400 in Anthropic's envelope; a binding 400 is retried once without
-the stale thinking blocks (``pipeline.strip_bound``). On a model that binds thinking to its prefix
-(``routing.ModelCaps.prefix_bound``) the upstream checks the binding here too (protocols.md 1.9): the body goes through
-the stages of ``/v1/messages`` (``pipeline.prepare``: the prefix kept, or ``drop_block``). Nothing is recorded."""
+handler every surface runs, so it gets what ``/v1/messages`` gets: no routing; one credential per request; a body
+that is not a request is a 400 in Anthropic's envelope; a binding 400 is retried once without the stale thinking
+blocks (``pipeline.strip_bound``). On a model that binds thinking to its prefix the upstream checks the binding here
+too (docs/upstream-rules.md, "thinking-block binding"): the body goes through the stages of ``/v1/messages``
+(``pipeline.prepare``: the prefix kept, or ``drop_block``). Nothing is recorded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Chat completions parameters on every route (issue 23, item 2), through the official openai SDK, a served
 gateway and the simulator: what the upstream received (``Sim.last()``) for each parameter class of the table
-(``gateway.dialects.params``, README "Parameters"): passed, mapped, refused, and dropped by the switch
+(``gateway.dialects.params``, docs/endpoints.md, "Parameters"): passed, mapped, refused, and dropped by the switch
 (GATEWAY_DROP_UNSUPPORTED_PARAMS=true: counted in ``/metrics`` and logged by name, never by value)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA, "strict": True}}
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                          "parameters": SCHEMA, "strict": True}}
-# parameters each cross-dialect route cannot honour (README "Parameters")
+# parameters each cross-dialect route cannot honour (docs/endpoints.md, "Parameters")
 REFUSED = {"anthropic": {"seed": 7, "logit_bias": {"50256": -100}, "prediction": {"type": "content", "content": "x"},
                          "store": True, "metadata": {"run": "r1"}},
            "gemini": {"logit_bias": {"50256": -100}, "parallel_tool_calls": False, "verbosity": "low",

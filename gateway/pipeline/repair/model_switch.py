@@ -4,7 +4,8 @@ A recorded turn knows the model it was produced by (``RecordedTurn.model``). Whe
 upstream whose model cannot read that model's thinking blocks (``routing.reads_thinking``):
 
 * a model that binds thinking to its model (``ModelCaps.drops_unreadable_thinking``: the API drops a block the
-  model cannot read before the model sees it, without an error; protocols.md 1.8, 1.9) gets the blocks back
+  model cannot read before the model sees it, without an error; docs/upstream-rules.md, "thinking-block binding") gets
+  the blocks back
   unchanged, as the migration guide asks ("keep passing blocks back unchanged when switching models; do not
   strip them"), and each such message is counted as ``model_binding_mismatch``;
 * any other model answers another model's block with a 400 (an invalid signature), so the blocks are not

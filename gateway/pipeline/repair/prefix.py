@@ -1,7 +1,8 @@
 """Keep a conversation's prefix stable on models that bind thinking to it, else degrade without a 400 (issue 24).
 
 On the newer Claude models a thinking block is bound to its prefix: the top-level ``system``, the set of ``tools``
-and every message before it (``protocols.md`` 1.8, 1.9). IDE clients rewrite their system prompt on every request
+and every message before it (docs/upstream-rules.md, "thinking-block binding"). IDE clients rewrite their system prompt
+on every request
 and add tools mid-conversation; forwarded as they come, every later thinking block fails the binding check.
 
 Each turn of such a model is recorded with the prefix it was produced under (``Note``, ``TurnRecord.prefix``): the

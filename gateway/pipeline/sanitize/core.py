@@ -139,7 +139,8 @@ def sanitize(req: Request, verified: Verified, caps: ModelCaps, policy: Policy,
 
 def strip_bound(req: Request, i: int, j: int, caps: ModelCaps, policy: Policy,
                 betas: frozenset[str] = frozenset()) -> list[Action]:
-    """After a binding 400 naming ``messages.{i}.content.{j}`` (protocols.md 1.9, the recovery the guide recommends):
+    """After a binding 400 naming ``messages.{i}.content.{j}`` (docs/upstream-rules.md, "thinking-block binding", the
+    recovery the guide recommends):
     that block and every later thinking block go (text and tool calls stay), then the request is made consistent
     again as any other (``sanitize``: e.g. a tool loop whose first message lost its thinking, on a model that cannot
     disable thinking, travels as text). Empty when (i, j) names no thinking block."""
@@ -179,7 +180,8 @@ def distrust(req: Request, caps: ModelCaps, policy: Policy, betas: frozenset[str
 
 
 def strip_front(msgs: list[Message], upto: int, detail: str) -> list[Action] | None:
-    """Thinking blocks bound to a prefix that is gone, at the front of the history (protocols.md 1.9: blocks may be
+    """Thinking blocks bound to a prefix that is gone, at the front of the history (docs/upstream-rules.md,
+    "thinking-block binding": blocks may be
     removed from the front, not from the middle): every thinking block of the assistant messages up to ``upto``
     removed (text and tool calls stay). None (nothing changed) when that would take the thinking of the trailing
     tool loop's first message (rule 9): the caller degrades another way."""

@@ -19,7 +19,7 @@ from gateway.dialects.params import BY_NAME, DROPPED_PARAMS, PARAMS, REFUSABLE, 
 from gateway.dialects.routing import FLAVORS, ModelCaps
 from gateway.errors import ClientError
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[3] / "docs" / "endpoints.md"  # (its Parameters table)
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
           "additionalProperties": False}
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA, "strict": True}}
