@@ -17,7 +17,7 @@ from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.stream import GeminiTranslator
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.transport.streaming.accumulate import Snapshot, accumulate
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.transport.streaming.sse import SSEDecoder, SSEEvent, encode_event
 from gateway.transport.streaming.translate import TranslatedStream, Translator
 from gateway.transport.upstream import UpstreamResponse
 from tests.augment.client import assert_tools_stream_per_tool
@@ -134,11 +134,13 @@ class _Body:
 
 
 def translated(raw: bytes, translator: Translator) -> bytes:
-    """Another family's SSE as the chat-stream endpoint relays it: re-framed as canonical events."""
+    """Another family's SSE translated into canonical events (as the relay receives them), framed as SSE again for
+    ``encode``."""
 
     async def collect() -> bytes:
         stream = TranslatedStream(cast(UpstreamResponse, _Body(raw)), translator)
-        return b"".join([c async for c in stream.iter_chunks()])
+        batches = [batch async for batch in stream.events()]
+        return b"".join(encode_event(str(d["type"]), d) for batch in batches for d, _ in batch if d is not None)
 
     return asyncio.run(collect())
 

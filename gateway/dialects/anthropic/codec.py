@@ -260,11 +260,11 @@ class StreamEncoder:
     def __init__(self, scid: str | None) -> None:
         self.scid = scid
 
-    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+    def event(self, data: dict[str, Any], ev: SSEEvent | None) -> bytes:
         if self.scid is not None and data.get("type") == "message_start" and isinstance(data.get("message"), dict):
             data = {**data, "message": {**data["message"], "_gateway": {"conversation_id": self.scid}}}
-            return encode_event(ev.event, data)
-        return ev.raw
+            return encode_event(ev.event if ev is not None else "message_start", data)
+        return ev.raw if ev is not None else encode_event(str(data.get("type")), data)
 
     def passthrough(self, ev: SSEEvent) -> bytes:
         return ev.raw

@@ -124,7 +124,7 @@ class StreamEncoder:
 
     # -------------------------------------------------------------- StreamEncoder protocol
 
-    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+    def event(self, data: dict[str, Any], ev: SSEEvent | None) -> bytes:
         if self._done:
             return b""
         etype = data.get("type")

@@ -163,7 +163,7 @@ class NativeStreamEncoder:
             return b"data: " + payload + b"\r\n\r\n"
         return (b"[" if self.count == 1 else b",\r\n") + payload
 
-    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+    def event(self, data: dict[str, Any], ev: SSEEvent | None) -> bytes:
         if data.get("type") == UPSTREAM_EVENT and isinstance(data.get("data"), str):
             return self._frame(data["data"].encode("utf-8", "surrogateescape"))
         return b""

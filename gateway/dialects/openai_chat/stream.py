@@ -71,7 +71,7 @@ class StreamEncoder:
 
     # ------------------------------------------------------------ StreamEncoder protocol
 
-    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
+    def event(self, data: dict[str, Any], ev: SSEEvent | None) -> bytes:
         handler = _HANDLERS.get(str(data.get("type")))
         return handler(self, data) if handler is not None else b""
 

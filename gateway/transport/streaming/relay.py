@@ -28,6 +28,7 @@ from gateway.dialects.canonical import Turn
 from gateway.ops import metrics
 from gateway.transport.streaming.accumulate import Snapshot, UpstreamProtocolError, accumulate, finished_turn
 from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.transport.streaming.translate import Parsed, TranslatedStream
 from gateway.transport.upstream import UpstreamResponse
 
 log = logging.getLogger("thinkgate.relay")
@@ -38,8 +39,8 @@ OnComplete = Callable[[Turn], Awaitable[None]]
 class StreamEncoder(Protocol):
     """Canonical stream events -> the client dialect's wire bytes."""
 
-    def event(self, data: dict[str, Any], ev: SSEEvent) -> bytes:
-        """One decoded upstream event (``ev.raw`` holds its exact bytes)."""
+    def event(self, data: dict[str, Any], ev: SSEEvent | None) -> bytes:
+        """One decoded upstream event (``ev.raw`` holds its exact bytes; None: a translator made the event)."""
         ...
 
     def passthrough(self, ev: SSEEvent) -> bytes:
@@ -60,30 +61,40 @@ class StreamEncoder(Protocol):
         ...
 
 
+async def _parsed(resp: UpstreamResponse) -> AsyncIterator[list[Parsed]]:
+    """A canonical upstream stream's events of each read, each parsed once."""
+    decoder = SSEDecoder()
+    async for chunk in resp.iter_chunks():
+        yield [_parse(ev) for ev in decoder.feed(chunk)]
+    yield [_parse(ev) for ev in decoder.flush()]
+
+
+def _parse(ev: SSEEvent) -> Parsed:
+    try:
+        data = orjson.loads(ev.data) if ev.data else None
+    except orjson.JSONDecodeError:
+        return None, ev  # not JSON: nothing to accumulate
+    return (data if isinstance(data, dict) else None), ev
+
+
 async def relay_sse(
-    resp: UpstreamResponse,
+    resp: UpstreamResponse | TranslatedStream,
     encoder: StreamEncoder,
     *,
     on_complete: OnComplete | None = None,
     snapshot: Snapshot | None = None,
 ) -> AsyncIterator[bytes]:
     snap = snapshot if snapshot is not None else Snapshot()
-    decoder = SSEDecoder()
     pump = _Pump(snap, encoder)
     clean = False
     try:
         try:
-            async for chunk in resp.iter_chunks():
-                before = pump.feed(decoder.feed(chunk))
+            async for events in resp.events() if isinstance(resp, TranslatedStream) else _parsed(resp):
+                before = pump.feed(events)
                 if before:
                     yield before
                 if pump.finished:
                     yield await pump.record(on_complete)
-            before = pump.feed(decoder.flush())
-            if before:
-                yield before
-            if pump.finished:
-                yield await pump.record(on_complete)
         except TimeoutError:
             yield pump.release() + encoder.error("api_error", "upstream stream timed out")
             return
@@ -124,12 +135,12 @@ class _Pump:
         self.held: list[bytes] | None = None
         self.recorded = False
 
-    def feed(self, events: Iterable[SSEEvent]) -> bytes:
+    def feed(self, events: Iterable[Parsed]) -> bytes:
         """The bytes to send now for ``events``: those before the hold (the rest is held)."""
         before: list[bytes] = []
-        for ev in events:
+        for data, ev in events:
             stopped = self.snap.stopped
-            data, out = _fold(ev, self.snap, self.encoder)
+            out = _fold(data, ev, self.snap, self.encoder)
             if self.held is None and not self.recorded and (
                     (data is not None and self.encoder.ends(data)) or (self.snap.stopped and not stopped)):
                 self.held = []
@@ -158,12 +169,8 @@ async def _complete(snap: Snapshot, on_complete: OnComplete | None) -> None:
         await on_complete(turn)
 
 
-def _fold(ev: SSEEvent, snap: Snapshot, encoder: StreamEncoder) -> tuple[dict[str, Any] | None, bytes]:
-    try:
-        data = orjson.loads(ev.data) if ev.data else None
-    except orjson.JSONDecodeError:
-        return None, encoder.passthrough(ev)  # not JSON: nothing to accumulate
-    if not isinstance(data, dict):
-        return None, encoder.passthrough(ev)
+def _fold(data: dict[str, Any] | None, ev: SSEEvent | None, snap: Snapshot, encoder: StreamEncoder) -> bytes:
+    if data is None:
+        return encoder.passthrough(ev) if ev is not None else b""  # not a JSON object: nothing to accumulate
     accumulate(data, snap)
-    return data, encoder.event(data, ev)
+    return encoder.event(data, ev)

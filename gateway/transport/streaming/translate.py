@@ -1,12 +1,11 @@
-"""Re-framing of a non-Anthropic upstream SSE stream as canonical (Anthropic-shaped) events.
+"""A non-Anthropic upstream SSE stream as canonical (Anthropic-shaped) events.
 
-``TranslatedStream`` wraps an ``UpstreamResponse`` and looks like one to the relay: its
-``iter_chunks`` decodes the upstream's SSE events, hands each event's data to a pure
-``Translator`` and yields the resulting canonical events as SSE bytes, so the one relay,
-the accumulator and every client ``StreamEncoder`` work unchanged. Each upstream event
-is also passed on as an ``upstream_event`` event (``{"type": "upstream_event", "data":
-<the upstream data string>}``) for encoders that relay the upstream's own dialect; the
-accumulator and the other encoders ignore that type. Framing only: no content rules here.
+``TranslatedStream`` wraps an ``UpstreamResponse``: ``events`` decodes the upstream's SSE events, hands each
+event's data to a pure ``Translator`` and yields the canonical events it returns as the objects they are, straight
+to the relay: nothing is written to SSE bytes and parsed again inside the gateway. Each upstream event is also
+passed on as an ``upstream_event`` event (``{"type": "upstream_event", "data": <the upstream data string>}``) for
+encoders that relay the upstream's own dialect; the accumulator and the other encoders ignore that type. Framing
+only: no content rules here.
 """
 
 from __future__ import annotations
@@ -14,10 +13,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent, encode_event
+from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
 from gateway.transport.upstream import UpstreamResponse
 
 UPSTREAM_EVENT = "upstream_event"
+# one event for the relay: its parsed data (None: not a JSON object) and its upstream bytes (None: a translator made it)
+Parsed = tuple[dict[str, Any] | None, SSEEvent | None]
 
 
 class Translator(Protocol):
@@ -38,20 +39,21 @@ class TranslatedStream:
         self.status = resp.status
         self.headers = resp.headers
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def events(self) -> AsyncIterator[list[Parsed]]:
+        """The canonical events of each read of the upstream's stream, then those after its end."""
         decoder = SSEDecoder()
         async for chunk in self._resp.iter_chunks():
-            out = b"".join(self._frame(ev) for ev in decoder.feed(chunk))
+            out = [p for ev in decoder.feed(chunk) for p in self._translate(ev)]
             if out:
                 yield out
-        tail = b"".join(self._frame(ev) for ev in decoder.flush())
-        tail += b"".join(encode_event(e["type"], e) for e in self._translator.end())
+        tail = [p for ev in decoder.flush() for p in self._translate(ev)]
+        tail += [(e, None) for e in self._translator.end()]
         if tail:
             yield tail
 
-    def _frame(self, ev: SSEEvent) -> bytes:
-        raw = encode_event(UPSTREAM_EVENT, {"type": UPSTREAM_EVENT, "data": ev.data}) if self._raw else b""
-        return raw + b"".join(encode_event(e["type"], e) for e in self._translator.feed(ev.data))
+    def _translate(self, ev: SSEEvent) -> list[Parsed]:
+        raw: list[Parsed] = [({"type": UPSTREAM_EVENT, "data": ev.data}, None)] if self._raw else []
+        return raw + [(e, None) for e in self._translator.feed(ev.data)]
 
     def close(self) -> None:
         self._resp.close()
