@@ -332,10 +332,24 @@ def _raw_tool_use_ids(m: Message) -> list[str]:
     return [b["id"] for b in m.raw_blocks or () if b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
 
 
-# ``Request.surface`` key: the ``id()`` of the blocks a surface decoded from content the gateway itself sealed for
-# this tenant (a Responses reasoning item's ``encrypted_content``: authenticated, byte-exact as relayed). Repair's
-# verdict aside, sanitize takes them as verified, as it takes a record's.
-SEALED = "sealed_blocks"
+@dataclass(slots=True)
+class SurfaceOptions:
+    """What a client's dialect says of a request besides what goes upstream, typed: options that shape the answer
+    (OpenAI ``stream_options.include_usage``, ``reasoning.exclude``), the client's own top-level fields (so an
+    upstream of its dialect gets them as received), what ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped, and the
+    blocks the gateway sealed itself."""
+
+    include_usage: bool = False
+    exclude_reasoning: bool = False
+    # a chat completions client's top-level fields, in order, values as received (``messages`` None)
+    client_params: dict[str, JSON] | None = None
+    # a Responses client's top-level fields, in order, values as received (``input`` None)
+    responses_params: dict[str, JSON] | None = None
+    dropped_params: tuple[str, ...] = ()
+    # the ``id()`` of the blocks a surface decoded from content the gateway itself sealed for this tenant (a
+    # Responses reasoning item's ``encrypted_content``: authenticated, byte-exact as relayed). Repair's verdict
+    # aside, sanitize takes them as verified, as it takes a record's.
+    sealed: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -347,8 +361,8 @@ class Request:
     max_tokens, temperature, metadata, context_management, output_config, ...),
     so they are forwarded exactly as received.
 
-    ``surface`` holds options of the client's dialect that shape the answer but are
-    never sent upstream (OpenAI ``stream_options.include_usage``, ``reasoning.exclude``).
+    ``surface`` holds what the client's dialect says of the request besides what goes upstream
+    (``SurfaceOptions``).
     """
 
     model: str
@@ -356,7 +370,7 @@ class Request:
     thinking: dict[str, JSON] | None = None
     stream: bool | None = None  # None: the client sent no ``stream`` key
     params: dict[str, JSON] = field(default_factory=dict)
-    surface: dict[str, JSON] = field(default_factory=dict)
+    surface: SurfaceOptions = field(default_factory=SurfaceOptions)
 
     @property
     def is_stream(self) -> bool:

@@ -34,10 +34,6 @@ def route_of(kind: str) -> Route:
 
 
 _COLUMNS: dict[str, Route] = {r: r for r in ROUTES}
-CLIENT_PARAMS = "client_params"    # ``Request.surface`` key: the client's own top-level fields, in order
-# ``Request.surface`` key: a Responses client's own top-level fields, in order (``responses_passthrough``)
-RESPONSES_PARAMS = "responses_params"
-DROPPED_PARAMS = "dropped_params"  # ``Request.surface`` key: what GATEWAY_DROP_UNSUPPORTED_PARAMS dropped
 UNKNOWN = "other"                  # the metric label of a parameter the table does not name
 
 

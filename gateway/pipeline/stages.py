@@ -28,7 +28,6 @@ from gateway.continuation.replay_memo import Resume, Ticket, one_to_one
 from gateway.dialects import classify, provider_seal, registry
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import (
-    SEALED,
     Message,
     Request,
     ToolUseBlock,
@@ -204,7 +203,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
         fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
         fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
     policy = _policy(ex, gw)
-    sealed = req.surface.get(SEALED)  # blocks the gateway sealed itself: as good as a record's
+    sealed = req.surface.sealed  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
     if ex.deferred is not None or time.monotonic() - gw.store_failed_at < OUTAGE_GRACE_S:
         # the store is away, or was a moment ago (turns served meanwhile are still on their way to it): thinking

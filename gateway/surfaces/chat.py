@@ -36,14 +36,14 @@ class ChatCompletions(Codec):
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,
-                                               exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")),
+                                               exclude_reasoning=self.call.req.surface.exclude_reasoning,
                                                seal=provider_seal.sealer(self.gw.settings, self.ex.tenant))
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
-        usage = bool(self.call.req.surface.get("include_usage"))
+        usage = self.call.req.surface.include_usage
         encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.ex.scid,
-                                                   exclude_reasoning=bool(self.call.req.surface.get("exclude_reasoning")),
+                                                   exclude_reasoning=self.call.req.surface.exclude_reasoning,
                                                    include_usage=usage, seal=provider_seal.sealer(self.gw.settings,
                                                                                                   self.ex.tenant))
         return encoder, "text/event-stream", snap

@@ -26,7 +26,6 @@ from gateway.app.deps import Gateway
 from gateway.dialects import registry
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.gemini.parts import Mint
-from gateway.dialects.params import DROPPED_PARAMS
 from gateway.dialects.routing import ModelCaps
 from gateway.errors import GatewayError, render_error
 from gateway.ops import metrics
@@ -103,7 +102,7 @@ class Codec:
         caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
         self.call = Call(caps, req)
-        metrics.observe_dropped_params(req.surface.get(DROPPED_PARAMS), caps.kind)  # (a surface that may drop some)
+        metrics.observe_dropped_params(req.surface.dropped_params, caps.kind)  # (a surface that may drop some)
         return req
 
     async def prepare(self) -> None:

@@ -139,7 +139,7 @@ def test_parameters_map_to_anthropic() -> None:
         "temperature": 0.2, "top_p": 0.9, "stop_sequences": ["END"], "metadata": {"user_id": "u-1"},
     }
     surface = decode_request(body({"role": "user", "content": "hi"}, stream_options={"include_usage": True})).surface
-    assert (surface["include_usage"], surface["exclude_reasoning"]) == (True, False)
+    assert (surface.include_usage, surface.exclude_reasoning) == (True, False)
 
 
 @pytest.mark.parametrize(("params", "thinking", "max_tokens"), [

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from gateway.dialects.canonical import (
-    SEALED,
     ProviderFields,
     ProviderSig,
     TextBlock,
@@ -70,7 +69,7 @@ def test_output_items_replayed_decode_to_the_turn_byte_exact() -> None:
     body = {"model": "claude-opus-4-5", "input": [{"role": "user", "content": "q"}, *items, result]}
     req = decode(body).request
     msgs = req.messages
-    assert req.surface[SEALED] == {id(msgs[1].content[0])}, "the unsealed thinking is vouched for, nothing else"
+    assert req.surface.sealed == {id(msgs[1].content[0])}, "the unsealed thinking is vouched for, nothing else"
     assert [m.role for m in msgs] == ["user", "assistant", "user"]
     assert msgs[1].content == claude_turn().content
     assert msgs[2].content == [ToolResultBlock("toolu_1", "ok")]
@@ -101,7 +100,7 @@ def test_a_gemini_signature_rides_in_a_reasoning_item_of_its_own() -> None:
     msgs = req.messages
     call = msgs[1].content[-1]
     assert isinstance(call, ToolUseBlock) and call.sig == sig
-    assert req.surface[SEALED] == {id(b) for b in msgs[1].content}, "the thought and the signed call are vouched for"
+    assert req.surface.sealed == {id(b) for b in msgs[1].content}, "the thought and the signed call are vouched for"
     without = decode({"model": "g", "input": [{"role": "user", "content": "q"}, items[2]]}).request.messages
     assert isinstance(without[1].content[0], ToolUseBlock) and without[1].content[0].sig is None
 

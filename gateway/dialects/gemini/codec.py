@@ -45,7 +45,6 @@ from gateway.dialects.gemini.parts import (
     map_responses,
     part_from_block,
 )
-from gateway.dialects.params import CLIENT_PARAMS
 from gateway.dialects.usage import from_gemini
 from gateway.errors import bad_request
 
@@ -112,7 +111,7 @@ def _output(req: Request) -> dict[str, JSON]:
     """Structured output (``output_config.format`` -> ``responseJsonSchema``, a chat client's ``response_format``
     json_object -> ``responseMimeType``) and the chat client's sampling fields Gemini has (``params.PARAMS``)."""
     gen: dict[str, JSON] = {}
-    client = req.surface.get(CLIENT_PARAMS)
+    client = req.surface.client_params
     client = client if isinstance(client, dict) else {}
     for src, dst in _CHAT_GENERATION:
         if client.get(src) is not None:

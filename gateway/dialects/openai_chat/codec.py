@@ -15,8 +15,8 @@ business of ``openai_chat_messages``):
 - Every other parameter is judged by the one table (``gateway.dialects.params``) for the
   ``route`` the model goes to: what that upstream cannot honour is a 400 naming the
   parameters, or with ``drop_unsupported`` (GATEWAY_DROP_UNSUPPORTED_PARAMS) dropped and
-  listed in ``surface[DROPPED_PARAMS]`` for the endpoint to count and log. The client's
-  own top-level fields travel in ``surface[CLIENT_PARAMS]`` (in order, values as received):
+  listed in ``surface.dropped_params`` for the endpoint to count and log. The client's
+  own top-level fields travel in ``surface.client_params`` (in order, values as received):
   an OpenAI-compatible upstream gets them as they are (``openai_compat``), Gemini the ones
   it maps (``gemini``).
 - A Responses-API-shaped body (``input``, ``instructions``, flat tools), which
@@ -33,12 +33,10 @@ import re
 import secrets
 from typing import Any
 
-from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, Turn
+from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, SurfaceOptions, Turn
 from gateway.dialects.openai_chat.messages import assistant_message, decode_messages, system_of
 from gateway.dialects.params import (
     ANTHROPIC_SERVICE_TIERS,
-    CLIENT_PARAMS,
-    DROPPED_PARAMS,
     Route,
     maps,
     refusal,
@@ -139,15 +137,13 @@ def tool_and_sampling_params(body: dict[str, JSON], tools_raw: JSON) -> dict[str
     return params
 
 
-def _surface(body: dict[str, JSON], dropped: list[str]) -> dict[str, JSON]:
+def _surface(body: dict[str, JSON], dropped: list[str]) -> SurfaceOptions:
     options, reasoning = body.get("stream_options"), body.get("reasoning")
-    surface: dict[str, JSON] = {
-        "include_usage": isinstance(options, dict) and options.get("include_usage") is True,
-        "exclude_reasoning": isinstance(reasoning, dict) and reasoning.get("exclude") is True,
-        CLIENT_PARAMS: {k: (None if k == "messages" else v) for k, v in body.items() if k not in dropped}}
-    if dropped:
-        surface[DROPPED_PARAMS] = list(dropped)
-    return surface
+    return SurfaceOptions(
+        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        exclude_reasoning=isinstance(reasoning, dict) and reasoning.get("exclude") is True,
+        client_params={k: (None if k == "messages" else v) for k, v in body.items() if k not in dropped},
+        dropped_params=tuple(dropped))
 
 
 def _output_format(raw: JSON) -> dict[str, JSON] | None:

@@ -7,7 +7,7 @@ the target's own) and a tool-only message is sent with ``content: null``, never 
 or ``""``. Tool results become ``tool`` messages (before the user's own text), tools
 and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoning
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
-A request from a chat completions client (``Request.surface[CLIENT_PARAMS]``) keeps every other
+A request from a chat completions client (``Request.surface.client_params``) keeps every other
 top-level field as the client sent it, in its order, its own reasoning fields included
 (``same_dialect``; the table is ``gateway.dialects.params``).
 
@@ -41,7 +41,6 @@ from gateway.dialects.canonical import (
 )
 from gateway.dialects.credentials import credential_of
 from gateway.dialects.gemini.parts import openai_extra, signature_from_openai_extra
-from gateway.dialects.params import CLIENT_PARAMS
 from gateway.dialects.provider_seal import unsealed
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
@@ -85,7 +84,7 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    client = req.surface.get(CLIENT_PARAMS)
+    client = req.surface.client_params
     return same_dialect(body, client, req, caps) if isinstance(client, dict) else body
 
 

@@ -32,13 +32,13 @@ import orjson
 
 from gateway.dialects.canonical import (
     JSON,
-    SEALED,
     Block,
     Message,
     OpaqueBlock,
     ProviderFields,
     RedactedThinkingBlock,
     Request,
+    SurfaceOptions,
     TextBlock,
     ThinkingBlock,
     ThoughtBlock,
@@ -47,7 +47,6 @@ from gateway.dialects.canonical import (
     Turn,
 )
 from gateway.dialects.openai_chat.codec import max_tokens_of, reasoning_of, tool_and_sampling_params
-from gateway.dialects.params import RESPONSES_PARAMS
 from gateway.dialects.responses.upstream import minted_item
 from gateway.errors import ClientError, bad_request
 
@@ -185,9 +184,9 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     echo = {k: body.get(k, default) for k, default in ECHOED.items()}
     orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
-    surface: dict[str, JSON] = {SEALED: frozenset(sealed)} if sealed else {}
-    # a Responses upstream gets these as sent (``responses_passthrough``); ``input`` only keeps its place
-    surface[RESPONSES_PARAMS] = {k: (None if k == "input" else v) for k, v in body.items()}
+    # a Responses upstream gets the client's fields as sent (``passthrough``); ``input`` only keeps its place
+    surface = SurfaceOptions(responses_params={k: (None if k == "input" else v) for k, v in body.items()},
+                             sealed=frozenset(sealed))
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None)
 

@@ -46,7 +46,6 @@ from gateway.dialects.canonical import (
 )
 from gateway.dialects.openai_chat.codec import EFFORT_BUDGETS
 from gateway.dialects.openai_compat.codec import choice_fields, image_url, system_text, tool_function
-from gateway.dialects.params import RESPONSES_PARAMS
 from gateway.dialects.responses.passthrough import same_dialect
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
@@ -246,7 +245,7 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     body["include"] = list(INCLUDE)
     if req.stream:
         body["stream"] = True
-    client = req.surface.get(RESPONSES_PARAMS)  # a Responses client's: what thinkgate need not change passes
+    client = req.surface.responses_params  # a Responses client's: what thinkgate need not change passes
     return same_dialect(body, client, req) if isinstance(client, dict) else body
 
 

@@ -15,7 +15,7 @@ from gateway.dialects.canonical import JSON
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.openai_chat.codec import decode_request
 from gateway.dialects.openai_compat import codec as openai_compat
-from gateway.dialects.params import BY_NAME, DROPPED_PARAMS, PARAMS, REFUSABLE, markdown_table, unsupported
+from gateway.dialects.params import BY_NAME, PARAMS, REFUSABLE, markdown_table, unsupported
 from gateway.dialects.routing import FLAVORS, ModelCaps
 from gateway.errors import ClientError
 
@@ -166,7 +166,7 @@ def test_anthropic_refuses_json_object_and_other_service_tiers() -> None:
 def test_the_switch_drops_refused_parameters_and_lists_them() -> None:
     body = chat("claude-sonnet-4-5", seed=1, logit_bias={"1": 2}, temperature=0.5, n=2)
     req = decode_request(body, route="anthropic", drop_unsupported=True)
-    assert req.surface[DROPPED_PARAMS] == ["seed", "logit_bias", "n"]
+    assert req.surface.dropped_params == ("seed", "logit_bias", "n")
     out = anthropic.encode_request(req)
     assert out["temperature"] == 0.5 and not {"seed", "logit_bias", "n"} & set(out)
     req = decode_request(chat(n=3, seed=1), route="openai", drop_unsupported=True)
