@@ -96,114 +96,139 @@ def run(msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] |
     ``msgs`` start with the very messages it covers (``resume_cut`` checks the rest), and a client message
     restored on that request restored again by the same message while it is still what it was. Returns the
     outcome and what the next request may start from."""
-    resumed = prior.repaired if prior is not None else None
-    if resumed is not None and not covers(resumed, msgs):
-        resumed = None
-    # recorded turns the client dropped, put back before their results (pinned in their places)
-    reshaped = reshape(msgs, recs.conversation, resumed.count if resumed is not None else 0) if not pinned else {}
-    reinstated = {i: turn for i, (turn, _) in reshaped.items()}
-    if reinstated:
-        pinned = reinstated
-    restorations = prior.restorations if prior is not None else {}
-    made: dict[int, Restoration] = {}  # this request's new restorations
-    client_msgs = list(msgs)  # (``Repaired.messages``: as the client's, before any restoration)
-    res = RepairResult()
-    id_map: dict[str, str] = {}  # the previous assistant message's client tool ids -> its turn's
-    mapped = False  # some tool id was mapped
-    keys: dict[str, int] = {}  # the lookup keys of the messages matched by them (``Repaired.keys``)
-    uncarried = False  # a turn matched by its lookups that the next request must match afresh
-    prev: RecordedTurn | None = None  # the previous assistant message's turn (None: it had none)
-    prev_i = -1  # ... and that message's index
-    taken = Taken(res)
-    start = assistants = 0
-    cut = resume_cut(resumed, msgs, recs, pinned) if resumed is not None else 0
-    if resumed is not None and cut:
-        prev = resume(resumed, cut, msgs, res)
-        prev_i = res.verbatim[-1] if res.verbatim else -1
-        # (a key of a message from ``cut`` on stays: it is that message's again if it is matched so again, and an
-        # earlier cut on a later request otherwise, which only makes repair look at more)
-        keys.update(resumed.keys)
-        start = res.resumed = cut
-        assistants = len(res.matched)
-    if reinstated:
-        taken.reserve(reinstated.values())  # no earlier message takes a turn put back after it
-    for i in range(start, len(msgs)):
-        m = msgs[i]
+    walk = _Walk(msgs, recs, pinned, prior)
+    for i in range(walk.start, len(msgs)):
+        walk.step(i)
+    return walk.finish()
+
+
+class _Walk:
+    """One repair pass over a request's messages, in order: what it found so far (``res``) and what the next
+    message's rules read of the messages before it (the previous turn, the tool ids it mapped)."""
+
+    def __init__(self, msgs: list[Message], recs: Records, pinned: Mapping[int, RecordedTurn] | None,
+                 prior: RepairPrior | None) -> None:
+        resumed = prior.repaired if prior is not None else None
+        if resumed is not None and not covers(resumed, msgs):
+            resumed = None
+        self.msgs, self.recs, self.resumed = msgs, recs, resumed
+        # recorded turns the client dropped, put back before their results (pinned in their places)
+        self.reshaped = reshape(msgs, recs.conversation, resumed.count if resumed is not None else 0) \
+            if not pinned else {}
+        self.reinstated = {i: turn for i, (turn, _) in self.reshaped.items()}
+        self.pinned = self.reinstated if self.reinstated else pinned
+        self.restorations = prior.restorations if prior is not None else {}
+        self.made: dict[int, Restoration] = {}  # this request's new restorations
+        self.client_msgs = list(msgs)  # (``Repaired.messages``: as the client's, before any restoration)
+        self.res = res = RepairResult()
+        self.id_map: dict[str, str] = {}  # the previous assistant message's client tool ids -> its turn's
+        self.mapped = False  # some tool id was mapped
+        self.keys: dict[str, int] = {}  # the lookup keys of the messages matched by them (``Repaired.keys``)
+        self.uncarried = False  # a turn matched by its lookups that the next request must match afresh
+        self.prev: RecordedTurn | None = None  # the previous assistant message's turn (None: it had none)
+        self.prev_i = -1  # ... and that message's index
+        self.taken = Taken(res)
+        self.start = self.assistants = 0
+        cut = resume_cut(resumed, msgs, recs, self.pinned) if resumed is not None else 0
+        if resumed is not None and cut:
+            self.prev = resume(resumed, cut, msgs, res)
+            self.prev_i = res.verbatim[-1] if res.verbatim else -1
+            # (a key of a message from ``cut`` on stays: it is that message's again if it is matched so again, and
+            # an earlier cut on a later request otherwise, which only makes repair look at more)
+            self.keys.update(resumed.keys)
+            self.start = res.resumed = cut
+            self.assistants = len(res.matched)
+        if self.reinstated:
+            self.taken.reserve(self.reinstated.values())  # no earlier message takes a turn put back after it
+
+    def step(self, i: int) -> None:
+        """Message ``i``: a user message's tool results take the ids mapped before it; an assistant message is
+        matched to its recorded turn (replay digest, pinned place, or ``place``) and restored."""
+        m, res = self.msgs[i], self.res
         if m.role == "user":
-            _map_tool_results(m, i, id_map, res)
-            continue
+            _map_tool_results(m, i, self.id_map, res)
+            return
         if m.role != "assistant":
-            continue
-        assistants += 1
-        id_map = {}  # tool results answer the assistant message right before them
-        turn = pinned.get(i) if pinned else None
-        if turn is None and m.replay_digest and (turn := recs.conversation.find_digest(m.replay_digest)):
+            return
+        self.assistants += 1
+        self.id_map = {}  # tool results answer the assistant message right before them
+        turn = self.pinned.get(i) if self.pinned else None
+        if turn is None and m.replay_digest and (turn := self.recs.conversation.find_digest(m.replay_digest)):
             # replayed verbatim: its blocks are the recorded ones, nothing to decode or restore; all of
             # its thinking is verified (sanitize is given ``verbatim``, whether or not it decodes it)
-            prev, prev_i = turn, i
+            self.prev, self.prev_i = turn, i
             res.matched[i] = turn
-            taken.add(turn)
+            self.taken.add(turn)
             res.verbatim.append(i)
-            continue
+            return
         if turn is None:
-            turn = place(m, msgs, i, recs.conversation, prev, prev_i, taken, restorations)
-        prev, prev_i = turn, i
+            turn = place(m, self.msgs, i, self.recs.conversation, self.prev, self.prev_i, self.taken,
+                         self.restorations)
+        self.prev, self.prev_i = turn, i
         if turn is None:
-            taken.kept(m)
-            _verify_by_exact_text(m, i, recs, res)
-            continue
+            self.taken.kept(m)
+            _verify_by_exact_text(m, i, self.recs, res)
+            return
         res.matched[i] = turn
-        taken.add(turn)
-        client = m
-        again = restoration(m, turn, restorations)
+        self.taken.add(turn)
+        self._restore(i, m, turn)
+
+    def _restore(self, i: int, client: Message, turn: RecordedTurn) -> None:
+        """Message ``i`` (``client``) matched ``turn``: put back as recorded where it differs; its thinking is
+        verified."""
+        res, m = self.res, client
+        again = restoration(client, turn, self.restorations)
         if again is not None:
             # the same client JSON restored from the same record on this conversation's previous request (as
             # the record's JSON: the recorded turn as relayed)
-            _learn_id_map(m, turn.content, id_map)
-            m = msgs[i] = again.message
+            _learn_id_map(client, turn.content, self.id_map)
+            m = self.msgs[i] = again.message
             verbatim = True
             res.changed = True
             res.actions.append(Action(ActionKind.RESTORED, i))
         else:
             restored = list(turn.content)
-            _learn_id_map(m, restored, id_map)
-            if not _same(m.peek_content(), restored) or m.provider != turn.provider:
-                m = msgs[i] = _restored(m, turn, restored)
+            _learn_id_map(client, restored, self.id_map)
+            if not _same(client.peek_content(), restored) or client.provider != turn.provider:
+                m = self.msgs[i] = _restored(client, turn, restored)
                 verbatim = m.raw_blocks is not None  # restored as the record's JSON
-                if verbatim and i not in reinstated:
-                    made[id(client)] = Restoration(client, turn, client.source, m)
+                if verbatim and i not in self.reinstated:
+                    self.made[id(client)] = Restoration(client, turn, client.source, m)
                 res.changed = True
                 res.actions.append(Action(ActionKind.RESTORED, i))
-                if i in reshaped:
-                    res.actions.append(Action(reshaped[i][1], i))
+                if i in self.reshaped:
+                    res.actions.append(Action(self.reshaped[i][1], i))
             else:  # exactly the recorded turn already (a surface whose messages carry no replay digest)
                 verbatim = True
-        mapped = mapped or bool(id_map)
-        if verbatim:  # the recorded turn as relayed: all of its thinking is verified (sanitize is given it)
-            res.verbatim.append(i)
-            if m is not client:
-                res.restored[i] = m
-            # a next request matches afresh what a turn recorded without a replay digest (the conversation
-            # cannot say whether it still holds it)
-            uncarried = uncarried or turn.scid != recs.scid or not turn.replay_digest
-            for key in client.tool_use_ids():
-                keys.setdefault(key, i)
-            continue
-        for b in m.content:
-            if b.type in THINKING_TYPES:
-                res.verified.add(id(b))
-    # every assistant message the recorded turn as relayed and no id mapped: repair's only actions are the
-    # restorations
-    if assistants == len(res.verbatim) and not mapped and not uncarried and len(res.actions) == len(res.restored) \
-            and not reinstated:
-        j = bisect.bisect_left(res.verbatim, start) if res.resumed and resumed is not None else 0  # taken over
-        digests = resumed.digests[:j] if resumed is not None else []
-        new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
-        res.repaired = Repaired(len(msgs), client_msgs, recs.scid, dict(res.matched), digests + new,
-                                (resumed.held[:j] if resumed is not None else []) + recs.conversation.held(new),
-                                dict(res.restored), tuple(res.actions), keys)
-    # the restorations the next request may make again: the carried ones (of messages it may still hold) and new
-    return res, RepairPrior(res.repaired, {**restorations, **made} if made else restorations)
+        self.mapped = self.mapped or bool(self.id_map)
+        if not verbatim:
+            res.verified.update(id(b) for b in m.content if b.type in THINKING_TYPES)
+            return
+        # the recorded turn as relayed: all of its thinking is verified (sanitize is given it)
+        res.verbatim.append(i)
+        if m is not client:
+            res.restored[i] = m
+        # a next request matches afresh what a turn recorded without a replay digest (the conversation cannot say
+        # whether it still holds it)
+        self.uncarried = self.uncarried or turn.scid != self.recs.scid or not turn.replay_digest
+        for key in client.tool_use_ids():
+            self.keys.setdefault(key, i)
+
+    def finish(self) -> tuple[RepairResult, RepairPrior]:
+        """The outcome, and what the next request may start from: when every assistant message was the recorded
+        turn as relayed and no id was mapped (repair's only actions the restorations), the ``Repaired`` it may
+        resume; the restorations it may make again (the carried ones, of messages it may still hold, and new)."""
+        res, resumed, msgs = self.res, self.resumed, self.msgs
+        if self.assistants == len(res.verbatim) and not self.mapped and not self.uncarried \
+                and len(res.actions) == len(res.restored) and not self.reinstated:
+            j = bisect.bisect_left(res.verbatim, self.start) if res.resumed and resumed is not None else 0
+            digests = resumed.digests[:j] if resumed is not None else []
+            new = [msgs[i].replay_digest or res.matched[i].replay_digest for i in res.verbatim[j:]]
+            held = (resumed.held[:j] if resumed is not None else []) + self.recs.conversation.held(new)
+            res.repaired = Repaired(len(msgs), self.client_msgs, self.recs.scid, dict(res.matched), digests + new,
+                                    held, dict(res.restored), tuple(res.actions), self.keys)
+        made, restorations = self.made, self.restorations
+        return res, RepairPrior(res.repaired, {**restorations, **made} if made else restorations)
 
 
 def _restored(m: Message, turn: RecordedTurn, blocks: list[Block]) -> Message:

@@ -46,81 +46,104 @@ def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int
 
     Each new assistant message is empty, its index pinned to its turn: ``run`` restores it as recorded. Returns
     the pinned indexes (after the insertions), in order, with the action each gets."""
-    out: dict[int, tuple[RecordedTurn, ActionKind]] = {}
     if not conv:
-        return out
-    calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
-    taken: set[int] = set()
-    i = max(start, 1)
-    opening = _opening(msgs, conv) if start == 0 else None
-    if opening is not None:  # the request opens with a dropped turn's results: its prompt and the turn go first
-        prompt, turn = opening
-        msgs[0:0] = [*prompt, Message("assistant", [])]
-        out[len(prompt)] = (turn, ActionKind.TURN_REINSTATED)
-        taken.add(turn.position)
-        i = len(prompt) + 2
-    # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none of
-    # them is reshaped (by object: indexes move as messages go in)
-    replayed = [m for m in msgs[i:] if m.role == "assistant" and m.replay_digest]
-    as_is = {id(m) for m, held in zip(replayed, conv.held([m.replay_digest or b"" for m in replayed]), strict=True)
-             if held is not None}
+        return {}
+    shaper = _Reshaper(msgs, conv, start)
+    i = shaper.start
     while i < len(msgs):
+        i = shaper.at(i)
+    return shaper.out
+
+
+class _Reshaper:
+    """``reshape``'s pass: the pinned indexes so far (``out``), the recorded turns already placed (``taken``)."""
+
+    def __init__(self, msgs: list[Message], conv: ConversationView, start: int) -> None:
+        self.msgs, self.conv = msgs, conv
+        self.out: dict[int, tuple[RecordedTurn, ActionKind]] = {}
+        self.calls: Counter[str] | None = None  # the request's tool_use ids, counted on the first candidate
+        self.taken: set[int] = set()
+        self.start = max(start, 1)
+        opening = _opening(msgs, conv) if start == 0 else None
+        if opening is not None:  # the request opens with a dropped turn's results: its prompt and the turn go first
+            prompt, turn = opening
+            msgs[0:0] = [*prompt, Message("assistant", [])]
+            self.out[len(prompt)] = (turn, ActionKind.TURN_REINSTATED)
+            self.taken.add(turn.position)
+            self.start = len(prompt) + 2
+        # the assistant messages that are a recorded turn replayed as it is (the common case), in one pass: none
+        # of them is reshaped (by object: indexes move as messages go in)
+        replayed = [m for m in msgs[self.start:] if m.role == "assistant" and m.replay_digest]
+        self.as_is = {id(m) for m, held in zip(replayed, conv.held([m.replay_digest or b"" for m in replayed]),
+                                               strict=True) if held is not None}
+
+    def at(self, i: int) -> int:
+        """Reshape at message ``i``; the index to go on from."""
+        msgs, conv = self.msgs, self.conv
         m = msgs[i]
-        turns: list[RecordedTurn] | None = None
-        kind = ActionKind.TURNS_SEPARATED
         if m.role == "assistant":
-            if id(m) in as_is or not m.tool_use_ids():
-                i += 1
-                continue
-            calls_split = _split_calls(msgs, i, conv)
-            if calls_split is not None and calls_split[1].position not in taken:
-                k, whole, results = calls_split
-                msgs[i:k + 1] = [Message("assistant", []), results]
-                out[i] = (whole, ActionKind.TURN_JOINED)
-                taken.add(whole.position)
-                i += 2
-                continue
-            split = _split_around(msgs, i, conv) if msgs[i - 1].role == "assistant" or (
-                i + 1 < len(msgs) and msgs[i + 1].role == "assistant") else None
-            if split is not None and split[2].position not in taken:  # (its calls are this message's)
-                j, k, whole = split
-                msgs[j:k + 1] = [Message("assistant", [])]
-                out[j] = (whole, ActionKind.TURN_JOINED)
-                taken.add(whole.position)
-                i = j + 1
-                continue
-            if len(m.tool_use_ids()) > 1:
-                turns = _merged(m, conv)
-        elif m.role == "user" and msgs[i - 1].role == "assistant" and (split_at := _results_of_another(msgs, i, conv)):
+            if id(m) in self.as_is or not m.tool_use_ids():
+                return i + 1
+            joined = self._joined(i)
+            if joined is not None:
+                return joined
+            turns = _merged(m, conv) if len(m.tool_use_ids()) > 1 else None
+            return self._place(i, turns, ActionKind.TURNS_SEPARATED) if turns else i + 1
+        if m.role == "user" and msgs[i - 1].role == "assistant" and (split_at := _results_of_another(msgs, i, conv)):
             # the results of the turn before it, then a dropped turn's, in one message (an OpenAI chat client's
             # consecutive ``tool`` messages decode to one): two messages, so the dropped turn goes between them
             msgs[i:i + 1] = split_at
-            i += 1
-            continue
-        elif m.role == "user" and msgs[i - 1].role == "user":
+            return i + 1
+        if m.role == "user" and msgs[i - 1].role == "user":
             ids = m.result_shape().result_ids
             named = _named_by(ids, conv) if ids else None
-            turns, kind = ([named] if named is not None else None), ActionKind.TURN_REINSTATED
-        if turns:
-            if calls is None:
-                calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
-            own = Counter(m.tool_use_ids()) if kind is ActionKind.TURNS_SEPARATED else Counter()
-            if all(t.position not in taken and all(calls[c] == own[c] for c in tool_ids(t.content)) for t in turns):
-                if kind is ActionKind.TURN_REINSTATED:
-                    msgs.insert(i, Message("assistant", []))
-                    new = [i]
-                else:  # between the turns, a message for each one's results (the tool chain moves them there)
-                    msgs[i:i + 1] = [Message("assistant" if k % 2 == 0 else "user", [])
-                                     for k in range(2 * len(turns) - 1)]
-                    new = list(range(i, i + 2 * len(turns) - 1, 2))
-                for j, t in zip(new, turns, strict=True):
-                    out[j] = (t, kind)
-                    taken.add(t.position)
-                    calls.update(tool_ids(t.content))
-                i = new[-1] + 1
-                continue
-        i += 1
-    return out
+            if named is not None:
+                return self._place(i, [named], ActionKind.TURN_REINSTATED)
+        return i + 1
+
+    def _joined(self, i: int) -> int | None:
+        """A turn the client split into several messages, one again (``turn_joined``); the index to go on from.
+        None: message ``i`` is not such a split."""
+        msgs, conv = self.msgs, self.conv
+        calls_split = _split_calls(msgs, i, conv)
+        if calls_split is not None and calls_split[1].position not in self.taken:
+            k, whole, results = calls_split
+            msgs[i:k + 1] = [Message("assistant", []), results]
+            self.out[i] = (whole, ActionKind.TURN_JOINED)
+            self.taken.add(whole.position)
+            return i + 2
+        split = _split_around(msgs, i, conv) if msgs[i - 1].role == "assistant" or (
+            i + 1 < len(msgs) and msgs[i + 1].role == "assistant") else None
+        if split is not None and split[2].position not in self.taken:  # (its calls are this message's)
+            j, k, whole = split
+            msgs[j:k + 1] = [Message("assistant", [])]
+            self.out[j] = (whole, ActionKind.TURN_JOINED)
+            self.taken.add(whole.position)
+            return j + 1
+        return None
+
+    def _place(self, i: int, turns: list[RecordedTurn], kind: ActionKind) -> int:
+        """``turns`` reinstated before message ``i`` or separated out of it, when none is placed already and the
+        request carries none of their calls elsewhere; the index to go on from."""
+        msgs = self.msgs
+        if self.calls is None:
+            self.calls = Counter(t for x in msgs if x.role == "assistant" for t in x.tool_use_ids())
+        calls = self.calls
+        own = Counter(msgs[i].tool_use_ids()) if kind is ActionKind.TURNS_SEPARATED else Counter()
+        if not all(t.position not in self.taken and all(calls[c] == own[c] for c in tool_ids(t.content))
+                   for t in turns):
+            return i + 1
+        if kind is ActionKind.TURN_REINSTATED:
+            msgs.insert(i, Message("assistant", []))
+            new = [i]
+        else:  # between the turns, a message for each one's results (the tool chain moves them there)
+            msgs[i:i + 1] = [Message("assistant" if k % 2 == 0 else "user", []) for k in range(2 * len(turns) - 1)]
+            new = list(range(i, i + 2 * len(turns) - 1, 2))
+        for j, t in zip(new, turns, strict=True):
+            self.out[j] = (t, kind)
+            self.taken.add(t.position)
+            calls.update(tool_ids(t.content))
+        return new[-1] + 1
 
 
 def _results_of_another(msgs: list[Message], i: int, conv: ConversationView) -> list[Message] | None:
