@@ -193,23 +193,38 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         history.produced_under.get(pos, kept) != kept for i, pos in replayed.items()
         if req.messages[i].role == "assistant" and req.messages[i].has_thinking())
     if instructions is None or not (keep and caps.system_messages and keepable):
-        if not (same_system and same_tools):
-            out.note[SENT] = _sent(system, tools, same_system, same_tools)  # sent as the client has it
-        now = sent_digest(system, tools)
-        msgs = req.messages
-        stale = [i for i, pos in replayed.items() if history.produced_under.get(pos, now) != now
-                 and msgs[i].role == "assistant" and msgs[i].has_thinking()]
-        if stale:  # replayed blocks produced under another prefix: removed from the front, else drop_block
-            stripped = sanitize.strip_front(msgs, max(stale), "stale_prefix")
-            if stripped is None:
-                _opt_into_drop_block(req, out)
-            else:
-                out.actions += stripped
-                out.changed = True
-        return out
-    if same_system and same_tools and not inserted:
-        return out  # the client's prefix is the recorded one (what is no difference aside)
-    # keep the recorded prefix: the recorded top-level system and tools, the recorded insertions back in place
+        _send_the_clients(req, history, replayed, same_system, same_tools, out)
+    elif not (same_system and same_tools and not inserted):  # (else the client's prefix is the recorded one)
+        _keep_the_recorded(req, history, inserted, instructions, same_tools, out)
+    return out
+
+
+def _send_the_clients(req: Request, history: Recorded, replayed: Mapping[int, int], same_system: bool,
+                      same_tools: bool, out: Outcome) -> None:
+    """The client's prefix goes as it is: replayed blocks produced under another prefix are removed from the
+    front, else the request opts into ``drop_block``."""
+    system, tools = req.params.get("system", ABSENT), req.params.get("tools", ABSENT)
+    if not (same_system and same_tools):
+        out.note[SENT] = _sent(system, tools, same_system, same_tools)  # sent as the client has it
+    now = sent_digest(system, tools)
+    msgs = req.messages
+    stale = [i for i, pos in replayed.items() if history.produced_under.get(pos, now) != now
+             and msgs[i].role == "assistant" and msgs[i].has_thinking()]
+    if stale:  # replayed blocks produced under another prefix: removed from the front, else drop_block
+        stripped = sanitize.strip_front(msgs, max(stale), "stale_prefix")
+        if stripped is None:
+            _opt_into_drop_block(req, out)
+        else:
+            out.actions += stripped
+            out.changed = True
+
+
+def _keep_the_recorded(req: Request, history: Recorded, inserted: Mapping[int, list[dict[str, Any]]],
+                       instructions: list[dict[str, JSON]], same_tools: bool, out: Outcome) -> None:
+    """The recorded prefix goes: the recorded top-level system and tools, the recorded insertions back in place,
+    the client's new instructions and tool changes as one mid-conversation system message at the end."""
+    params = req.params
+    tools = params.get("tools", ABSENT)
     for key, value in (("system", history.system), ("tools", history.tools)):
         if value is ABSENT:
             params.pop(key, None)
@@ -243,7 +258,6 @@ def stabilize(req: Request, caps: ModelCaps, history: Recorded | None, inserted:
         out.betas.append(TOOL_CHANGES_BETA)
     req.messages = msgs
     out.changed = True
-    return out
 
 
 def _sent(system: Any, tools: Any, same_system: bool = False, same_tools: bool = False) -> dict[str, Any]:

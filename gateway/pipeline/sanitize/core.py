@@ -225,25 +225,11 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
     actions: list[Action] = []
     rules = registry.of(caps)
     msgs = req.messages
-    key = (caps, target, policy)
     start = seed.count if seed is not None else 0
     count = len(msgs)
-    assistants = verbatim = seed.assistants if seed is not None else 0
     if seed is not None:
         actions += seed.actions
-    marks = set(verbatim_at[bisect.bisect_left(verbatim_at, start):]) if verbatim_at else set()
-    for i in range(start, len(msgs)):
-        m = msgs[i]
-        if m.role == "assistant":
-            assistants += 1
-            exact = i in marks
-            verbatim += exact
-            _foreign_reasoning(m, i, caps, target, policy, actions)
-            if rules.paired_reasoning:
-                _unpaired_reasoning(m, i, actions)
-            _clean_assistant(m, i, exact, verified, policy, actions)
-        elif m.role == "user":
-            _drop_empty_text(m, i, actions)
+    assistants, verbatim = _per_message(msgs, start, seed, verbatim_at, verified, caps, target, policy, actions)
     per_message = len(actions)
     _drop_empty_assistants(msgs, start)
     chain = chain_fold(msgs, start, seed.chain if seed is not None else None)
@@ -260,6 +246,49 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
     if not rules.thinking_blocks:
         _no_trailing_thinking(msgs, actions)
         return SanitizeResult(actions, None, start)
+    loop = _thinking_rules(req, caps, policy, betas, loop_from, start if seed is not None and not seed.thinking else 0,
+                           actions)
+    fresh = actions[len(seed.actions) if seed is not None else 0:]  # the seed's are all ``kept_verified``
+    if not fold_intact(chain) or assistants != verbatim or len(msgs) != count or \
+            not set(map(action_kind, fresh)) <= _CONTINUABLE:
+        return SanitizeResult(actions, None, start)
+    if loop is None:
+        loop = loop_fold(msgs, *loop_from)
+    assert chain is not None
+    return SanitizeResult(actions, Sanitized(count, assistants, (caps, target, policy), tuple(actions[:per_message]),
+                                             chain, loop, req.thinking_enabled(), list(msgs)), start)
+
+
+def _per_message(msgs: list[Message], start: int, seed: Sanitized | None, verbatim_at: Sequence[int],
+                 verified: Verified, caps: ModelCaps, target: str, policy: Policy,
+                 actions: list[Action]) -> tuple[int, int]:
+    """The per-message rules from ``start`` on; (assistant messages, of them the recorded turns as relayed),
+    counted from the seed's."""
+    rules = registry.of(caps)
+    assistants = verbatim = seed.assistants if seed is not None else 0
+    marks = set(verbatim_at[bisect.bisect_left(verbatim_at, start):]) if verbatim_at else set()
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        if m.role == "assistant":
+            assistants += 1
+            exact = i in marks
+            verbatim += exact
+            _foreign_reasoning(m, i, caps, target, policy, actions)
+            if rules.paired_reasoning:
+                _unpaired_reasoning(m, i, actions)
+            _clean_assistant(m, i, exact, verified, policy, actions)
+        elif m.role == "user":
+            _drop_empty_text(m, i, actions)
+    return assistants, verbatim
+
+
+def _thinking_rules(req: Request, caps: ModelCaps, policy: Policy, betas: frozenset[str],
+                    loop_from: tuple[int, LoopFold], strip_from: int, actions: list[Action]) -> LoopFold | None:
+    """Anthropic's thinking rules over the whole request: the trailing tool loop starts with thinking, or thinking
+    is disabled (or the loop goes as text, on a model that cannot disable it); with thinking off no thinking block
+    goes (from ``strip_from``); no trailing thinking; the parameters thinking forbids. The loop's fold, when it was
+    taken."""
+    msgs = req.messages
     loop: LoopFold | None = None
     if req.thinking_enabled():
         loop = loop_fold(msgs, *loop_from)
@@ -271,20 +300,12 @@ def _sanitize(req: Request, verified: Verified, verbatim_at: Sequence[int], caps
             else:
                 _textualize_loop(msgs, loop_first, actions)
     if not req.thinking_enabled():
-        _strip_all_thinking(msgs, actions, start if seed is not None and not seed.thinking else 0)
+        _strip_all_thinking(msgs, actions, strip_from)
         _drop_empty_assistants(msgs)
     _no_trailing_thinking(msgs, actions)
     if req.thinking_enabled() and policy.fix_params:
         _fix_params(req, betas, actions)
-    fresh = actions[len(seed.actions) if seed is not None else 0:]  # the seed's are all ``kept_verified``
-    if not fold_intact(chain) or assistants != verbatim or len(msgs) != count or \
-            not set(map(action_kind, fresh)) <= _CONTINUABLE:
-        return SanitizeResult(actions, None, start)
-    if loop is None:
-        loop = loop_fold(msgs, *loop_from)
-    assert chain is not None
-    return SanitizeResult(actions, Sanitized(count, assistants, key, tuple(actions[:per_message]), chain, loop,
-                                             req.thinking_enabled(), list(msgs)), start)
+    return loop
 
 
 # ------------------------------------------------------------------ per message
