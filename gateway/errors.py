@@ -43,6 +43,7 @@ class GatewayError(Exception):
     message: str
     error_type: str | None = None
     code: str | None = None  # a machine-readable detail (OpenAI ``error.code``), e.g. model_not_supported
+    headers: dict[str, str] | None = None  # headers the answer carries (``retry-after`` of a rate limit)
 
     def __str__(self) -> str:
         return f"{self.status}: {self.message}"

@@ -86,4 +86,6 @@ CACHES: dict[str, tuple[str, Kind]] = {
     "gateway/surfaces/model_lists.py": ("upstream model lists per tenant, with a TTL", Kind.NOT_CONVERSATION),
     "state/engine.py": ("tenants over their storage budget (a refusal window)", Kind.NOT_CONVERSATION),
     "state/memory_store.py": ("the embedded store's keyspace", Kind.AUTHORITY),
+    "gateway/access/admission.py": ("the gateway keys a worker admitted, for admitting them with the store away "
+                                    "(GATEWAY_LIMITS_FAIL_OPEN)", Kind.NOT_CONVERSATION),
 }

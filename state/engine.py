@@ -23,9 +23,23 @@ from state import codec, keys
 from state.coherence import Head, continues
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError, TenantOverBudget
+from state.gateway_keys import Admission, KeyRecord, pairs
 from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, TENANT_TOTAL, LuaScript
+from state.scripts import (
+    ADMIT,
+    FORK,
+    GETEX_MANY,
+    INDEX_PUT,
+    KEY_PUT,
+    KEY_READ,
+    LOAD,
+    RECORD,
+    RELEASE,
+    TENANT_BYTES,
+    TENANT_TOTAL,
+    LuaScript,
+)
 from state.store import LoadQuery, LoadResult, RecordResult, TurnWrite
 
 T = TypeVar("T")
@@ -129,6 +143,38 @@ class EngineStore:
     async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run one whole store call ``fn(*args)`` under the backend's failure policy."""
         return await fn(*args)
+
+    # -- Gateway keys (``state.gateway_keys``) ----------------------------------------------------
+    async def key_put(self, record: KeyRecord, *, create: bool) -> str:
+        """Create a key (its name not taken: else "exists") or update one (by its name and id: else "missing")."""
+        rec = keys.gateway_key_keys(record.key_id, 0)[0]
+        args = ["create" if create else "update", record.name, record.key_id,
+                *(x for kv in record.fields().items() for x in kv)]
+        reply = await self._guarded(self._roundtrip, [Eval(KEY_PUT, (keys.gateway_key_names(), rec), tuple(args))])
+        return _text(reply[0])
+
+    async def key_records(self) -> list[KeyRecord]:
+        """Every gateway key, by name."""
+        names = keys.gateway_key_names()
+        first = await self._guarded(self._roundtrip, [Eval(KEY_READ, (names,), ())])
+        ids = sorted(pairs(first[0][0]).items())
+        recs = tuple(keys.gateway_key_keys(key_id, 0)[0] for _, key_id in ids if keys.is_valid_key_id(key_id))
+        if not recs:
+            return []
+        reply = await self._guarded(self._roundtrip, [Eval(KEY_READ, (names, *recs), ())])
+        return [KeyRecord.parse(r.rsplit(":", 1)[1], pairs(flat)) for r, flat in zip(recs, reply[0][1:], strict=True)
+                if flat]
+
+    async def admit(self, key_id: str, secret_hash: str, now_ms: int) -> Admission:
+        """One request under a gateway key (``scripts.ADMIT``), in one round trip."""
+        names = keys.gateway_key_keys(key_id, now_ms // 60000)
+        reply = await self._guarded(self._roundtrip, [Eval(ADMIT, names, (secret_hash, now_ms))])
+        return Admission.parse(list(reply[0]))
+
+    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int) -> None:
+        """After a request under a gateway key: its concurrency slot back, its tokens counted (``scripts.RELEASE``)."""
+        _, _, cc, tpm = keys.gateway_key_keys(key_id, now_ms // 60000)
+        await self._guarded(self._roundtrip, [Eval(RELEASE, (cc, tpm), ("1" if held else "0", max(0, tokens)))])
 
     # -- Store API -----------------------------------------------------------------------------
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:

@@ -156,3 +156,32 @@ def exact_key(tenant: str, exact_hash: str) -> str:
 
 def fingerprint_key(tenant: str, fingerprint: str) -> str:
     return _index_key(tenant, "fp", fingerprint)
+
+
+# Gateway keys (``state.gateway_keys``): every key of them shares the hash tag ``{gk}`` (one Cluster slot), so
+# one script admits a request (the key's record, its rate and concurrency counters) atomically:
+#
+#     tg:{gk}:names          HASH    key name -> key id
+#     tg:{gk}:rec:<id>       HASH    the key's record (``state.gateway_keys.FIELDS``; its secret only as a hash)
+#     tg:{gk}:rpm:<id>       STRING  the requests-per-minute limit's theoretical arrival time (GCRA, ms)
+#     tg:{gk}:cc:<id>        STRING  requests in flight
+#     tg:{gk}:tpm:<id>:<m>   STRING  tokens counted in minute <m> (ms since the epoch // 60000)
+GATEWAY_KEY_TAG = "{gk}"
+_KEY_ID_RE = re.compile(r"[0-9a-f]{12}")
+
+
+def is_valid_key_id(key_id: object) -> bool:
+    return isinstance(key_id, str) and _KEY_ID_RE.fullmatch(key_id) is not None
+
+
+def gateway_key_names() -> str:
+    return f"{KEY_PREFIX}:{GATEWAY_KEY_TAG}:names"
+
+
+def gateway_key_keys(key_id: str, minute: int) -> tuple[str, str, str, str]:
+    """(record, rate, concurrency, tokens of ``minute``) of one gateway key."""
+    if not is_valid_key_id(key_id):
+        raise ValueError("invalid gateway key id")
+    base = f"{KEY_PREFIX}:{GATEWAY_KEY_TAG}"
+    return (f"{base}:rec:{key_id}", f"{base}:rpm:{key_id}", f"{base}:cc:{key_id}",
+            f"{base}:tpm:{key_id}:{minute}")

@@ -21,8 +21,24 @@ from typing import Any
 from state import codec, keys
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, EngineStore, Eval, Exists, Op, SetEx, StorageLimits
-from state.scripts import FORK, GETEX_MANY, INDEX_PUT, LOAD, RECORD, TENANT_BYTES, TENANT_TOTAL
+from state.scripts import (
+    ADMIT,
+    FORK,
+    GETEX_MANY,
+    INDEX_PUT,
+    KEY_PUT,
+    KEY_READ,
+    LOAD,
+    RECORD,
+    RELEASE,
+    TENANT_BYTES,
+    TENANT_TOTAL,
+)
 from state.store import StoreHealth
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _Keyspace:
@@ -135,7 +151,70 @@ class MemoryStore(EngineStore):
                 return amount
             self._ks.update(key, old + amount)  # (its expiry unchanged)
             return old + amount
+        if op.script is KEY_PUT:
+            return self._key_put_script(op.keys, [_str(a) for a in op.args])
+        if op.script is KEY_READ:
+            names = self._ks.get(op.keys[0]) or {}
+            return [[x for kv in names.items() for x in kv],
+                    *([x for kv in (self._ks.get(k) or {}).items() for x in kv] for k in op.keys[1:])]
+        if op.script is ADMIT:
+            return self._admit_script(op.keys, _str(op.args[0]), int(op.args[1]))
+        if op.script is RELEASE:
+            return self._release_script(op.keys, _str(op.args[0]) == "1", int(op.args[1]))
         raise ValueError(f"unknown script {op.script.name}")
+
+    def _key_put_script(self, names: Sequence[str], args: list[str]) -> str:
+        mode, name, key_id = args[:3]
+        index = self._ks.get(names[0])
+        index = dict(index) if index is not None else {}
+        if mode == "create":
+            if name in index:
+                return "exists"
+            index[name] = key_id
+            self._ks.put(names[0], index)
+        elif index.get(name) != key_id:
+            return "missing"
+        record = dict(self._ks.get(names[1]) or {})
+        record.update(zip(args[3::2], args[4::2], strict=True))
+        self._ks.put(names[1], record)
+        return "ok"
+
+    def _admit_script(self, names: Sequence[str], secret_hash: str, now: int) -> list[Any]:
+        rec = self._ks.get(names[0])
+        if rec is None or rec.get("hash") != secret_hash:
+            return ["unknown"]
+        if rec.get("revoked") == "1":
+            return ["revoked"]
+        expires = int(rec.get("expires") or 0)
+        if expires > 0 and now >= expires:
+            return ["expired"]
+        tpm = int(rec.get("tpm") or 0)
+        if tpm > 0 and int(self._ks.get(names[3]) or 0) >= tpm:
+            return ["tpm", 60000 - now % 60000]
+        rpm = int(rec.get("rpm") or 0)
+        tat: float | None = None
+        if rpm > 0:
+            step = 60000 / rpm
+            tat = max(float(self._ks.get(names[1]) or 0), now)
+            if tat - now > 60000 - step:
+                return ["rpm", math.ceil(tat - now - (60000 - step))]
+            tat += step
+        cc = int(rec.get("concurrency") or 0)
+        if cc > 0:
+            held = int(self._ks.get(names[2]) or 0) + 1
+            if held > cc:
+                return ["concurrency", 1000]
+            self._ks.put(names[2], held, 600)
+        if tat is not None:
+            self._ks.put(names[1], round(tat, 3), 60)
+        return ["ok", rec.get("name", ""), rec.get("models", ""), int(cc > 0)]
+
+    def _release_script(self, names: Sequence[str], held: bool, tokens: int) -> int:
+        if held:
+            self._ks.put(names[0], max(0, int(self._ks.get(names[0]) or 0) - 1), 600)
+        if tokens > 0:
+            self._ks.put(names[1], int(self._ks.get(names[1]) or 0) + tokens, 120)
+        return 1
 
     def _touch(self, names: Sequence[str], ttl: int) -> None:
         for key in names:

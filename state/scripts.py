@@ -229,4 +229,84 @@ TENANT_TOTAL = LuaScript("tenant_total", """
 return tonumber(redis.call('GET', KEYS[1]) or '0')
 """)
 
-ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT, TENANT_BYTES, TENANT_TOTAL)
+# KEY_PUT: create (a name not taken) or update (the name's own id) a gateway key's record.
+# KEYS: names hash, record hash. ARGV: 'create' | 'update', name, id, then field, value, ...
+# Reply: 'ok' | 'exists' (create: the name is taken) | 'missing' (update: no such key)
+KEY_PUT = LuaScript("key_put", """
+local current = redis.call('HGET', KEYS[1], ARGV[2])
+if ARGV[1] == 'create' then
+  if current then return 'exists' end
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+elseif current ~= ARGV[3] then
+  return 'missing'
+end
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+return 'ok'
+""")
+
+# KEY_READ: the names hash (KEYS[1]) flat (name, id, ...), then each record hash named in KEYS[2..] flat.
+KEY_READ = LuaScript("key_read", """
+local out = {redis.call('HGETALL', KEYS[1])}
+for i = 2, #KEYS do
+  out[#out + 1] = redis.call('HGETALL', KEYS[i])
+end
+return out
+""")
+
+# ADMIT: one request under a gateway key, atomically: the key is known, its secret's hash matches, it is not
+# revoked or expired; its tokens-per-minute window is not used up; its requests per minute (GCRA: a burst of up to
+# rpm requests, then one per 60000/rpm ms) and requests in flight are within its limits (a slot is taken).
+# KEYS: record, rate, concurrency, tokens of the current minute. ARGV: secret hash, now (ms).
+# Reply: {'ok', name, models, 1 when a concurrency slot was taken} | {'unknown'} | {'revoked'} | {'expired'}
+#        | {'rpm' | 'tpm' | 'concurrency', retry after (ms)}
+ADMIT = LuaScript("admit", """
+local r = redis.call('HMGET', KEYS[1], 'hash', 'revoked', 'expires', 'rpm', 'tpm', 'concurrency', 'name', 'models')
+if not r[1] or r[1] ~= ARGV[1] then return {'unknown'} end
+if r[2] == '1' then return {'revoked'} end
+local now = tonumber(ARGV[2])
+local expires = tonumber(r[3] or '0') or 0
+if expires > 0 and now >= expires then return {'expired'} end
+local tpm = tonumber(r[5] or '0') or 0
+if tpm > 0 and (tonumber(redis.call('GET', KEYS[4]) or '0') or 0) >= tpm then
+  return {'tpm', 60000 - (now % 60000)}
+end
+local rpm = tonumber(r[4] or '0') or 0
+local tat = nil
+if rpm > 0 then
+  local step = 60000 / rpm
+  tat = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if tat < now then tat = now end
+  if tat - now > 60000 - step then return {'rpm', math.ceil(tat - now - (60000 - step))} end
+  tat = tat + step
+end
+local cc = tonumber(r[6] or '0') or 0
+if cc > 0 then
+  local n = redis.call('INCR', KEYS[3])
+  redis.call('PEXPIRE', KEYS[3], 600000)
+  if n > cc then
+    redis.call('DECR', KEYS[3])
+    return {'concurrency', 1000}
+  end
+end
+if tat then redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', 60000) end
+return {'ok', r[7] or '', r[8] or '', cc > 0 and 1 or 0}
+""")
+
+# RELEASE: after a request under a gateway key: its concurrency slot back (ARGV[1] '1' when it took one) and the
+# tokens its answer used (ARGV[2]) counted in the minute's window (KEYS: concurrency, tokens of the minute).
+RELEASE = LuaScript("release", """
+if ARGV[1] == '1' then
+  if redis.call('DECR', KEYS[1]) < 0 then redis.call('SET', KEYS[1], '0', 'PX', 600000) end
+end
+local tokens = tonumber(ARGV[2]) or 0
+if tokens > 0 then
+  redis.call('INCRBY', KEYS[2], tokens)
+  redis.call('PEXPIRE', KEYS[2], 120000)
+end
+return 1
+""")
+
+ALL_SCRIPTS: tuple[LuaScript, ...] = (RECORD, FORK, LOAD, GETEX_MANY, INDEX_PUT, TENANT_BYTES, TENANT_TOTAL,
+                                      KEY_PUT, KEY_READ, ADMIT, RELEASE)

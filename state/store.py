@@ -37,6 +37,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from state.coherence import Head
 from state.errors import CircuitOpen, CodecError, StoreError, StoreTimeout, StoreUnavailable, TenantOverBudget
+from state.gateway_keys import Admission, KeyRecord
 from state.records import ConversationState, Location, TurnRecord
 
 __all__ = [
@@ -229,4 +230,20 @@ class Store(Protocol):
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:
         """The conversation (meta + retained turns in position order), or ``None``. One round trip.
         Refreshes its TTL. An invalid SCID returns ``None``."""
+        ...
+
+    async def key_put(self, record: KeyRecord, *, create: bool) -> str:
+        """Create a gateway key (its name not taken: else "exists") or update one (else "missing")."""
+        ...
+
+    async def key_records(self) -> list[KeyRecord]:
+        """Every gateway key, by name (two round trips)."""
+        ...
+
+    async def admit(self, key_id: str, secret_hash: str, now_ms: int) -> Admission:
+        """One request under a gateway key: known, not revoked or expired, within its limits (one round trip)."""
+        ...
+
+    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int) -> None:
+        """After a request under a gateway key: its concurrency slot back, its tokens counted."""
         ...

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from importlib import metadata
 
+from gateway.app import keys_cli
 from gateway.app.settings import Settings, SettingsError
 
 SIM_TRY = "thinkgate sim --port 8090 --tools 1 & GATEWAY_ANTHROPIC_BASE_URL=http://127.0.0.1:8090 thinkgate serve"
@@ -152,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="thinkgate", description="LLM API gateway that keeps thinking valid",
                                 formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"thinkgate {version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,sim,demo}",
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,sim,demo,keys}",
                            help="`thinkgate COMMAND --help` says more")
     s = sub.add_parser("serve", help="run the gateway", formatter_class=_Formatter, epilog=settings_epilog(),
                        description=_wrap("Run the gateway (hypercorn). Configured by the GATEWAY_* environment "
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Cursor-like client that strips signatures and trims thinking, directly and "
                                    "through thinkgate, and print the difference. Needs nothing else."))
     d.set_defaults(func=cmd_demo)
+    keys_cli.add_parser(sub, _Formatter)
     return p
 
 

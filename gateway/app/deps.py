@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from gateway.access.admission import AdmittedKeys
 from gateway.app.settings import DEFAULT_METRICS_TENANTS, Settings
 from gateway.continuation.journal import Journal
 from gateway.continuation.record_retry import RecordRetry
@@ -68,5 +69,6 @@ class Gateway:
     record_retry: RecordRetry | None = None  # turns whose record failed, retried in the background (lifespan)
     tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
+    admitted: AdmittedKeys = field(default_factory=AdmittedKeys)  # gateway keys this worker admitted (fail-open)
     # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)
     offload: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))

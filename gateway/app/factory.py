@@ -26,6 +26,7 @@ from gateway.ops import metrics, metrics_workers
 from gateway.ops.metrics_store import instrument_store
 from gateway.ops.tracing import TraceMiddleware, Tracing, trace_store
 from gateway.surfaces import (
+    admin,
     augment,
     chat,
     conversations,
@@ -80,8 +81,8 @@ def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
     dialect = dialect_for_request(request.url.path, {k.lower(): v for k, v in request.headers.items()},
                                   request.url.query, request.method)
     status, body = render_error(dialect, err, rid)
-    headers = {"request-id": rid} if rid else None
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    headers = {**(err.headers or {}), **({"request-id": rid} if rid else {})}
+    return Response(body, status_code=status, media_type="application/json", headers=headers or None)
 
 
 async def _on_gateway_error(request: HTTPRequest, exc: Exception) -> Response:
@@ -192,7 +193,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_workers.metrics_endpoint, methods=["GET"]),
+        Route("/metrics", admin.guarded_metrics, methods=["GET"]),
+        Route("/admin/keys", admin.keys, methods=["GET", "POST"]),
+        Route("/admin/keys/{name}", admin.key, methods=["PATCH", "DELETE"]),
     ]
     app = Starlette(
         routes=routes,

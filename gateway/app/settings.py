@@ -76,6 +76,12 @@ DESCRIPTIONS: dict[str, str] = {
     "log_format": "text | json (one JSON object per line)",
     "drain_timeout_s": "after SIGTERM: longest wait for requests in flight, seconds",
     "drain_delay_s": "after SIGTERM: seconds to keep accepting (readiness false) before closing the listener",
+    "upstream_api_keys": "the upstream credentials requests with a gateway key are served with: NAME=KEY, "
+                         "comma-separated (NAME: anthropic, gemini, openai or a route's flavor); from a Secret",
+    "require_gateway_keys": "refuse requests that carry no gateway key (401)",
+    "admin_token": "bearer token of the admin API (/admin/keys); unset: no admin API; from a Secret",
+    "metrics_token": "bearer token /metrics asks for; unset: /metrics answers anyone; from a Secret",
+    "limits_fail_open": "store away: admit gateway keys this worker admitted before, without limits (false: 503)",
 }
 
 
@@ -124,6 +130,13 @@ class Settings:
     log_format: Literal["json", "text"] = "text"
     drain_timeout_s: float = 30.0  # after SIGTERM: longest wait for requests in flight
     drain_delay_s: float = 0.0     # after SIGTERM: keep accepting (readiness false) before closing the listener
+    # The team gateway (gateway.access): the credentials thinkgate holds per upstream, used for requests that carry
+    # a gateway key ("NAME=KEY,...": NAME an upstream: anthropic, gemini, openai or a route's flavor)
+    upstream_api_keys: str = field(default="", repr=False)
+    require_gateway_keys: bool = False  # refuse requests without a gateway key (the client's own key is not used)
+    admin_token: str | None = field(default=None, repr=False)  # /admin/* (unset: no admin API)
+    metrics_token: str | None = field(default=None, repr=False)  # /metrics wants it as a bearer (unset: open)
+    limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
 
     @staticmethod
     def env_name(field_name: str) -> str:
@@ -269,7 +282,39 @@ class Settings:
         _str(kw, "log_format", v)
         _float(kw, "drain_timeout_s", get("DRAIN_TIMEOUT_S"))
         _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
+        if v := get("UPSTREAM_API_KEYS"):
+            try:
+                upstream_keys(v)
+            except ValueError as e:
+                raise SettingsError(f"GATEWAY_UPSTREAM_API_KEYS: {e}") from None
+            kw["upstream_api_keys"] = v
+        _bool(kw, "require_gateway_keys", get("REQUIRE_GATEWAY_KEYS"))
+        for name in ("admin_token", "metrics_token"):
+            if (v := get(name.upper())) is not None and v != "" and len(v) < MIN_TOKEN_CHARS:
+                raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")
+            _str(kw, name, v)
+        _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))
         return cls(**kw)  # type: ignore[arg-type]
+
+    def upstream_key(self, upstream: str) -> str | None:
+        """The credential thinkgate holds for ``upstream`` (None: none configured)."""
+        return upstream_keys(self.upstream_api_keys).get(upstream) if self.upstream_api_keys else None
+
+
+MIN_TOKEN_CHARS = 16
+
+
+def upstream_keys(spec: str) -> dict[str, str]:
+    """``NAME=KEY,...`` -> {name: key}; a malformed entry is a ValueError naming its position, never its key."""
+    out: dict[str, str] = {}
+    for n, entry in enumerate((e.strip() for e in spec.split(",")), 1):
+        name, sep, key = (p.strip() for p in entry.partition("="))
+        if not entry:
+            continue
+        if not sep or not name or not key or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"entry {n} is not NAME=KEY")
+        out[name] = key
+    return out
 
 
 def _shown(value: object) -> object:

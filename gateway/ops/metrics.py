@@ -74,6 +74,8 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``dialects.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
+ADMISSION_OUTCOMES = frozenset({"ok", "invalid", "missing", "rpm", "tpm", "concurrency", "unavailable", "unlimited",
+                                "other"})
 PARAM_ROUTES = registry.PARAM_ROUTES  # the chat surface's routes: the dialects' kinds, "other"
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
@@ -163,6 +165,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_binding_drops_total": {"reason": BINDING_DROP_REASONS},
     "gateway_binding_retries_total": {"outcome": BINDING_RETRY_OUTCOMES},
     "gateway_thinking_retries_total": {"kind": THINKING_RETRY_KINDS, "outcome": BINDING_RETRY_OUTCOMES},
+    "gateway_key_admissions_total": {"outcome": ADMISSION_OUTCOMES},
 }
 
 
@@ -223,6 +226,10 @@ THINKING_RETRIES = _counter("gateway_thinking_retries_total",
                             "reasoning degraded (the last resort), by the 400's kind and outcome")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
+KEY_ADMISSIONS = _counter("gateway_key_admissions_total",
+                          "Requests checked for a gateway key (gateway.access), by outcome: ok, invalid, missing, the "
+                          "limit that refused it (rpm, tpm, concurrency), unavailable (the store away), unlimited "
+                          "(admitted with the store away, GATEWAY_LIMITS_FAIL_OPEN)")
 
 # ------------------------------------------------------------------ per-request observation
 
@@ -411,6 +418,11 @@ def observe_retry(kind: str, ok: bool) -> None:
         child(BINDING_RETRIES, outcome).inc()
     else:
         child(THINKING_RETRIES, label(kind, THINKING_RETRY_KINDS), outcome).inc()
+
+
+def observe_admission(outcome: str) -> None:
+    """One request checked for a gateway key (``gateway.access.admission``)."""
+    child(KEY_ADMISSIONS, label(outcome, ADMISSION_OUTCOMES)).inc()
 
 
 def observe_replay(hit: bool) -> None:

@@ -42,7 +42,7 @@ class CountTokens(Codec):
         ex.outgoing = ex.raw_body
 
     def target(self) -> tuple[str, dict[str, str], str]:
-        return "/v1/messages/count_tokens", forward_request_headers(self.ex.headers), self.ex.query
+        return "/v1/messages/count_tokens", forward_request_headers(self.client_headers()), self.ex.query
 
     async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:
         """The count, or the upstream's error, as it came (no conversation id: nothing was recorded)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from starlette.requests import Request as HTTPRequest
 
+from gateway.access import admission
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.gemini import parts as gemini_parts
 from gateway.dialects.gemini import stream as gemini_stream
@@ -32,7 +33,7 @@ class GenerateContent(Codec):
         return lambda body: gemini.decode_request(body, self.model, stream=self.streams)
 
     def target(self) -> tuple[str, dict[str, str], str]:
-        path, headers, query = *super().target()[:2], self.ex.query
+        path, headers, query = *super().target()[:2], admission.without_key_query(self.ex.query, self.grant)
         if self.streams and not self.sse:  # the upstream always streams SSE; the client gets the form it asked for
             query = f"{query}&alt=sse" if query else "alt=sse"
         return path, headers, query

@@ -22,6 +22,7 @@ import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from gateway.access import admission
 from gateway.app.deps import Gateway
 from gateway.dialects import registry
 from gateway.dialects.canonical import Message, Request, Turn
@@ -70,6 +71,7 @@ class Codec:
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self._model: str | None = None
+        self.grant: admission.Grant | None = None  # the request's gateway key, once admitted
 
     def setup(self, request: HTTPRequest) -> None:
         """What the surface takes from the HTTP request besides its body and headers, before the body is read (it
@@ -101,6 +103,7 @@ class Codec:
         found = self.caps_for(req.model)
         caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
+        admission.check_model(self.grant, req.model)
         self.call = Call(caps, req)
         metrics.observe_dropped_params(req.surface.dropped_params, caps.kind)  # (a surface that may drop some)
         return req
@@ -131,10 +134,15 @@ class Codec:
         return None
 
     def target(self) -> tuple[str, dict[str, str], str]:
-        """The upstream path, headers and query."""
+        """The upstream path, headers and query (under a gateway key: the upstream credential thinkgate holds)."""
         dialect = UPSTREAM_DIALECTS[self.call.caps.kind]
         path, _, query = dialect.path(self.call).partition("?")
-        return path, dialect.headers(self.ex.headers), query
+        return path, dialect.headers(self.client_headers()), query
+
+    def client_headers(self) -> Mapping[str, str]:
+        """The client's headers as the upstream's header rules read them (under a gateway key: its credential
+        swapped for the one thinkgate holds for the upstream)."""
+        return admission.upstream_headers(self.ex.headers, self.grant, self.call.caps.upstream, self.gw)
 
     def headers(self, resp: UpstreamResponse) -> dict[str, str]:
         """The upstream's answer headers the client gets."""
@@ -190,6 +198,19 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     ex = codec.ex = await exchange_from(request, kind.surface)
     gw = codec.gw
     metrics.bind(ex)
+    codec.grant = await admission.admit(ex.headers, gw)
+    if codec.grant is None:
+        return await _handle(request, codec)
+    try:
+        response = await _handle(request, codec)
+    except BaseException:
+        await admission.release(codec.grant, None, gw)
+        raise
+    return admission.released_after(response, codec.grant, ex, gw)
+
+
+async def _handle(request: HTTPRequest, codec: Codec) -> Response:
+    ex, gw = codec.ex, codec.gw
     await codec.prepare()
     assert ex.request is not None
     pipeline.served(ex)

@@ -25,7 +25,7 @@ class Messages(Codec):
         return None  # ``pipeline.encode``: byte for byte unless a stage changed the request
 
     def target(self) -> tuple[str, dict[str, str], str]:
-        return "/v1/messages", forward_request_headers(self.ex.headers), self.ex.query
+        return "/v1/messages", forward_request_headers(self.client_headers()), self.ex.query
 
     def relays(self, body: bytes) -> bool:
         return True

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from gateway.access import admission
 from gateway.app.deps import Gateway
 from gateway.dialects import registry
 from gateway.dialects.canonical import JSON
@@ -44,7 +45,8 @@ def _upstreams(gw: Gateway, dialect: str) -> list[tuple[str, str]]:
             if name in kinds and registry.dialect(kinds[name]).listed_for == dialect]
 
 
-async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[str, str]) -> list[Listed]:
+async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[str, str],
+                  grant: admission.Grant | None) -> list[Listed]:
     cached = gw.model_lists.get(tenant, name)
     if cached is not None:
         return cached
@@ -53,7 +55,8 @@ async def _listed(gw: Gateway, tenant: str, name: str, kind: str, headers: dict[
     if dialect.models is not None:
         path, query = dialect.models
         try:
-            status, body = await gw.upstreams[name].get(path, dialect.headers(headers), query, LIST_TIMEOUT_S)
+            asked = admission.upstream_headers(headers, grant, name, gw)  # (a gateway key: thinkgate's credential)
+            status, body = await gw.upstreams[name].get(path, dialect.headers(asked), query, LIST_TIMEOUT_S)
         except GatewayError as e:
             log.info("upstream %s: no model list (%s)", name, e.message)
             return []
@@ -80,7 +83,7 @@ def _dialect(path: str, headers: dict[str, str], query: Mapping[str, str], model
 
 
 async def model_list(gw: Gateway, path: str, headers: Mapping[str, str], query: Mapping[str, str],
-                     model_id: str | None = None) -> JSON:
+                     model_id: str | None = None, grant: admission.Grant | None = None) -> JSON:
     """The list body for a request (headers in any case) or, with ``model_id``, that model's entry as the list shows
     it (404 in the client's protocol when the list has none); no client key: a 401."""
     lowered = {k.lower(): v for k, v in headers.items()}
@@ -90,12 +93,14 @@ async def model_list(gw: Gateway, path: str, headers: Mapping[str, str], query: 
         raise ClientError(401, "an API key (x-api-key, x-goog-api-key or Authorization: Bearer) is required",
                           "authentication_error")
     asked = _upstreams(gw, dialect)
-    lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, lowered) for name, kind in asked))
+    lists = await asyncio.gather(*(_listed(gw, tenant, name, kind, lowered, grant) for name, kind in asked))
     models = [m for listed in lists for m in listed]
     models += route_models(gw.router, [name for name, _ in asked], models)
     listed_ids = {m.id for m in models}
     models += [Listed(mid, name) for name, _ in asked for mid in gw.model_lists.seen(tenant, name)
                if mid not in listed_ids and gw.router.caps_for(mid).upstream == name]
+    if grant is not None:  # the models the key may use
+        models = [m for m in models if grant.allows(m.id)]
     if model_id is not None:
         found = next((m for m in models if m.id == model_id.removeprefix("models/")), None)
         if found is None:

@@ -1,0 +1,202 @@
+"""A request under a gateway key, from admission to release.
+
+``admit`` reads the request's credential: a gateway key (``keys``) is checked, and its limits taken, in one store
+round trip (``state.scripts.ADMIT``): known, not revoked or expired, its tokens per minute not used up, its requests
+per minute (GCRA: a burst of up to ``rpm`` requests, then one every ``60000/rpm`` ms) and requests in flight within
+bounds. Replicas share the counters, so two or ten of them admit what one would. A refusal is the client's own
+dialect's error: 401 for a key that is not valid (one message for unknown, revoked, expired or malformed: the answer
+says nothing of which), 429 with ``retry-after`` for a limit. A request that carries no gateway key is the client's
+own key forwarded, as before (unless ``GATEWAY_REQUIRE_GATEWAY_KEYS``). The store away: 503, or with
+``GATEWAY_LIMITS_FAIL_OPEN`` the keys this worker admitted before are admitted without limits (``AdmittedKeys``).
+
+``upstream_headers`` gives a request under a gateway key the credential thinkgate holds for its upstream
+(``GATEWAY_UPSTREAM_API_KEYS``) in place of the client's, which never leaves the gateway; ``release`` gives back
+the concurrency slot and counts the tokens of the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from gateway.access import keys
+from gateway.dialects.credentials import CREDENTIAL_HEADERS, credential_of
+from gateway.errors import ClientError, GatewayError
+from gateway.ops import metrics
+from state.errors import StoreError
+
+if TYPE_CHECKING:
+    from gateway.app.deps import Gateway
+    from gateway.dialects.canonical import Turn
+    from gateway.pipeline.exchange import Exchange
+
+log = logging.getLogger("thinkgate.access")
+INVALID = "invalid gateway key"
+ADMITTED_KEYS = 1024  # keys a worker remembers having admitted (the fail-open estimate)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A request admitted under a gateway key: its id and name, the models it may use (patterns; empty: any), and
+    whether it holds a concurrency slot."""
+
+    key_id: str
+    name: str
+    models: tuple[str, ...]
+    held: bool
+
+    def allows(self, model: str) -> bool:
+        return not self.models or any(fnmatch.fnmatchcase(model, p) for p in self.models)
+
+
+class AdmittedKeys:
+    """The gateway keys (id and secret hash) this worker admitted, with their grants: what it admits with the store
+    away, when ``GATEWAY_LIMITS_FAIL_OPEN`` says so. Bounded (LRU); holds no conversation state."""
+
+    def __init__(self, limit: int = ADMITTED_KEYS) -> None:
+        self._limit = limit
+        self._known: OrderedDict[tuple[str, str], Grant] = OrderedDict()
+
+    def remember(self, key: tuple[str, str], grant: Grant) -> None:
+        self._known[key] = grant
+        self._known.move_to_end(key)
+        while len(self._known) > self._limit:
+            self._known.popitem(last=False)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._known.pop(key, None)
+
+    def get(self, key: tuple[str, str]) -> Grant | None:
+        return self._known.get(key)
+
+
+async def admit(headers: Mapping[str, str], gw: Gateway) -> Grant | None:
+    """The grant of a request under a gateway key; None: it carries none (the client's own key is forwarded)."""
+    cred = credential_of(headers)
+    parsed = keys.parse(cred) if cred else None
+    if parsed is None:
+        if gw.settings.require_gateway_keys:
+            metrics.observe_admission("missing")
+            raise ClientError(401, "this gateway requires a gateway key", "authentication_error")
+        return None
+    key_id, digest = parsed
+    if not key_id or gw.store is None:
+        metrics.observe_admission("invalid")
+        raise ClientError(401, INVALID, "authentication_error")
+    try:
+        found = await gw.store.admit(key_id, digest, int(time.time() * 1000))
+    except StoreError:
+        known = gw.admitted.get(parsed) if gw.settings.limits_fail_open else None
+        if known is None:
+            metrics.observe_admission("unavailable")
+            raise GatewayError(503, "the gateway's key store is unavailable; try again", "overloaded_error",
+                               headers={"retry-after": "1"}) from None
+        metrics.observe_admission("unlimited")
+        return Grant(known.key_id, known.name, known.models, False)
+    if found.status == "ok":
+        grant = Grant(key_id, found.name, tuple(p for p in found.models.split(",") if p), found.held)
+        gw.admitted.remember(parsed, grant)
+        metrics.observe_admission("ok")
+        return grant
+    if found.status in ("rpm", "tpm", "concurrency"):
+        metrics.observe_admission(found.status)
+        wait = max(1, math.ceil(found.retry_ms / 1000))
+        raise ClientError(429, f"gateway key rate limit reached ({_LIMITS[found.status]}); retry in {wait} s",
+                          "rate_limit_error", headers={"retry-after": str(wait)})
+    gw.admitted.forget(parsed)
+    metrics.observe_admission("invalid")
+    raise ClientError(401, INVALID, "authentication_error")
+
+
+_LIMITS = {"rpm": "requests per minute", "tpm": "tokens per minute", "concurrency": "requests in flight"}
+
+
+def check_model(grant: Grant | None, model: str) -> None:
+    """A model the key may not use: 403 in the client's dialect."""
+    if grant is not None and not grant.allows(model):
+        raise ClientError(403, f"this gateway key may not use model {model[:200]}", "permission_error")
+
+
+def upstream_headers(headers: Mapping[str, str], grant: Grant | None, upstream: str, gw: Gateway) -> Mapping[str, str]:
+    """The client's headers as the upstream's header rules read them: under a gateway key, its credential swapped
+    for the one thinkgate holds for ``upstream`` (none configured: a 401, nothing forwarded)."""
+    if grant is None:
+        return headers
+    key = gw.settings.upstream_key(upstream)
+    if key is None:
+        raise ClientError(401, f"no upstream credential is configured for {upstream}; gateway keys cannot use it",
+                          "authentication_error")
+    return {**{k: v for k, v in headers.items() if k not in CREDENTIAL_HEADERS}, "x-api-key": key}
+
+
+def without_key_query(query: str, grant: Grant | None) -> str:
+    """A Gemini client's ``?key=`` (its gateway key) is not forwarded: the upstream gets thinkgate's credential."""
+    if grant is None or not query:
+        return query
+    return "&".join(p for p in query.split("&") if not p.startswith("key="))
+
+
+async def release(grant: Grant | None, turn: Turn | None, gw: Gateway) -> None:
+    """After the answer: the concurrency slot back, the turn's tokens (input, output, cache reads and writes)
+    counted against the key's tokens per minute."""
+    if grant is None or gw.store is None:
+        return
+    usage = turn.usage if turn is not None else {}
+    tokens = sum(int(v) for k, v in usage.items() if k.endswith("_tokens") and isinstance(v, int))
+    if not grant.held and not tokens:
+        return
+    try:
+        await gw.store.release(grant.key_id, grant.held, tokens, int(time.time() * 1000))
+    except StoreError as e:  # the slot expires by itself (10 minutes); the tokens are not counted
+        log.warning("gateway key %s: release failed (%s)", grant.name, type(e).__name__)
+
+
+def released_after(response: Response, grant: Grant, ex: Exchange, gw: Gateway) -> Response:
+    """``response`` whose end gives the grant back (``release``, once): after its last byte went (a background task
+    of the response), or in the background when the client leaves a stream before its end."""
+    released = False
+
+    async def once() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            await release(grant, ex.turn, gw)
+
+    if isinstance(response, StreamingResponse):
+        body = response.body_iterator
+
+        async def relayed() -> AsyncIterator[Any]:
+            ended = False
+            try:
+                async for chunk in body:
+                    yield chunk
+                ended = True
+            finally:
+                if not ended:
+                    _later(once())
+
+        response.body_iterator = relayed()
+    if response.background is not None:
+        raise RuntimeError("a response with a background task of its own")  # (none has one today)
+    response.background = BackgroundTask(once)
+    return response
+
+
+_PENDING: set[asyncio.Task[None]] = set()
+
+
+def _later(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` in the background, keeping a reference to it until it is done."""
+    task = asyncio.get_running_loop().create_task(work)
+    _PENDING.add(task)
+    task.add_done_callback(_PENDING.discard)

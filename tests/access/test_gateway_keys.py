@@ -1,0 +1,161 @@
+"""Gateway keys in process (issue 35 items 1, 2 and 5), the embedded store and a fake upstream: the admin API behind
+its token, a request under a gateway key served with the upstream credential thinkgate holds (the client's key never
+leaves), the refusals in the client's own dialect (invalid, revoked, a model the key may not use, a limit with
+``retry-after``), and ``/metrics`` behind its token."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
+from state.memory_store import MemoryStore
+from tests.gateway.test_handler import FakeUpstream
+from tests.gateway.test_route_once import ANTHROPIC_ANSWER
+
+ADMIN = "admin-token-0123456789"
+UPSTREAM_KEY = "sk-ant-upstream-held-by-thinkgate"
+MESSAGE = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+CHAT = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+SSE = (Path(__file__).resolve().parents[1] / "fixtures" / "sse_thinking_tool_use.sse").read_bytes()
+
+
+class Gateway:
+    def __init__(self, client: httpx.AsyncClient, upstream: FakeUpstream) -> None:
+        self.client, self.upstream = client, upstream
+
+    async def admin(self, method: str, path: str, body: Any = None, token: str | None = ADMIN) -> httpx.Response:
+        headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+        return await self.client.request(method, path, headers=headers,
+                                         content=orjson.dumps(body) if body is not None else None)
+
+    async def key(self, name: str, **limits: Any) -> str:
+        made = await self.admin("POST", "/admin/keys", {"name": name, **limits})
+        assert made.status_code == 201, made.text
+        return str(made.json()["key"])
+
+    async def message(self, key: str, body: dict[str, Any] = MESSAGE) -> httpx.Response:
+        return await self.client.post("/v1/messages", content=orjson.dumps(body),
+                                      headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
+
+
+@pytest.fixture()
+async def gw(request: pytest.FixtureRequest) -> AsyncIterator[Gateway]:
+    extra = getattr(request, "param", {})
+    settings = Settings(**{"admin_token": ADMIN, "upstream_api_keys": f"anthropic={UPSTREAM_KEY}", **extra})
+    upstream = FakeUpstream("anthropic", body=ANTHROPIC_ANSWER)
+    app = create_app(settings, store=MemoryStore(), upstreams={"anthropic": upstream})  # type: ignore[dict-item]
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        yield Gateway(client, upstream)
+
+
+async def test_the_admin_api_wants_its_token(gw: Gateway) -> None:
+    assert (await gw.admin("GET", "/admin/keys", token=None)).status_code == 401
+    wrong = await gw.admin("GET", "/admin/keys", token="not-the-admin-token")
+    assert wrong.status_code == 403 and "error" in wrong.json()
+    assert (await gw.admin("POST", "/admin/keys", {"name": "eve"}, token="wrong-token-0000000")).status_code == 403
+    assert (await gw.admin("GET", "/admin/keys")).json() == {"keys": []}, "nothing was created"
+
+
+async def test_a_key_is_shown_once_and_stored_only_as_a_hash(gw: Gateway) -> None:
+    key = await gw.key("alice", models=["claude-*"], rpm=60)
+    assert key.startswith("tgk_")
+    listed = (await gw.admin("GET", "/admin/keys")).json()["keys"]
+    assert [k["name"] for k in listed] == ["alice"] and listed[0]["models"] == ["claude-*"] and listed[0]["rpm"] == 60
+    assert key not in orjson.dumps(listed).decode() and key.rsplit("_", 1)[1] not in orjson.dumps(listed).decode()
+    assert "hash" not in listed[0]
+    assert (await gw.admin("POST", "/admin/keys", {"name": "alice"})).status_code == 409
+
+
+async def test_a_request_under_a_gateway_key_goes_with_the_upstream_credential(gw: Gateway) -> None:
+    key = await gw.key("bob")
+    answer = await gw.message(key)
+    assert answer.status_code == 200, answer.text
+    (_, _, headers, _), = gw.upstream.sent
+    assert headers["x-api-key"] == UPSTREAM_KEY and key not in orjson.dumps(headers).decode()
+
+
+@pytest.mark.parametrize("bad", ["tgk_0123456789ab_" + "A" * 43, "tgk_short", "tgk_0123456789ab_" + "A" * 42 + "\t"])
+async def test_an_invalid_gateway_key_is_a_401_in_the_clients_dialect(gw: Gateway, bad: str) -> None:
+    await gw.key("carol")
+    answer = await gw.message(bad)
+    assert answer.status_code == 401 and answer.json()["type"] == "error", answer.text
+    assert answer.json()["error"]["type"] == "authentication_error" and not gw.upstream.sent
+    chat = await gw.client.post("/v1/chat/completions", content=orjson.dumps(CHAT),
+                                headers={"authorization": f"Bearer {bad}"})
+    assert chat.status_code == 401 and chat.json()["error"]["code"] == "authentication_error"
+
+
+async def test_a_revoked_key_is_refused_at_its_next_request(gw: Gateway) -> None:
+    key = await gw.key("dave")
+    assert (await gw.message(key)).status_code == 200
+    assert (await gw.admin("DELETE", "/admin/keys/dave")).json()["revoked"] is True
+    assert (await gw.message(key)).status_code == 401
+    assert len(gw.upstream.sent) == 1
+
+
+async def test_a_model_the_key_may_not_use_is_a_403(gw: Gateway) -> None:
+    key = await gw.key("erin", models=["gemini-*"])
+    answer = await gw.message(key)
+    assert answer.status_code == 403 and answer.json()["error"]["type"] == "permission_error", answer.text
+    assert not gw.upstream.sent
+
+
+async def test_requests_per_minute_past_the_limit_get_429_with_retry_after(gw: Gateway) -> None:
+    key = await gw.key("frank", rpm=3)
+    statuses = [(await gw.message(key)).status_code for _ in range(3)]
+    refused = await gw.message(key)
+    assert statuses == [200, 200, 200] and refused.status_code == 429
+    assert refused.json()["error"]["type"] == "rate_limit_error" and int(refused.headers["retry-after"]) >= 1
+    updated = await gw.admin("PATCH", "/admin/keys/frank", {"rpm": 0})
+    assert updated.status_code == 200 and (await gw.message(key)).status_code == 200
+
+
+async def test_tokens_per_minute_trip_once_the_answers_used_them(gw: Gateway) -> None:
+    key = await gw.key("gina", tpm=5)  # each answer reports 3 + 1 tokens
+    assert (await gw.message(key)).status_code == 200
+    assert (await gw.message(key)).status_code == 200  # 4 counted: under 5
+    refused = await gw.message(key)  # 8 counted
+    assert refused.status_code == 429 and "tokens per minute" in refused.json()["error"]["message"]
+
+
+async def test_the_client_key_is_forwarded_when_no_gateway_key_is_used(gw: Gateway) -> None:
+    answer = await gw.message("sk-ant-clients-own-key")
+    assert answer.status_code == 200
+    (_, _, headers, _), = gw.upstream.sent
+    assert headers["x-api-key"] == "sk-ant-clients-own-key"
+
+
+@pytest.mark.parametrize("gw", [{"require_gateway_keys": True}], indirect=True)
+async def test_a_gateway_that_requires_keys_refuses_a_clients_own(gw: Gateway) -> None:
+    answer = await gw.message("sk-ant-clients-own-key")
+    assert answer.status_code == 401 and not gw.upstream.sent
+
+
+@pytest.mark.parametrize("gw", [{"metrics_token": "metrics-token-0123456789"}], indirect=True)
+async def test_metrics_want_their_token_when_it_is_set(gw: Gateway) -> None:
+    assert (await gw.client.get("/metrics")).status_code == 401
+    assert (await gw.client.get("/metrics", headers={"authorization": "Bearer nope-nope-nope-nope"})).status_code == 403
+    shown = await gw.client.get("/metrics", headers={"authorization": "Bearer metrics-token-0123456789"})
+    assert shown.status_code == 200 and "gateway_key_admissions_total" in shown.text
+
+
+@pytest.mark.parametrize("gw", [{"admin_token": None}], indirect=True)
+async def test_without_an_admin_token_there_is_no_admin_api(gw: Gateway) -> None:
+    assert (await gw.admin("GET", "/admin/keys")).status_code == 404
+
+
+async def test_a_streamed_answer_gives_its_concurrency_slot_back(gw: Gateway) -> None:
+    key = await gw.key("hana", concurrency=1)
+    sse = SSE
+    gw.upstream.body, gw.upstream.headers = sse, {"content-type": "text/event-stream"}
+    for _ in range(3):  # one at a time: each gets the slot the one before gave back
+        answer = await gw.message(key, {**MESSAGE, "stream": True})
+        assert answer.status_code == 200 and b"message_stop" in answer.content, answer.text
