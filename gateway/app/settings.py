@@ -289,8 +289,8 @@ class Settings:
                 raise SettingsError(f"GATEWAY_UPSTREAM_API_KEYS: {e}") from None
             kw["upstream_api_keys"] = v
         _bool(kw, "require_gateway_keys", get("REQUIRE_GATEWAY_KEYS"))
-        for name in ("admin_token", "metrics_token"):
-            if (v := get(name.upper())) is not None and v != "" and len(v) < MIN_TOKEN_CHARS:
+        for name, v in (("admin_token", get("ADMIN_TOKEN")), ("metrics_token", get("METRICS_TOKEN"))):
+            if v and len(v) < MIN_TOKEN_CHARS:
                 raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")
             _str(kw, name, v)
         _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))

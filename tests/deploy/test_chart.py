@@ -126,7 +126,11 @@ def check_custom_resource(doc: dict[str, Any]) -> None:
         spec = doc["spec"]
         assert set(spec) <= {"jobLabel", "namespaceSelector", "selector", "endpoints"}
         for ep in spec["endpoints"]:
-            assert set(ep) <= {"port", "path", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+            assert set(ep) <= {"port", "path", "interval", "scrapeTimeout", "relabelings", "metricRelabelings",
+                               "authorization"}
+            if "authorization" in ep:  # GATEWAY_METRICS_TOKEN: scraped with it, from the chart's Secret
+                assert ep["authorization"]["type"] == "Bearer" and set(ep["authorization"]["credentials"]) == {
+                    "name", "key"}
             for key in ("interval", "scrapeTimeout"):
                 assert re.fullmatch(r"(\d+(ms|s|m|h))+", ep[key]), ep[key]
     elif doc["kind"] == "PrometheusRule":
@@ -210,8 +214,10 @@ def test_deployment_is_hardened_and_drains(scenario: tuple[str, Any, Any]) -> No
 
 def _secret_values(rendered: dict[str, list[dict[str, Any]]], ref: dict[str, Any]) -> str | None:
     secrets = [d for d in docs(rendered) if d["kind"] == "Secret" and d["metadata"]["name"] == ref["name"]]
-    if not secrets:
-        return PASSWORD if ref["key"].endswith("password") else "from-an-existing-secret-0123456789"  # not ours
+    if not secrets:  # not ours: a value of the key's form
+        if ref["key"] == "upstream-api-keys":
+            return "anthropic=sk-ant-from-an-existing-secret"
+        return PASSWORD if ref["key"].endswith("password") else "from-an-existing-secret-0123456789"
     value = secrets[0].get("data", {}).get(ref["key"])
     return base64.b64decode(value).decode() if value is not None else None
 
@@ -260,7 +266,10 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
 FROM_SECRET_OR_REDIS = {"SECRET": {"auth": {"secret": "from-a-value-0123456789abcdef0123456789"}},
                         "PREVIOUS_SECRET": {"auth": {**SECRET["auth"],
                                                      "previousSecret": "the-previous-one-0123456789abcdef0123"}},
-                        "REDIS_URL": {"redis": {"url": "redis://redis.example:6379/0"}}}
+                        "REDIS_URL": {"redis": {"url": "redis://redis.example:6379/0"}},
+                        "UPSTREAM_API_KEYS": {"auth": {**SECRET["auth"], "upstreamApiKeys": "anthropic=sk-ant-x"}},
+                        "ADMIN_TOKEN": {"auth": {**SECRET["auth"], "adminToken": "admin-token-0123456789"}},
+                        "METRICS_TOKEN": {"auth": {**SECRET["auth"], "metricsToken": "metrics-token-0123456789"}}}
 ## Where the chart's defaults deliberately differ from the gateway's: JSON lines for log collectors,
 ## a drain that covers endpoint removal and long streams (terminationGracePeriodSeconds is 150).
 CHART_DEFAULTS = {"log_format": "json", "drain_delay_s": 10.0, "drain_timeout_s": 120.0}
