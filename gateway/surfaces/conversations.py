@@ -6,6 +6,7 @@ import orjson
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from gateway.access import admission
 from gateway.errors import ClientError, GatewayError, bad_request
 from gateway.pipeline.identify import identity
 from gateway.surfaces.common import gateway_of
@@ -19,7 +20,9 @@ async def conversation_export(request: HTTPRequest) -> Response:
     (404). ``?format=openai`` (default) or ``anthropic``; ``?include_signatures=true``.
     """
     gw = gateway_of(request)
-    tenant = identity.tenant_of(gw.settings.secret, {k.lower(): v for k, v in request.headers.items()})
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    await admission.release(await admission.admit(headers, gw), None, gw)  # (a gateway key: valid, within limits)
+    tenant = identity.tenant_of(gw.settings.secret, headers)
     if tenant is None:
         raise ClientError(401, "an API key (x-api-key or Authorization: Bearer) is required",
                           "authentication_error")
