@@ -70,5 +70,6 @@ class Gateway:
     tenant_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
     admitted: AdmittedKeys = field(default_factory=AdmittedKeys)  # gateway keys this worker admitted (fail-open)
+    aliases: dict[str, str] = field(default_factory=dict)  # model aliases (``GATEWAY_MODEL_ALIASES``)
     # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)
     offload: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))

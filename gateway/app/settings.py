@@ -82,6 +82,7 @@ DESCRIPTIONS: dict[str, str] = {
     "admin_token": "bearer token of the admin API (/admin/keys); unset: no admin API; from a Secret",
     "metrics_token": "bearer token /metrics asks for; unset: /metrics answers anyone; from a Secret",
     "limits_fail_open": "store away: admit gateway keys this worker admitted before, without limits (false: 503)",
+    "model_aliases": "model aliases, ALIAS=MODEL comma-separated (fast=claude-haiku-4-5): routed and sent as MODEL",
 }
 
 
@@ -137,6 +138,7 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)  # /admin/* (unset: no admin API)
     metrics_token: str | None = field(default=None, repr=False)  # /metrics wants it as a bearer (unset: open)
     limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
+    model_aliases: str = ""  # "ALIAS=MODEL,...": a request for ALIAS is routed, sent and recorded as MODEL
 
     @staticmethod
     def env_name(field_name: str) -> str:
@@ -284,7 +286,7 @@ class Settings:
         _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
         if v := get("UPSTREAM_API_KEYS"):
             try:
-                upstream_keys(v)
+                pairs(v)
             except ValueError as e:
                 raise SettingsError(f"GATEWAY_UPSTREAM_API_KEYS: {e}") from None
             kw["upstream_api_keys"] = v
@@ -294,25 +296,35 @@ class Settings:
                 raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")
             _str(kw, name, v)
         _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))
+        if v := get("MODEL_ALIASES"):
+            try:
+                pairs(v)
+            except ValueError as e:
+                raise SettingsError(f"GATEWAY_MODEL_ALIASES: {e}") from None
+            kw["model_aliases"] = v
         return cls(**kw)  # type: ignore[arg-type]
+
+    def aliases(self) -> dict[str, str]:
+        """Alias -> the model it stands for (``GATEWAY_MODEL_ALIASES``)."""
+        return pairs(self.model_aliases) if self.model_aliases else {}
 
     def upstream_key(self, upstream: str) -> str | None:
         """The credential thinkgate holds for ``upstream`` (None: none configured)."""
-        return upstream_keys(self.upstream_api_keys).get(upstream) if self.upstream_api_keys else None
+        return pairs(self.upstream_api_keys).get(upstream) if self.upstream_api_keys else None
 
 
 MIN_TOKEN_CHARS = 16
 
 
-def upstream_keys(spec: str) -> dict[str, str]:
-    """``NAME=KEY,...`` -> {name: key}; a malformed entry is a ValueError naming its position, never its key."""
+def pairs(spec: str) -> dict[str, str]:
+    """``NAME=VALUE,...`` -> {name: value}; a malformed entry is a ValueError naming its position, never its value."""
     out: dict[str, str] = {}
     for n, entry in enumerate((e.strip() for e in spec.split(",")), 1):
         name, sep, key = (p.strip() for p in entry.partition("="))
         if not entry:
             continue
         if not sep or not name or not key or not name.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"entry {n} is not NAME=KEY")
+            raise ValueError(f"entry {n} is not NAME=VALUE")
         out[name] = key
     return out
 

@@ -217,7 +217,7 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     ex.actions = actions
     metrics.observe_actions(actions, ex.dialect)
     kinds = set(map(action_kind, actions))
-    cont.changed = fixed.changed or bool(kinds - UNCHANGED)
+    cont.changed = cont.changed or fixed.changed or bool(kinds - UNCHANGED)  # (an alias: changed before)
     cont.in_place = continuation.changes_in_place(kinds)
     cont.restored = fixed.restored
     if cont.in_place:

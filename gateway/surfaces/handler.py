@@ -86,7 +86,8 @@ class Codec:
     def caps_of(self, body: Any) -> ModelCaps:
         """The capabilities of a parsed body's model, for a decoder that depends on them (``caps_for``)."""
         model = body.get("model") if isinstance(body, dict) else None
-        return self.caps_for(model if isinstance(model, str) else "")
+        model = model if isinstance(model, str) else ""
+        return self.caps_for(self.gw.aliases.get(model, model))
 
     def caps_for(self, model: str) -> ModelCaps:
         """The router's answer for ``model``, asked once per request (a decoder's lookup and the routing itself read
@@ -99,7 +100,11 @@ class Codec:
         return lambda req: UPSTREAM_DIALECTS[self.call.caps.kind].encode(self.call, self.ex, self.gw)
 
     def routed(self, req: Request) -> Request:
-        """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called."""
+        """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called. A
+        model alias (``GATEWAY_MODEL_ALIASES``) is the model it stands for from here on (routed, sent, recorded)."""
+        if (model := self.gw.aliases.get(req.model)) is not None:
+            req.model = model
+            self.ex.continuation.changed = True  # (the client's bytes name the alias: the body is encoded again)
         found = self.caps_for(req.model)
         caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream

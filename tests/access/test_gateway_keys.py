@@ -159,3 +159,12 @@ async def test_a_streamed_answer_gives_its_concurrency_slot_back(gw: Gateway) ->
     for _ in range(3):  # one at a time: each gets the slot the one before gave back
         answer = await gw.message(key, {**MESSAGE, "stream": True})
         assert answer.status_code == 200 and b"message_stop" in answer.content, answer.text
+
+
+@pytest.mark.parametrize("gw", [{"model_aliases": "fast=claude-haiku-4-5,smart=claude-opus-4-5"}], indirect=True)
+async def test_a_model_alias_is_routed_and_sent_as_its_model(gw: Gateway) -> None:
+    answer = await gw.message("sk-ant-clients-own-key", {**MESSAGE, "model": "fast"})
+    chat = await gw.client.post("/v1/chat/completions", content=orjson.dumps({**CHAT, "model": "smart"}),
+                                headers={"authorization": "Bearer sk-ant-clients-own-key"})
+    assert answer.status_code == 200 and chat.status_code == 200, (answer.text, chat.text)
+    assert [body["model"] for _, body, _, _ in gw.upstream.sent] == ["claude-haiku-4-5", "claude-opus-4-5"]
