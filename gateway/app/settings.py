@@ -284,24 +284,14 @@ class Settings:
         _str(kw, "log_format", v)
         _float(kw, "drain_timeout_s", get("DRAIN_TIMEOUT_S"))
         _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
-        if v := get("UPSTREAM_API_KEYS"):
-            try:
-                pairs(v)
-            except ValueError as e:
-                raise SettingsError(f"GATEWAY_UPSTREAM_API_KEYS: {e}") from None
-            kw["upstream_api_keys"] = v
+        _pairs(kw, "upstream_api_keys", get("UPSTREAM_API_KEYS"))
         _bool(kw, "require_gateway_keys", get("REQUIRE_GATEWAY_KEYS"))
         for name, v in (("admin_token", get("ADMIN_TOKEN")), ("metrics_token", get("METRICS_TOKEN"))):
             if v and len(v) < MIN_TOKEN_CHARS:
                 raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")
             _str(kw, name, v)
         _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))
-        if v := get("MODEL_ALIASES"):
-            try:
-                pairs(v)
-            except ValueError as e:
-                raise SettingsError(f"GATEWAY_MODEL_ALIASES: {e}") from None
-            kw["model_aliases"] = v
+        _pairs(kw, "model_aliases", get("MODEL_ALIASES"))
         return cls(**kw)  # type: ignore[arg-type]
 
     def aliases(self) -> dict[str, str]:
@@ -353,6 +343,16 @@ def _float(kw: dict[str, object], name: str, v: str | None) -> None:
             kw[name] = float(v)
         except ValueError as e:
             raise SettingsError(f"GATEWAY_{name.upper()} must be a number") from e
+
+
+def _pairs(kw: dict[str, object], name: str, v: str | None) -> None:
+    """A ``NAME=VALUE,...`` setting, checked (``pairs``)."""
+    if v:
+        try:
+            pairs(v)
+        except ValueError as e:
+            raise SettingsError(f"GATEWAY_{name.upper()}: {e}") from None
+        kw[name] = v
 
 
 def _bool(kw: dict[str, object], name: str, v: str | None) -> None:
