@@ -15,7 +15,7 @@ import bisect
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ from state import codec, keys
 from state.coherence import Head, continues
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError, TenantOverBudget
-from state.gateway_keys import Admission, KeyRecord, pairs
+from state.gateway_keys import Admission, KeyRecord, Periods, pairs
 from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import (
@@ -167,14 +167,37 @@ class EngineStore:
 
     async def admit(self, key_id: str, secret_hash: str, now_ms: int) -> Admission:
         """One request under a gateway key (``scripts.ADMIT``), in one round trip."""
-        names = keys.gateway_key_keys(key_id, now_ms // 60000)
-        reply = await self._guarded(self._roundtrip, [Eval(ADMIT, names, (secret_hash, now_ms))])
+        p = Periods.at(now_ms)
+        names = (*keys.gateway_key_keys(key_id, now_ms // 60000), *keys.gateway_key_spend(key_id, (p.day, p.week,
+                                                                                                  p.month)))
+        args = (secret_hash, now_ms, p.day_left_ms, p.week_left_ms, p.month_left_ms)
+        reply = await self._guarded(self._roundtrip, [Eval(ADMIT, names, args)])
         return Admission.parse(list(reply[0]))
 
-    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int) -> None:
-        """After a request under a gateway key: its concurrency slot back, its tokens counted (``scripts.RELEASE``)."""
+    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int, cost_micros: int = 0,
+                      usage: Mapping[str, int] | None = None) -> None:
+        """After a request under a gateway key: its concurrency slot back, its tokens and cost counted, its usage
+        added to the day's (``usage``: field -> amount; ``scripts.RELEASE``)."""
+        p = Periods.at(now_ms)
         _, _, cc, tpm = keys.gateway_key_keys(key_id, now_ms // 60000)
-        await self._guarded(self._roundtrip, [Eval(RELEASE, (cc, tpm), ("1" if held else "0", max(0, tokens)))])
+        names = (cc, tpm, *keys.gateway_key_spend(key_id, (p.day, p.week, p.month)),
+                 keys.gateway_key_usage(key_id, p.day[1:]))
+        args = ("1" if held else "0", max(0, tokens), max(0, cost_micros),
+                *(x for field, n in (usage or {}).items() if n for x in (field, n)))
+        await self._guarded(self._roundtrip, [Eval(RELEASE, names, args)])
+
+    async def key_usage(self, key_ids: Sequence[str], days: Sequence[str]) -> dict[str, dict[str, dict[str, int]]]:
+        """Key id -> day (``YYYYMMDD``) -> the day's usage fields (days without usage left out)."""
+        wanted = [(k, d) for k in key_ids if keys.is_valid_key_id(k) for d in days]
+        if not wanted:
+            return {}
+        reply = await self._guarded(self._roundtrip, [Eval(KEY_READ, (keys.gateway_key_names(), *(
+            keys.gateway_key_usage(k, d) for k, d in wanted)), ())])
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for (key_id, day), flat in zip(wanted, reply[0][1:], strict=True):
+            if flat:
+                out.setdefault(key_id, {})[day] = {f: int(v) for f, v in pairs(flat).items()}
+        return out
 
     # -- Store API -----------------------------------------------------------------------------
     async def get_conversation(self, tenant: str, scid: str) -> ConversationState | None:

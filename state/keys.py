@@ -166,12 +166,28 @@ def fingerprint_key(tenant: str, fingerprint: str) -> str:
 #     tg:{gk}:rpm:<id>       STRING  the requests-per-minute limit's theoretical arrival time (GCRA, ms)
 #     tg:{gk}:cc:<id>        STRING  requests in flight
 #     tg:{gk}:tpm:<id>:<m>   STRING  tokens counted in minute <m> (ms since the epoch // 60000)
+#     tg:{gk}:spend:<id>:<p> STRING  micro-dollars spent in period <p> (d<YYYYMMDD>, w<YYYYWW> ISO, m<YYYYMM>, UTC)
+#     tg:{gk}:usage:<id>:<d> HASH    "<model> <kind>" -> tokens, "<model> cost" -> micro-dollars, of day <d>
 GATEWAY_KEY_TAG = "{gk}"
 _KEY_ID_RE = re.compile(r"[0-9a-f]{12}")
 
 
 def is_valid_key_id(key_id: object) -> bool:
     return isinstance(key_id, str) and _KEY_ID_RE.fullmatch(key_id) is not None
+
+
+def gateway_key_spend(key_id: str, periods: tuple[str, str, str]) -> tuple[str, str, str]:
+    """The spend counters of one gateway key for its (day, week, month) periods."""
+    if not is_valid_key_id(key_id):
+        raise ValueError("invalid gateway key id")
+    return tuple(f"{KEY_PREFIX}:{GATEWAY_KEY_TAG}:spend:{key_id}:{p}" for p in periods)  # type: ignore[return-value]
+
+
+def gateway_key_usage(key_id: str, day: str) -> str:
+    """One gateway key's usage of one day (``YYYYMMDD``, UTC)."""
+    if not is_valid_key_id(key_id):
+        raise ValueError("invalid gateway key id")
+    return f"{KEY_PREFIX}:{GATEWAY_KEY_TAG}:usage:{key_id}:{day}"
 
 
 def gateway_key_names() -> str:

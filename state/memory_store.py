@@ -158,9 +158,9 @@ class MemoryStore(EngineStore):
             return [[x for kv in names.items() for x in kv],
                     *([x for kv in (self._ks.get(k) or {}).items() for x in kv] for k in op.keys[1:])]
         if op.script is ADMIT:
-            return self._admit_script(op.keys, _str(op.args[0]), int(op.args[1]))
+            return self._admit_script(op.keys, _str(op.args[0]), [int(a) for a in op.args[1:]])
         if op.script is RELEASE:
-            return self._release_script(op.keys, _str(op.args[0]) == "1", int(op.args[1]))
+            return self._release_script(op.keys, [_str(a) for a in op.args])
         raise ValueError(f"unknown script {op.script.name}")
 
     def _key_put_script(self, names: Sequence[str], args: list[str]) -> str:
@@ -179,7 +179,8 @@ class MemoryStore(EngineStore):
         self._ks.put(names[1], record)
         return "ok"
 
-    def _admit_script(self, names: Sequence[str], secret_hash: str, now: int) -> list[Any]:
+    def _admit_script(self, names: Sequence[str], secret_hash: str, args: list[int]) -> list[Any]:
+        now = args[0]
         rec = self._ks.get(names[0])
         if rec is None or rec.get("hash") != secret_hash:
             return ["unknown"]
@@ -188,6 +189,10 @@ class MemoryStore(EngineStore):
         expires = int(rec.get("expires") or 0)
         if expires > 0 and now >= expires:
             return ["expired"]
+        budget = int(rec.get("budget_micros") or 0)
+        at = {"day": 4, "week": 5}.get(rec.get("budget_period", ""), 6)
+        if budget > 0 and int(self._ks.get(names[at]) or 0) >= budget:
+            return ["budget", args[at - 3]]
         tpm = int(rec.get("tpm") or 0)
         if tpm > 0 and int(self._ks.get(names[3]) or 0) >= tpm:
             return ["tpm", 60000 - now % 60000]
@@ -209,11 +214,20 @@ class MemoryStore(EngineStore):
             self._ks.put(names[1], round(tat, 3), 60)
         return ["ok", rec.get("name", ""), rec.get("models", ""), int(cc > 0)]
 
-    def _release_script(self, names: Sequence[str], held: bool, tokens: int) -> int:
+    def _release_script(self, names: Sequence[str], args: list[str]) -> int:
+        held, tokens, cost = args[0] == "1", int(args[1]), int(args[2])
         if held:
             self._ks.put(names[0], max(0, int(self._ks.get(names[0]) or 0) - 1), 600)
         if tokens > 0:
             self._ks.put(names[1], int(self._ks.get(names[1]) or 0) + tokens, 120)
+        if cost > 0:
+            for name, keep in zip(names[2:5], (2 * 86400, 8 * 86400, 32 * 86400), strict=True):
+                self._ks.put(name, int(self._ks.get(name) or 0) + cost, keep)
+        if len(args) > 3:
+            usage = dict(self._ks.get(names[5]) or {})
+            for field, amount in zip(args[3::2], args[4::2], strict=True):
+                usage[field] = str(int(usage.get(field, 0)) + int(amount))
+            self._ks.put(names[5], usage, 40 * 86400)
         return 1
 
     def _touch(self, names: Sequence[str], ttl: int) -> None:

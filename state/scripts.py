@@ -258,16 +258,24 @@ return out
 # ADMIT: one request under a gateway key, atomically: the key is known, its secret's hash matches, it is not
 # revoked or expired; its tokens-per-minute window is not used up; its requests per minute (GCRA: a burst of up to
 # rpm requests, then one per 60000/rpm ms) and requests in flight are within its limits (a slot is taken).
-# KEYS: record, rate, concurrency, tokens of the current minute. ARGV: secret hash, now (ms).
+# The budget: what the key spent in its budget period (day, week or month: KEYS[5..7]) is below its budget.
+# KEYS: record, rate, concurrency, tokens of the current minute, spend of this day, week, month.
+# ARGV: secret hash, now (ms), ms until the end of this day, week, month.
 # Reply: {'ok', name, models, 1 when a concurrency slot was taken} | {'unknown'} | {'revoked'} | {'expired'}
-#        | {'rpm' | 'tpm' | 'concurrency', retry after (ms)}
+#        | {'rpm' | 'tpm' | 'concurrency' | 'budget', retry after (ms)}
 ADMIT = LuaScript("admit", """
-local r = redis.call('HMGET', KEYS[1], 'hash', 'revoked', 'expires', 'rpm', 'tpm', 'concurrency', 'name', 'models')
+local r = redis.call('HMGET', KEYS[1], 'hash', 'revoked', 'expires', 'rpm', 'tpm', 'concurrency', 'name', 'models',
+                     'budget_micros', 'budget_period')
 if not r[1] or r[1] ~= ARGV[1] then return {'unknown'} end
 if r[2] == '1' then return {'revoked'} end
 local now = tonumber(ARGV[2])
 local expires = tonumber(r[3] or '0') or 0
 if expires > 0 and now >= expires then return {'expired'} end
+local budget = tonumber(r[9] or '0') or 0
+if budget > 0 then
+  local at = ({day = 5, week = 6})[r[10]] or 7
+  if (tonumber(redis.call('GET', KEYS[at]) or '0') or 0) >= budget then return {'budget', tonumber(ARGV[at - 2])} end
+end
 local tpm = tonumber(r[5] or '0') or 0
 if tpm > 0 and (tonumber(redis.call('GET', KEYS[4]) or '0') or 0) >= tpm then
   return {'tpm', 60000 - (now % 60000)}
@@ -294,8 +302,10 @@ if tat then redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', 60000) 
 return {'ok', r[7] or '', r[8] or '', cc > 0 and 1 or 0}
 """)
 
-# RELEASE: after a request under a gateway key: its concurrency slot back (ARGV[1] '1' when it took one) and the
-# tokens its answer used (ARGV[2]) counted in the minute's window (KEYS: concurrency, tokens of the minute).
+# RELEASE: after a request under a gateway key: its concurrency slot back (ARGV[1] '1' when it took one), the
+# tokens its answer used (ARGV[2]) counted in the minute's window, its cost (ARGV[3], micro-dollars) added to the
+# day's, week's and month's spend, and its usage to the day's (ARGV[4..]: field, amount, ...).
+# KEYS: concurrency, tokens of the minute, spend of this day, week, month, usage of this day.
 RELEASE = LuaScript("release", """
 if ARGV[1] == '1' then
   if redis.call('DECR', KEYS[1]) < 0 then redis.call('SET', KEYS[1], '0', 'PX', 600000) end
@@ -305,6 +315,18 @@ if tokens > 0 then
   redis.call('INCRBY', KEYS[2], tokens)
   redis.call('PEXPIRE', KEYS[2], 120000)
 end
+local cost = tonumber(ARGV[3]) or 0
+if cost > 0 then
+  local keep = {2 * 86400000, 8 * 86400000, 32 * 86400000}
+  for i = 3, 5 do
+    redis.call('INCRBY', KEYS[i], cost)
+    redis.call('PEXPIRE', KEYS[i], keep[i - 2])
+  end
+end
+for i = 4, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[6], ARGV[i], ARGV[i + 1])
+end
+if #ARGV >= 4 then redis.call('PEXPIRE', KEYS[6], 40 * 86400000) end
 return 1
 """)
 

@@ -244,6 +244,12 @@ class Store(Protocol):
         """One request under a gateway key: known, not revoked or expired, within its limits (one round trip)."""
         ...
 
-    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int) -> None:
-        """After a request under a gateway key: its concurrency slot back, its tokens counted."""
+    async def release(self, key_id: str, held: bool, tokens: int, now_ms: int, cost_micros: int = 0,
+                      usage: Mapping[str, int] | None = None) -> None:
+        """After a request under a gateway key: its concurrency slot back, its tokens and cost counted, its usage
+        added to the day's."""
+        ...
+
+    async def key_usage(self, key_ids: Sequence[str], days: Sequence[str]) -> dict[str, dict[str, dict[str, int]]]:
+        """Key id -> day (``YYYYMMDD``) -> the day's usage fields."""
         ...

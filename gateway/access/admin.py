@@ -9,6 +9,7 @@ import logging
 import re
 import time
 from dataclasses import asdict, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.access import keys
@@ -34,9 +35,11 @@ def _limits(spec: dict[str, Any]) -> dict[str, Any]:
                 raise bad_request("models: a list of model name patterns")
             out["models"] = ",".join(m.strip() for m in models)
         elif name == "budget_usd":
-            if not re.fullmatch(r"\d+(\.\d+)?(/(day|week|month))?", str(value)):
-                raise bad_request("budget_usd: an amount, optionally per day, week or month (50/month)")
-            out["budget_usd"] = str(value)
+            budget = re.fullmatch(r"(\d+(?:\.\d+)?)(?:/(day|week|month))?", str(value))
+            if not budget:
+                raise bad_request("budget_usd: an amount, optionally per day, week or month (50/month; 0: none)")
+            out.update(budget_usd=str(value), budget_micros=round(float(budget[1]) * 1e6),
+                       budget_period=budget[2] or "month")
         else:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise bad_request(f"{name}: a whole number, 0 or more")
@@ -94,3 +97,25 @@ async def revoke(store: Store, name: str) -> dict[str, Any]:
 
 async def listed(store: Store) -> list[dict[str, Any]]:
     return [shown(r) for r in await store.key_records()]
+
+
+async def usage(store: Store, days: int, name: str | None = None) -> dict[str, Any]:
+    """Each key's usage of the last ``days`` UTC days (today included), by day and model: its tokens by kind and
+    what they cost (``cost_usd``)."""
+    if not 1 <= days <= 31:
+        raise bad_request("days: 1 to 31")
+    records = [r for r in await store.key_records() if name is None or r.name == name]
+    today = datetime.now(UTC).date()
+    wanted = [(today - timedelta(days=n)).strftime("%Y%m%d") for n in range(days)]
+    found = await store.key_usage([r.key_id for r in records], wanted)
+    out: dict[str, Any] = {}
+    for r in records:
+        by_day: dict[str, Any] = {}
+        for day, fields in sorted(found.get(r.key_id, {}).items()):
+            models: dict[str, dict[str, float]] = {}
+            for field, n in fields.items():
+                model, _, kind = field.rpartition(" ")
+                models.setdefault(model, {})["cost_usd" if kind == "cost" else kind] = n / 1e6 if kind == "cost" else n
+            by_day[f"{day[:4]}-{day[4:6]}-{day[6:]}"] = models
+        out[r.name] = by_day
+    return {"days": days, "usage": out}

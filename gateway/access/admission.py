@@ -30,7 +30,9 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from gateway.access import keys
+from gateway.dialects import prices
 from gateway.dialects.credentials import CREDENTIAL_HEADERS, credential_of
+from gateway.dialects.usage import token_counts
 from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
 from state.errors import StoreError
@@ -108,9 +110,12 @@ async def admit(headers: Mapping[str, str], gw: Gateway) -> Grant | None:
         gw.admitted.remember(parsed, grant)
         metrics.observe_admission("ok")
         return grant
-    if found.status in ("rpm", "tpm", "concurrency"):
+    if found.status in ("rpm", "tpm", "concurrency", "budget"):
         metrics.observe_admission(found.status)
         wait = max(1, math.ceil(found.retry_ms / 1000))
+        if found.status == "budget":  # (OpenAI's words for a spent quota; a retry before the period ends is in vain)
+            raise ClientError(429, f"gateway key budget spent for this period; it renews in {wait} s",
+                              "rate_limit_error", "insufficient_quota", headers={"retry-after": str(wait)})
         raise ClientError(429, f"gateway key rate limit reached ({_LIMITS[found.status]}); retry in {wait} s",
                           "rate_limit_error", headers={"retry-after": str(wait)})
     gw.admitted.forget(parsed)
@@ -146,17 +151,24 @@ def without_key_query(query: str, grant: Grant | None) -> str:
     return "&".join(p for p in query.split("&") if not p.startswith("key="))
 
 
-async def release(grant: Grant | None, turn: Turn | None, gw: Gateway) -> None:
-    """After the answer: the concurrency slot back, the turn's tokens (input, output, cache reads and writes)
-    counted against the key's tokens per minute."""
+async def release(grant: Grant | None, turn: Turn | None, gw: Gateway, model: str = "") -> None:
+    """After the answer: the concurrency slot back; the turn's tokens (input, output with thinking, cache reads and
+    writes) counted against the key's tokens per minute, its cost (``prices``) against its budget, both in its
+    usage of the day, by model."""
     if grant is None or gw.store is None:
         return
     usage = turn.usage if turn is not None else {}
-    tokens = sum(int(v) for k, v in usage.items() if k.endswith("_tokens") and isinstance(v, int))
+    tokens = prices.billed_tokens(usage)
     if not grant.held and not tokens:
         return
+    cost = prices.cost_micros(gw.prices, model, usage)
+    label = model[:100].replace(" ", "_") or "other"
+    fields = {f"{label} {kind}": n for kind, n in token_counts(usage).items() if kind in prices.BILLED}
+    if cost:
+        fields[f"{label} cost"] = cost
+    metrics.observe_key_usage(gw.key_labels.of(grant.name), token_counts(usage), cost)
     try:
-        await gw.store.release(grant.key_id, grant.held, tokens, int(time.time() * 1000))
+        await gw.store.release(grant.key_id, grant.held, tokens, int(time.time() * 1000), cost, fields)
     except StoreError as e:  # the slot expires by itself (10 minutes); the tokens are not counted
         log.warning("gateway key %s: release failed (%s)", grant.name, type(e).__name__)
 
@@ -170,7 +182,7 @@ def released_after(response: Response, grant: Grant, ex: Exchange, gw: Gateway) 
         nonlocal released
         if not released:
             released = True
-            await release(grant, ex.turn, gw)
+            await release(grant, ex.turn, gw, ex.request.model if ex.request is not None else "")
 
     if isinstance(response, StreamingResponse):
         body = response.body_iterator

@@ -12,6 +12,8 @@ from gateway.continuation.journal import Journal
 from gateway.continuation.record_retry import RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
 from gateway.continuation.splice import RecordedJson
+from gateway.dialects.prices import DEFAULT as DEFAULT_PRICES
+from gateway.dialects.prices import Price
 from gateway.dialects.routing import Router
 from gateway.ops.metrics import TenantLabels
 from gateway.ops.tracing import Tracing
@@ -71,5 +73,7 @@ class Gateway:
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
     admitted: AdmittedKeys = field(default_factory=AdmittedKeys)  # gateway keys this worker admitted (fail-open)
     aliases: dict[str, str] = field(default_factory=dict)  # model aliases (``GATEWAY_MODEL_ALIASES``)
+    prices: tuple[Price, ...] = DEFAULT_PRICES  # what a turn costs, per model (``GATEWAY_PRICES_FILE``)
+    key_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))  # key names
     # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)
     offload: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))

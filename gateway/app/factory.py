@@ -16,17 +16,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.access import http as admin
 from gateway.app import allocator
 from gateway.app.deps import Gateway, WorkerCaches
 from gateway.app.settings import Settings
 from gateway.continuation.record_retry import RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
+from gateway.dialects import prices
 from gateway.errors import GatewayError, new_request_id, render_error
 from gateway.ops import metrics, metrics_workers
 from gateway.ops.metrics_store import instrument_store
 from gateway.ops.tracing import TraceMiddleware, Tracing, trace_store
 from gateway.surfaces import (
-    admin,
     augment,
     chat,
     conversations,
@@ -160,7 +161,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                  tracing=tracing,
                  replay_memo=ReplayMemo(settings.replay_memo_mb << 20) if settings.replay_memo_mb > 0 else None,
                  caches=WorkerCaches.sized(settings.decoded_turn_cache),
-                 tenant_labels=metrics.TenantLabels(settings.metrics_tenants))
+                 tenant_labels=metrics.TenantLabels(settings.metrics_tenants),
+                 key_labels=metrics.TenantLabels(settings.metrics_tenants), prices=prices.load(settings.prices_file))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -197,6 +199,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         Route("/metrics", admin.guarded_metrics, methods=["GET"]),
         Route("/admin/keys", admin.keys, methods=["GET", "POST"]),
         Route("/admin/keys/{name}", admin.key, methods=["PATCH", "DELETE"]),
+        Route("/admin/usage", admin.usage, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal
 
+from gateway.dialects import prices
 from gateway.dialects.gemini.parts import BYPASS_SIGNATURE, BYPASS_VALUES
 from gateway.dialects.routing import FLAVORS, RouteError, Router, parse_routes
 from gateway.dialects.urls import credentials_problem, display_url, redact_urls
@@ -83,6 +84,8 @@ DESCRIPTIONS: dict[str, str] = {
     "metrics_token": "bearer token /metrics asks for; unset: /metrics answers anyone; from a Secret",
     "limits_fail_open": "store away: admit gateway keys this worker admitted before, without limits (false: 503)",
     "model_aliases": "model aliases, ALIAS=MODEL comma-separated (fast=claude-haiku-4-5): routed and sent as MODEL",
+    "prices_file": "a JSON price table (USD per million tokens by model pattern) before the shipped one; budgets and "
+                   "spend use it",
 }
 
 
@@ -139,6 +142,7 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)  # /metrics wants it as a bearer (unset: open)
     limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
     model_aliases: str = ""  # "ALIAS=MODEL,...": a request for ALIAS is routed, sent and recorded as MODEL
+    prices_file: str | None = None  # a JSON price table before the shipped one (gateway.dialects.prices)
 
     @staticmethod
     def env_name(field_name: str) -> str:
@@ -292,6 +296,12 @@ class Settings:
             _str(kw, name, v)
         _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))
         _pairs(kw, "model_aliases", get("MODEL_ALIASES"))
+        if v := get("PRICES_FILE"):
+            try:
+                prices.load(v)
+            except (OSError, ValueError) as e:
+                raise SettingsError(f"GATEWAY_PRICES_FILE: {e}") from None
+            kw["prices_file"] = v
         return cls(**kw)  # type: ignore[arg-type]
 
     def aliases(self) -> dict[str, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -74,8 +74,8 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``dialects.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
-ADMISSION_OUTCOMES = frozenset({"ok", "invalid", "missing", "rpm", "tpm", "concurrency", "unavailable", "unlimited",
-                                "other"})
+ADMISSION_OUTCOMES = frozenset({"ok", "invalid", "missing", "rpm", "tpm", "concurrency", "budget", "unavailable",
+                                "unlimited", "other"})
 PARAM_ROUTES = registry.PARAM_ROUTES  # the chat surface's routes: the dialects' kinds, "other"
 STORE_ERROR_KINDS = frozenset({"circuit_open", "timeout", "unavailable", "codec", "invalid", "other"})
 # Why a request was served without state (no load, no repair by record, no record): the store was slow past its
@@ -166,6 +166,8 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_binding_retries_total": {"outcome": BINDING_RETRY_OUTCOMES},
     "gateway_thinking_retries_total": {"kind": THINKING_RETRY_KINDS, "outcome": BINDING_RETRY_OUTCOMES},
     "gateway_key_admissions_total": {"outcome": ADMISSION_OUTCOMES},
+    "gateway_key_tokens_total": {"key": TENANTS, "type": TOKEN_TYPES},
+    "gateway_key_spend_usd_total": {"key": TENANTS},
 }
 
 
@@ -226,6 +228,10 @@ THINKING_RETRIES = _counter("gateway_thinking_retries_total",
                             "reasoning degraded (the last resort), by the 400's kind and outcome")
 RECORD_RETRIES = _counter("gateway_record_retries_total", "Turns whose record failed, retried in the background, "
                                                           "by outcome")
+KEY_TOKENS = _counter("gateway_key_tokens_total", "Tokens of turns under each gateway key (its name; past "
+                      "GATEWAY_METRICS_TENANTS names per worker: other), by type")
+KEY_SPEND = _counter("gateway_key_spend_usd_total", "What turns under each gateway key cost, USD (the price table, "
+                                                    "GATEWAY_PRICES_FILE)")
 KEY_ADMISSIONS = _counter("gateway_key_admissions_total",
                           "Requests checked for a gateway key (gateway.access), by outcome: ok, invalid, missing, the "
                           "limit that refused it (rpm, tpm, concurrency), unavailable (the store away), unlimited "
@@ -418,6 +424,15 @@ def observe_retry(kind: str, ok: bool) -> None:
         child(BINDING_RETRIES, outcome).inc()
     else:
         child(THINKING_RETRIES, label(kind, THINKING_RETRY_KINDS), outcome).inc()
+
+
+def observe_key_usage(key: str, tokens: Mapping[str, int], cost_micros: int) -> None:
+    """A turn under a gateway key (``key``: a ``TenantLabels`` value of its name): its tokens and cost."""
+    for kind, n in tokens.items():
+        if n:
+            child(KEY_TOKENS, key, kind).inc(n)
+    if cost_micros:
+        child(KEY_SPEND, key).inc(cost_micros / 1e6)
 
 
 def observe_admission(outcome: str) -> None:

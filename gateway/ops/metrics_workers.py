@@ -49,7 +49,7 @@ async def metrics_endpoint(request: HTTPRequest) -> Response:
 
 # Labels whose values come from the traffic (the model, the tenant) start with their catch-all only; every other label
 # starts with its whole closed vocabulary but "other" (``upstream``: the configured upstreams, ``zero_series``).
-TRAFFIC_LABELS = frozenset({"model", "tenant"})
+TRAFFIC_LABELS = frozenset({"model", "tenant", "key"})
 
 
 def zero_series(upstreams: Iterable[str] = ()) -> Iterator[tuple[str, tuple[str, ...]]]:

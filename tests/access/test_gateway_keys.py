@@ -6,6 +6,7 @@ leaves), the refusals in the client's own dialect (invalid, revoked, a model the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,22 @@ async def test_a_model_alias_is_routed_and_sent_as_its_model(gw: Gateway) -> Non
                                 headers={"authorization": "Bearer sk-ant-clients-own-key"})
     assert answer.status_code == 200 and chat.status_code == 200, (answer.text, chat.text)
     assert [body["model"] for _, body, _, _ in gw.upstream.sent] == ["claude-haiku-4-5", "claude-opus-4-5"]
+
+
+async def test_a_budget_is_spent_at_the_documented_point_and_usage_is_reported(gw: Gateway) -> None:
+    # claude-sonnet-4-5 at $3 / $15 per million tokens: each answer (3 in, 1 out) costs 24 micro-dollars
+    key = await gw.key("ivan", budget_usd="0.00005/day")
+    assert [(await gw.message(key)).status_code for _ in range(3)] == [200, 200, 200]  # 0, 24, 48 spent before each
+    refused = await gw.message(key)  # 72 >= 50
+    assert refused.status_code == 429 and "budget" in refused.json()["error"]["message"]
+    chat = await gw.client.post("/v1/chat/completions", content=orjson.dumps(CHAT),
+                                headers={"authorization": f"Bearer {key}"})
+    assert chat.status_code == 429 and chat.json()["error"]["code"] == "insufficient_quota"
+    report = (await gw.admin("GET", "/admin/usage?days=1&key=ivan")).json()
+    (day, models), = report["usage"]["ivan"].items()
+    assert day == datetime.now(UTC).strftime("%Y-%m-%d")
+    assert models == {"claude-sonnet-4-5": {"input": 9, "output": 3, "cost_usd": 72e-6}}, report
+    shown = (await gw.client.get("/metrics")).text
+    assert 'gateway_key_tokens_total{key="ivan",type="input"} 9.0' in shown
+    assert 'gateway_key_spend_usd_total{key="ivan"}' in shown
+    assert (await gw.admin("GET", "/admin/usage?days=40")).status_code == 400

@@ -240,6 +240,9 @@ def test_gateway_environment_is_what_the_app_reads(scenario: tuple[str, Any, Any
             env[var["name"]] = value
         else:
             env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], var["value"])
+    if prices := env.get("GATEWAY_PRICES_FILE"):  # a mounted file: under a mount of the container, read from here
+        assert any(prices.startswith(m["mountPath"] + "/") for m in ctr["volumeMounts"]), prices
+        env["GATEWAY_PRICES_FILE"] = str(ROOT / "tests" / "fixtures" / "prices.json")
     settings = Settings.from_env(env)
     if settings.redis_url:
         settings.check_production()

@@ -1,7 +1,10 @@
-"""The operator's endpoints: ``/admin/keys`` (GET lists, POST creates), ``/admin/keys/{name}`` (PATCH updates,
-DELETE revokes) behind ``GATEWAY_ADMIN_TOKEN``; ``/metrics`` behind ``GATEWAY_METRICS_TOKEN`` when it is set."""
+"""Operator endpoints behind ``GATEWAY_ADMIN_TOKEN``: ``/admin/keys`` (GET lists, POST creates),
+``/admin/keys/{name}`` (PATCH updates, DELETE revokes), ``/admin/usage?days=N&key=NAME``; ``/metrics`` behind
+``GATEWAY_METRICS_TOKEN`` when it is set."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import orjson
 from starlette.requests import Request as HTTPRequest
@@ -10,8 +13,14 @@ from starlette.responses import Response
 from gateway.access import admin, guard
 from gateway.errors import GatewayError, bad_request
 from gateway.ops import metrics_workers
-from gateway.surfaces.common import gateway_of
 from state.store import Store
+
+if TYPE_CHECKING:
+    from gateway.app.deps import Gateway
+
+
+def gateway_of(request: HTTPRequest) -> Gateway:
+    return request.app.state.gateway
 
 
 def _store(request: HTTPRequest) -> Store:
@@ -45,6 +54,11 @@ async def key(request: HTTPRequest) -> Response:
     if request.method == "DELETE":
         return _json(await admin.revoke(store, name))
     return _json(await admin.update(store, name, await _body(request)))
+
+
+async def usage(request: HTTPRequest) -> Response:
+    days, name = request.query_params.get("days", "7"), request.query_params.get("key")
+    return _json(await admin.usage(_store(request), int(days) if days.isdigit() else 0, name))
 
 
 async def guarded_metrics(request: HTTPRequest) -> Response:
