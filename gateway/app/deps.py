@@ -73,6 +73,7 @@ class Gateway:
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry (OTEL_*, thinkgate[otel]); off: no-op spans
     admitted: AdmittedKeys = field(default_factory=AdmittedKeys)  # gateway keys this worker admitted (fail-open)
     aliases: dict[str, str] = field(default_factory=dict)  # model aliases (``GATEWAY_MODEL_ALIASES``)
+    fallbacks: dict[str, str] = field(default_factory=dict)  # model -> its fallback (``GATEWAY_FALLBACKS``)
     prices: tuple[Price, ...] = DEFAULT_PRICES  # what a turn costs, per model (``GATEWAY_PRICES_FILE``)
     key_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))  # key names
     # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)

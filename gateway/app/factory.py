@@ -155,7 +155,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     settings = settings or Settings.from_env()
     tracing = tracing if tracing is not None else Tracing.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),
-                 aliases=settings.aliases(),
+                 aliases=settings.aliases(), fallbacks=settings.fallback_chains(),
                  store=trace_store(instrument_store(store if store is not None else default_store(settings)),
                                    tracing),
                  tracing=tracing,

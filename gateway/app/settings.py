@@ -84,6 +84,8 @@ DESCRIPTIONS: dict[str, str] = {
     "metrics_token": "bearer token /metrics asks for; unset: /metrics answers anyone; from a Secret",
     "limits_fail_open": "store away: admit gateway keys this worker admitted before, without limits (false: 503)",
     "model_aliases": "model aliases, ALIAS=MODEL comma-separated (fast=claude-haiku-4-5): routed and sent as MODEL",
+    "fallbacks": "fallback models, MODEL=FALLBACK comma-separated (a chain: FALLBACK may have its own): a request "
+                 "whose upstream answers 429, 5xx or overloaded before the first byte goes to FALLBACK",
     "prices_file": "a JSON price table (USD per million tokens by model pattern) before the shipped one; budgets and "
                    "spend use it",
 }
@@ -143,6 +145,7 @@ class Settings:
     limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
     model_aliases: str = ""  # "ALIAS=MODEL,...": a request for ALIAS is routed, sent and recorded as MODEL
     prices_file: str | None = None  # a JSON price table before the shipped one (gateway.dialects.prices)
+    fallbacks: str = ""  # "MODEL=FALLBACK,...": upstream failed before the first byte: the request goes as FALLBACK
 
     @staticmethod
     def env_name(field_name: str) -> str:
@@ -296,6 +299,7 @@ class Settings:
             _str(kw, name, v)
         _bool(kw, "limits_fail_open", get("LIMITS_FAIL_OPEN"))
         _pairs(kw, "model_aliases", get("MODEL_ALIASES"))
+        _pairs(kw, "fallbacks", get("FALLBACKS"))
         if v := get("PRICES_FILE"):
             try:
                 prices.load(v)
@@ -303,6 +307,10 @@ class Settings:
                 raise SettingsError(f"GATEWAY_PRICES_FILE: {e}") from None
             kw["prices_file"] = v
         return cls(**kw)  # type: ignore[arg-type]
+
+    def fallback_chains(self) -> dict[str, str]:
+        """Model -> the model its request goes to when its upstream fails before the first byte."""
+        return pairs(self.fallbacks) if self.fallbacks else {}
 
     def aliases(self) -> dict[str, str]:
         """Alias -> the model it stands for (``GATEWAY_MODEL_ALIASES``)."""

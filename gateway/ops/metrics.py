@@ -74,6 +74,7 @@ STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
 # a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``dialects.params``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
+FALLBACK_STATUSES = frozenset({"429", "500", "502", "503", "504", "529", "other"})
 ADMISSION_OUTCOMES = frozenset({"ok", "invalid", "missing", "rpm", "tpm", "concurrency", "budget", "unavailable",
                                 "unlimited", "other"})
 PARAM_ROUTES = registry.PARAM_ROUTES  # the chat surface's routes: the dialects' kinds, "other"
@@ -166,6 +167,7 @@ LABELS: dict[str, dict[str, frozenset[str]]] = {
     "gateway_binding_retries_total": {"outcome": BINDING_RETRY_OUTCOMES},
     "gateway_thinking_retries_total": {"kind": THINKING_RETRY_KINDS, "outcome": BINDING_RETRY_OUTCOMES},
     "gateway_key_admissions_total": {"outcome": ADMISSION_OUTCOMES},
+    "gateway_fallbacks_total": {"status": FALLBACK_STATUSES},
     "gateway_key_tokens_total": {"key": TENANTS, "type": TOKEN_TYPES},
     "gateway_key_spend_usd_total": {"key": TENANTS},
 }
@@ -232,6 +234,8 @@ KEY_TOKENS = _counter("gateway_key_tokens_total", "Tokens of turns under each ga
                       "GATEWAY_METRICS_TENANTS names per worker: other), by type")
 KEY_SPEND = _counter("gateway_key_spend_usd_total", "What turns under each gateway key cost, USD (the price table, "
                                                     "GATEWAY_PRICES_FILE)")
+FALLBACKS = _counter("gateway_fallbacks_total", "Requests sent to their model's fallback (GATEWAY_FALLBACKS) after "
+                                              "the upstream answered this status before the first byte")
 KEY_ADMISSIONS = _counter("gateway_key_admissions_total",
                           "Requests checked for a gateway key (gateway.access), by outcome: ok, invalid, missing, the "
                           "limit that refused it (rpm, tpm, concurrency), unavailable (the store away), unlimited "
@@ -433,6 +437,11 @@ def observe_key_usage(key: str, tokens: Mapping[str, int], cost_micros: int) -> 
             child(KEY_TOKENS, key, kind).inc(n)
     if cost_micros:
         child(KEY_SPEND, key).inc(cost_micros / 1e6)
+
+
+def observe_fallback(status: int) -> None:
+    """A request sent to its model's fallback after its upstream answered ``status``."""
+    child(FALLBACKS, label(str(status), FALLBACK_STATUSES)).inc()
 
 
 def observe_admission(outcome: str) -> None:

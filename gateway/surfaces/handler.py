@@ -15,6 +15,7 @@ stages as one, and an unroutable model fails before the store is asked and befor
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -49,6 +50,7 @@ from gateway.transport.streaming.translate import TranslatedStream
 from gateway.transport.upstream import UpstreamResponse
 
 JSON = "application/json"
+log = logging.getLogger("thinkgate.endpoints")
 UNROUTED = ModelCaps("anthropic")  # what a surface that does not route calls (``Codec.kinds`` None)
 Relay = tuple[StreamEncoder, str | None, Snapshot | None]  # a stream's encoder, media type, and the snapshot it reads
 
@@ -72,6 +74,8 @@ class Codec:
         self.gw = gw
         self._model: str | None = None
         self.grant: admission.Grant | None = None  # the request's gateway key, once admitted
+        self.fallback: str | None = None  # the model this pass sends the request as (``GATEWAY_FALLBACKS``)
+        self.tried: frozenset[str] = frozenset()  # the models passes before this one tried
 
     def setup(self, request: HTTPRequest) -> None:
         """What the surface takes from the HTTP request besides its body and headers, before the body is read (it
@@ -87,7 +91,7 @@ class Codec:
         """The capabilities of a parsed body's model, for a decoder that depends on them (``caps_for``)."""
         model = body.get("model") if isinstance(body, dict) else None
         model = model if isinstance(model, str) else ""
-        return self.caps_for(self.gw.aliases.get(model, model))
+        return self.caps_for(self.fallback or self.gw.aliases.get(model, model))
 
     def caps_for(self, model: str) -> ModelCaps:
         """The router's answer for ``model``, asked once per request (a decoder's lookup and the routing itself read
@@ -102,7 +106,7 @@ class Codec:
     def routed(self, req: Request) -> Request:
         """The decoded request, routed (``dialects.route``): the upstream it goes to and how that one is called. A
         model alias (``GATEWAY_MODEL_ALIASES``) is the model it stands for from here on (routed, sent, recorded)."""
-        if (model := self.gw.aliases.get(req.model)) is not None:
+        if (model := self.fallback or self.gw.aliases.get(req.model)) is not None:
             req.model = model
             self.ex.continuation.changed = True  # (the client's bytes name the alias: the body is encoded again)
         found = self.caps_for(req.model)
@@ -241,11 +245,38 @@ async def _handle(request: HTTPRequest, codec: Codec) -> Response:
             call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
             resp, body = await while_client_waits(request, call)
             metrics.observe_retry(retried, resp.status < 400)
+    if body is not None and resp.status in FALLBACK_STATUSES and (again := await _fallback(request, codec, resp)):
+        return await _handle(request, again)
     if body is not None:
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()
     return stream_answer(ex, gw, codec.source(resp), encoder, codec.headers(resp), media_type,
                          lift=lift_turn if codec.lifts else None, snapshot=snapshot)
+
+
+FALLBACK_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # (the upstream failed before the first byte)
+
+
+async def _fallback(request: HTTPRequest, codec: Codec, resp: UpstreamResponse) -> Codec | None:
+    """The next pass of a request whose upstream failed before the first byte, as its model's fallback
+    (``GATEWAY_FALLBACKS``): the client's request again, every stage run for the new target (repair and sanitize
+    decide what of the recorded thinking it may receive), recorded in the same conversation. None: no fallback (or
+    the chain came back to a model it tried)."""
+    assert codec.ex.request is not None
+    model = codec.ex.request.model
+    nxt = codec.gw.fallbacks.get(model)
+    if nxt is None or nxt in codec.tried or nxt == model:
+        return None
+    again = type(codec)(codec.gw)
+    again.setup(request)
+    ex = codec.ex  # (the client's request as it came: its body was read once)
+    again.ex = Exchange(endpoint=ex.endpoint, dialect=ex.dialect, request_id=ex.request_id, headers=ex.headers,
+                        query=ex.query, raw_body=ex.raw_body)
+    again.grant, again.fallback, again.tried = codec.grant, nxt, codec.tried | {model}
+    metrics.bind(again.ex)
+    metrics.observe_fallback(resp.status)
+    log.info("upstream answered %d for %s: falling back to %s", resp.status, model[:100], nxt[:100])
+    return again
 
 
 def _retry_body(codec: Codec) -> bytes | None:
