@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -478,10 +478,10 @@ def observe_record_retry(outcome: str, n: int = 1) -> None:
         child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
 
 
-def observe_dropped_params(names: object, route: str) -> None:
+def observe_dropped_params(names: Sequence[str], route: str) -> None:
     """Endpoints (chat completions): the parameters decoding dropped; counted, and logged by name (never a value;
     a name the table does not know is logged quoted and cut, and counted as "other")."""
-    if not isinstance(names, list) or not names:
+    if not names:
         return
     r = label(route, PARAM_ROUTES)
     for name in names:

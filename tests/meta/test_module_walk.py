@@ -29,13 +29,14 @@ PROMPT = "[[sim:tools=3]] weather?"
 KEY = {"authorization": "Bearer sk-walk"}
 
 # (surface, upstream) -> the most modules that request may enter (ARCHITECTURE.md, "Modules per request")
-# (the modules of ``gateway`` and ``state`` both; measured with the embedded store)
+# (the modules of ``gateway`` and ``state`` both; measured with the embedded store; the team gateway's admission,
+# ``gateway.access.admission`` and ``keys``, is two of them)
 BOUNDS: dict[tuple[str, str], int] = {
-    ("chat", "openrouter"): 69,
-    ("chat", "anthropic"): 63,
-    ("chat", "gemini"): 66,
-    ("chat", "responses"): 66,
-    ("messages", "anthropic"): 60,
+    ("chat", "openrouter"): 71,
+    ("chat", "anthropic"): 65,
+    ("chat", "gemini"): 68,
+    ("chat", "responses"): 68,
+    ("messages", "anthropic"): 62,
 }
 TARGET = 30  # issue 33's goal for the chat -> OpenRouter walk: not met yet (ARCHITECTURE.md)
 
