@@ -14,6 +14,7 @@ stages as one, and an unroutable model fails before the store is asked and befor
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -112,7 +113,6 @@ class Codec:
         found = self.caps_for(req.model)
         caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
-        admission.check_model(self.grant, req.model)
         self.call = Call(caps, req)
         metrics.observe_dropped_params(req.surface.dropped_params, caps.kind)  # (a surface that may drop some)
         return req
@@ -207,21 +207,28 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     ex = codec.ex = await exchange_from(request, kind.surface)
     gw = codec.gw
     metrics.bind(ex)
-    codec.grant = await admission.admit(ex.headers, gw)
-    if codec.grant is None:
-        return await _handle(request, codec)
+    # the gateway key's round trip overlaps the decode and the load; its refusal comes before any other error
+    admitting = asyncio.ensure_future(admission.admit(ex.headers, gw))
     try:
-        response = await _handle(request, codec)
+        response = await _handle(request, codec, admitting)
     except BaseException:
-        await admission.release(codec.grant, None, gw)
+        try:
+            grant = await admitting
+        except GatewayError as refused:
+            raise refused from None
+        await admission.release(grant, None, gw)
         raise
-    return admission.released_after(response, codec.grant, ex, gw)
+    return response if codec.grant is None else admission.released_after(response, codec.grant, ex, gw)
 
 
-async def _handle(request: HTTPRequest, codec: Codec) -> Response:
+async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[admission.Grant | None] | None = None
+                  ) -> Response:
     ex, gw = codec.ex, codec.gw
     await codec.prepare()
+    if admitting is not None:
+        codec.grant = await admitting
     assert ex.request is not None
+    admission.check_model(codec.grant, ex.request.model)
     pipeline.served(ex)
     path, headers, query = codec.target()
     stream = ex.request.is_stream and codec.may_stream
