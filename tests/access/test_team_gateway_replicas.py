@@ -107,3 +107,25 @@ def test_a_client_without_a_gateway_key_is_refused(team: tuple[HAProxy, list[Ser
         client.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
     if before is not None:
         assert sim.stats()["requests"] == before
+
+
+def _usage(url: str, name: str) -> dict[str, Any]:
+    report = httpx.get(f"{url}/admin/usage?days=1&key={name}", headers={"authorization": f"Bearer {ADMIN}"},
+                       timeout=10).json()["usage"][name]
+    return next(iter(report.values()), {}).get(MODEL, {})  # type: ignore[no-any-return]
+
+
+def test_tokens_and_budget_trip_on_the_shared_store(team: tuple[HAProxy, list[ServerProcess]]) -> None:
+    """The limits are counted as each answer completes (RELEASE, after its last byte) on the real store and read by
+    the other replica's ADMIT: once a request's count landed, the next request is refused."""
+    lb, _ = team
+    client = anthropic.Anthropic(base_url=lb.url, api_key=_create(lb.url, name="erin", tpm=1), max_retries=0)
+    assert _ask(client) == 200
+    wait_for(lambda: _usage(lb.url, "erin").get("input"), "erin's tokens counted")
+    assert [_ask(client) for _ in range(2)] == [429, 429]  # the first answer's tokens used the minute up
+    spender = anthropic.Anthropic(base_url=lb.url, api_key=_create(lb.url, name="fay", budget_usd="0.000001/day"),
+                                  max_retries=0)
+    assert _ask(spender) == 200
+    wait_for(lambda: _usage(lb.url, "fay").get("cost_usd"), "fay's spend counted")
+    assert [_ask(spender) for _ in range(2)] == [429, 429]
+    assert _usage(lb.url, "fay")["cost_usd"] > 0.000001
