@@ -316,7 +316,10 @@ def _count_tokens_rejection(state: _State, body: Any, betas: frozenset[str]) -> 
 
 
 def _active_fault(state: _State, reply: Reply) -> str | None:
-    return state.take_fault(reply.fault, reply.conversation, reply.round, reply.scenario.fault_times)
+    # (a named conversation's faults are counted across profiles: a request that falls back to another one is the
+    # same conversation's)
+    scenario = reply.scenario
+    return state.take_fault(reply.fault, scenario.conv or reply.conversation, reply.round, scenario.fault_times)
 
 
 async def _respond(state: _State, reply: Reply, stream: bool, rid: str) -> Response:

@@ -34,7 +34,7 @@ async def inject(state: Any, scenario: Scenario, round_: int, conversation: str,
                  headers: dict[str, str] | None = None) -> tuple[str | None, Response | None]:
     """(the fault due now, the answer that replaces the model's when it is one of those)."""
     fault = scenario.fault if scenario.fault_round in (None, round_) else None
-    kind: str | None = state.take_fault(fault, conversation, round_, scenario.fault_times)
+    kind: str | None = state.take_fault(fault, scenario.conv or conversation, round_, scenario.fault_times)
     if kind is None or fault is None:
         return None, None
     if kind == "slow":

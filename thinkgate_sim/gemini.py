@@ -233,7 +233,7 @@ def gemini_routes(state: Any) -> list[Route]:
             round_ = tool_round(contents)
             fault = scenario.fault if scenario.fault_round in (None, round_) else None
             conversation = hashlib.sha256(first_user_text(contents).encode()).hexdigest()
-            kind = state.take_fault(fault, conversation, round_, scenario.fault_times)
+            kind = state.take_fault(fault, scenario.conv or conversation, round_, scenario.fault_times)
             if kind == "slow":
                 await asyncio.sleep(scenario.fault.value / 1000)  # type: ignore[union-attr]
             if kind == "overloaded" or (kind == "midstream" and action == "generateContent"):

@@ -50,7 +50,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("[[sim:fault=KIND]]", "overloaded (529), midstream (an error event after 200), slow:MS (first byte after MS "
                            "ms), drop (connection closed mid-body), ratelimit:S (429 with retry-after: S)"),
     ("[[sim:fault_round=R]]", "inject the fault in tool round R only"),
-    ("[[sim:fault_times=N]]", "inject the fault in the first N requests of a conversation and round only"),
+    ("[[sim:fault_times=N]]", "inject the fault in the first N requests of a conversation and round only (a "
+                              "[[sim:conv=NAME]] conversation: on every profile together)"),
     ("[[sim:arg=TEXT]]", "string arguments of the tool calls are TEXT (default sim-<round>-<call>): a command an "
                          "agent's shell tool can run, e.g. [[sim:arg=echo done]]"),
     ("[[sim:tool=NAME]]", "the tool rounds call the tool NAME when the request offers it (default: the first tool "

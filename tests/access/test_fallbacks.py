@@ -8,13 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import openai
 import orjson
+import pytest
 from prometheus_client import REGISTRY
 
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
 from state.memory_store import MemoryStore
 from tests.gateway.test_handler import GEMINI_ANSWER, FakeUpstream
+from tests.process_fixtures import GatewayFactory, Sim
 
 OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 CHAT = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
@@ -57,3 +60,33 @@ async def test_a_client_error_is_not_a_reason_to_fall_back() -> None:
     up = FakeUpstream("gemini", body=GEMINI_ANSWER)
     answer = await _chat("claude-sonnet-4-5=gemini-3-pro-preview", bad, up)
     assert answer.status_code == 400 and not up.sent
+
+
+@pytest.mark.process
+def test_a_tool_loop_falls_back_mid_loop_with_zero_4xx(sim: Sim, gateways: GatewayFactory) -> None:
+    """Anthropic direct answers 529 once, at the loop's second round: the round goes to an OpenRouter route for the
+    same model (its fallback), every replayed turn judged for that target; the loop finishes with no upstream 4xx,
+    and thinking is kept on every turn that went to Anthropic."""
+    env = {"GATEWAY_ROUTES": f"anthropic/=openrouter@{sim.url}/openrouter/api/v1",
+           "GATEWAY_FALLBACKS": "claude-sonnet-4-5=anthropic/claude-sonnet-4.5"}
+    gw = gateways.start(sim.url, env)
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-fallback-loop", max_retries=0)
+    before = sim.stats()
+    prompt = ("[[sim:conv=fallback-loop]] [[sim:tools=3]] [[sim:fault=overloaded]] [[sim:fault_round=2]] "
+              "[[sim:fault_times=1]] weather in Paris?")
+    messages: list[Any] = [{"role": "user", "content": prompt}]
+    tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    served: list[str] = []
+    for _ in range(4):
+        answer = client.chat.completions.create(model="claude-sonnet-4-5", messages=messages, tools=tools,
+                                                reasoning_effort="low")
+        msg = answer.choices[0].message
+        served.append(answer.model)
+        messages.append(msg.model_dump(exclude_none=True))
+        if not msg.tool_calls:
+            break
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "sunny"} for c in msg.tool_calls]
+    after = sim.stats()
+    assert after["rejections"] == before["rejections"], after["rejections"]  # no upstream 4xx
+    assert "anthropic/claude-sonnet-4.5" in served and served[-1] == "claude-sonnet-4-5", served
+    assert not msg.tool_calls and msg.content
