@@ -16,6 +16,7 @@ import pytest
 
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
+from state.errors import StoreUnavailable
 from state.memory_store import MemoryStore
 from tests.gateway.test_handler import FakeUpstream
 from tests.gateway.test_route_once import ANTHROPIC_ANSWER
@@ -188,3 +189,31 @@ async def test_a_budget_is_spent_at_the_documented_point_and_usage_is_reported(g
     assert 'gateway_key_tokens_total{key="ivan",type="input"} 9.0' in shown
     assert 'gateway_key_spend_usd_total{key="ivan"}' in shown
     assert (await gw.admin("GET", "/admin/usage?days=40")).status_code == 400
+
+
+class Away(MemoryStore):
+    """The embedded store, but its gateway-key round trips fail while ``away``."""
+
+    away = False
+
+    async def admit(self, key_id: str, secret_hash: str, now_ms: int) -> Any:
+        if self.away:
+            raise StoreUnavailable("away")
+        return await super().admit(key_id, secret_hash, now_ms)
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+async def test_with_the_store_away_a_key_is_refused_or_admitted_as_the_setting_says(fail_open: bool) -> None:
+    store = Away()
+    settings = Settings(admin_token=ADMIN, upstream_api_keys=f"anthropic={UPSTREAM_KEY}", limits_fail_open=fail_open)
+    upstream = FakeUpstream("anthropic", body=ANTHROPIC_ANSWER)
+    app = create_app(settings, store=store, upstreams={"anthropic": upstream})  # type: ignore[dict-item]
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        gw = Gateway(client, upstream)
+        known, unknown = await gw.key("jo", rpm=1), "tgk_0123456789ab_" + "B" * 43
+        assert (await gw.message(known)).status_code == 200  # admitted once: this worker knows it
+        store.away = True
+        answers = [(await gw.message(known)).status_code for _ in range(2)]
+        assert answers == ([200, 200] if fail_open else [503, 503])  # (fail open: without its limits)
+        assert (await gw.message(unknown)).status_code == 503  # never admitted here: not admitted now
