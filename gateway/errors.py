@@ -80,6 +80,16 @@ def openai_error_body(status: int, message: str, error_type: str | None = None,
                       "code": code or etype}}
 
 
+_DIALECT_HEADERS = {"anthropic": "anthropic-ratelimit-", "openai": "x-ratelimit-"}
+
+
+def dialect_headers(headers: dict[str, str], dialect: Dialect) -> dict[str, str]:
+    """An error's headers as the client's dialect names them: another dialect's rate-limit headers left out."""
+    own = _DIALECT_HEADERS.get(dialect)
+    return {k: v for k, v in headers.items()
+            if not any(k.startswith(p) for p in _DIALECT_HEADERS.values()) or (own and k.startswith(own))}
+
+
 def render_error(dialect: Dialect, err: GatewayError, request_id: str | None = None) -> tuple[int, bytes]:
     """Render ``err`` as (status, JSON body) in the client's protocol shape."""
     if dialect == "anthropic":

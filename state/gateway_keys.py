@@ -53,21 +53,24 @@ class KeyRecord:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """What ADMIT answered: ``status`` ok, unknown, revoked, expired, rpm, tpm or concurrency; for ok, the key's
-    name and models and whether a concurrency slot was taken; for a limit, how long to wait (ms)."""
+    """What ADMIT answered: ``status`` ok, unknown, revoked, expired, rpm, tpm, concurrency or budget; for ok, the
+    key's name and models and whether a concurrency slot was taken; for a limit, how long to wait (ms) and the
+    limit (0: not reported)."""
 
     status: str
     name: str = ""
     models: str = ""
     held: bool = False
     retry_ms: int = 0
+    limit: int = 0
 
     @classmethod
     def parse(cls, reply: list[Any]) -> Admission:
         status = _text(reply[0]) if reply else "unknown"
         if status == "ok":
             return cls(status, _text(reply[1]), _text(reply[2]), bool(int(reply[3])))
-        return cls(status, retry_ms=int(reply[1]) if len(reply) > 1 else 0)
+        return cls(status, retry_ms=int(reply[1]) if len(reply) > 1 else 0,
+                   limit=int(reply[2]) if len(reply) > 2 else 0)
 
 
 def _text(value: Any) -> str:

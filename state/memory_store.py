@@ -195,20 +195,20 @@ class MemoryStore(EngineStore):
             return ["budget", args[at - 3]]
         tpm = int(rec.get("tpm") or 0)
         if tpm > 0 and int(self._ks.get(names[3]) or 0) >= tpm:
-            return ["tpm", 60000 - now % 60000]
+            return ["tpm", 60000 - now % 60000, tpm]
         rpm = int(rec.get("rpm") or 0)
         tat: float | None = None
         if rpm > 0:
             step = 60000 / rpm
             tat = max(float(self._ks.get(names[1]) or 0), now)
             if tat - now > 60000 - step:
-                return ["rpm", math.ceil(tat - now - (60000 - step))]
+                return ["rpm", math.ceil(tat - now - (60000 - step)), rpm]
             tat += step
         cc = int(rec.get("concurrency") or 0)
         if cc > 0:
             held = int(self._ks.get(names[2]) or 0) + 1
             if held > cc:
-                return ["concurrency", 1000]
+                return ["concurrency", 1000, cc]
             self._ks.put(names[2], held, 600)
         if tat is not None:
             self._ks.put(names[1], round(tat, 3), 60)

@@ -262,7 +262,7 @@ return out
 # KEYS: record, rate, concurrency, tokens of the current minute, spend of this day, week, month.
 # ARGV: secret hash, now (ms), ms until the end of this day, week, month.
 # Reply: {'ok', name, models, 1 when a concurrency slot was taken} | {'unknown'} | {'revoked'} | {'expired'}
-#        | {'rpm' | 'tpm' | 'concurrency' | 'budget', retry after (ms)}
+#        | {'rpm' | 'tpm' | 'concurrency' | 'budget', retry after (ms)[, the limit]}
 ADMIT = LuaScript("admit", """
 local r = redis.call('HMGET', KEYS[1], 'hash', 'revoked', 'expires', 'rpm', 'tpm', 'concurrency', 'name', 'models',
                      'budget_micros', 'budget_period')
@@ -278,7 +278,7 @@ if budget > 0 then
 end
 local tpm = tonumber(r[5] or '0') or 0
 if tpm > 0 and (tonumber(redis.call('GET', KEYS[4]) or '0') or 0) >= tpm then
-  return {'tpm', 60000 - (now % 60000)}
+  return {'tpm', 60000 - (now % 60000), tpm}
 end
 local rpm = tonumber(r[4] or '0') or 0
 local tat = nil
@@ -286,7 +286,7 @@ if rpm > 0 then
   local step = 60000 / rpm
   tat = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if tat < now then tat = now end
-  if tat - now > 60000 - step then return {'rpm', math.ceil(tat - now - (60000 - step))} end
+  if tat - now > 60000 - step then return {'rpm', math.ceil(tat - now - (60000 - step)), rpm} end
   tat = tat + step
 end
 local cc = tonumber(r[6] or '0') or 0
@@ -295,7 +295,7 @@ if cc > 0 then
   redis.call('PEXPIRE', KEYS[3], 600000)
   if n > cc then
     redis.call('DECR', KEYS[3])
-    return {'concurrency', 1000}
+    return {'concurrency', 1000, cc}
   end
 end
 if tat then redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', 60000) end

@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from starlette.background import BackgroundTask
@@ -36,6 +37,7 @@ from gateway.dialects.usage import token_counts
 from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
 from state.errors import StoreError
+from state.gateway_keys import Admission
 
 if TYPE_CHECKING:
     from gateway.app.deps import Gateway
@@ -117,13 +119,26 @@ async def admit(headers: Mapping[str, str], gw: Gateway) -> Grant | None:
             raise ClientError(429, f"gateway key budget spent for this period; it renews in {wait} s",
                               "rate_limit_error", "insufficient_quota", headers={"retry-after": str(wait)})
         raise ClientError(429, f"gateway key rate limit reached ({_LIMITS[found.status]}); retry in {wait} s",
-                          "rate_limit_error", headers={"retry-after": str(wait)})
+                          "rate_limit_error", headers={"retry-after": str(wait), **_limit_headers(found, wait)})
     gw.admitted.forget(parsed)
     metrics.observe_admission("invalid")
     raise ClientError(401, INVALID, "authentication_error")
 
 
 _LIMITS = {"rpm": "requests per minute", "tpm": "tokens per minute", "concurrency": "requests in flight"}
+
+
+def _limit_headers(found: Admission, wait: int) -> dict[str, str]:
+    """The rate-limit headers of the limit that refused, in each dialect's names (the error renderer keeps the
+    client's: Anthropic's ``anthropic-ratelimit-*``, OpenAI's ``x-ratelimit-*``)."""
+    what = {"rpm": "requests", "tpm": "tokens"}.get(found.status)
+    if what is None or not found.limit:
+        return {}
+    reset = datetime.now(UTC) + timedelta(seconds=wait)
+    return {f"anthropic-ratelimit-{what}-limit": str(found.limit), f"anthropic-ratelimit-{what}-remaining": "0",
+            f"anthropic-ratelimit-{what}-reset": reset.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            f"x-ratelimit-limit-{what}": str(found.limit), f"x-ratelimit-remaining-{what}": "0",
+            f"x-ratelimit-reset-{what}": f"{wait}s"}
 
 
 def check_model(grant: Grant | None, model: str) -> None:

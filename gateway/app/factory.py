@@ -23,7 +23,7 @@ from gateway.app.settings import Settings
 from gateway.continuation.record_retry import RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
 from gateway.dialects import prices
-from gateway.errors import GatewayError, new_request_id, render_error
+from gateway.errors import GatewayError, dialect_headers, new_request_id, render_error
 from gateway.ops import metrics, metrics_workers
 from gateway.ops.metrics_store import instrument_store
 from gateway.ops.tracing import TraceMiddleware, Tracing, trace_store
@@ -82,7 +82,7 @@ def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
     dialect = dialect_for_request(request.url.path, {k.lower(): v for k, v in request.headers.items()},
                                   request.url.query, request.method)
     status, body = render_error(dialect, err, rid)
-    headers = {**(err.headers or {}), **({"request-id": rid} if rid else {})}
+    headers = {**dialect_headers(err.headers or {}, dialect), **({"request-id": rid} if rid else {})}
     return Response(body, status_code=status, media_type="application/json", headers=headers or None)
 
 

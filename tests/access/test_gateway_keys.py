@@ -116,6 +116,15 @@ async def test_requests_per_minute_past_the_limit_get_429_with_retry_after(gw: G
     refused = await gw.message(key)
     assert statuses == [200, 200, 200] and refused.status_code == 429
     assert refused.json()["error"]["type"] == "rate_limit_error" and int(refused.headers["retry-after"]) >= 1
+    # the dialect's own rate-limit headers, and not another dialect's
+    assert refused.headers["anthropic-ratelimit-requests-limit"] == "3"
+    assert refused.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert not [h for h in refused.headers if h.startswith("x-ratelimit-")]
+    chat = await gw.client.post("/v1/chat/completions", content=orjson.dumps(CHAT),
+                                headers={"authorization": f"Bearer {key}"})
+    assert chat.status_code == 429 and chat.headers["x-ratelimit-limit-requests"] == "3"
+    assert chat.headers["x-ratelimit-reset-requests"].endswith("s")
+    assert not [h for h in chat.headers if h.startswith("anthropic-ratelimit-")]
     updated = await gw.admin("PATCH", "/admin/keys/frank", {"rpm": 0})
     assert updated.status_code == 200 and (await gw.message(key)).status_code == 200
 
