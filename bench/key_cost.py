@@ -6,7 +6,9 @@ Starts the simulator, one local redis-server and one thinkgate (``GATEWAY_UPSTRE
 a gateway key with every limit on (requests and tokens per minute, requests in flight, a budget: each high enough
 never to refuse), then sends the same replayed Anthropic tool loop (``--turns`` turns, faithful) alternately under the
 client's own key (the baseline: no admission) and under the gateway key, on keep-alive connections, and prints the
-p50 and p90 latency of each and the difference, in the same run.
+p50 and p90 latency of each and the difference, in the same run. Then the refusal's timing: the same key id with
+its right secret and with a wrong one of the same length, each checked (``Store.admit``, as a request is) alternately
+against the same store: their medians, which should not differ (one SHA-256 and one script either way).
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ async def run(samples: int, turns: int) -> None:
                     "name": "bench", "rpm": 1_000_000, "tpm": 1_000_000_000, "concurrency": 1000,
                     "budget_usd": "1000000/month"}) as r:
                 key = (await r.json())["key"]
+            async with session.post(gw.url + "/admin/keys", headers={"authorization": f"Bearer {ADMIN}"},
+                                    json={"name": "timing"}) as r:  # no limits: nothing held across the rounds
+                plain = (await r.json())["key"]
             own = "sk-ant-bench-client"
             bodies = {"client key": (await history(session, gw.url, own, turns), own),
                       "gateway key": (await history(session, gw.url, key, turns), key)}
@@ -81,10 +86,38 @@ async def run(samples: int, turns: int) -> None:
         print(f"  added by the gateway key: p50 {p50['gateway key'] - p50['client key']:+.2f} ms, "
               f"p90 {p90['gateway key'] - p90['client key']:+.2f} ms "
               f"(ratio {p50['gateway key'] / p50['client key']:.3f})")
+        await timing(redis.url, plain)
     finally:
         gw.stop()
         sim.stop()
         redis.stop()
+
+
+async def timing(url: str, key: str, rounds: int = 2000) -> None:
+    """The admission of the right secret and of a wrong one of the same length, alternately, on the same store
+    (``key``: one without limits, so that nothing is held across the rounds)."""
+    from gateway.access import keys
+    from state.factory import open_store
+    store = open_store(url)
+    await store.start()
+    key_id, right = keys.parse(key) or ("", "")
+    wrong_key = key[:-1] + ("A" if key[-1] != "A" else "B")
+    _, wrong = keys.parse(wrong_key) or ("", "")
+    times: dict[str, list[float]] = {"right": [], "wrong": []}
+    try:
+        for i in range(rounds):
+            order = (("right", right), ("wrong", wrong)) if i % 2 else (("wrong", wrong), ("right", right))
+            for name, digest in order:
+                t0 = time.perf_counter()
+                presented = key if name == "right" else wrong_key
+                keys.parse(presented)  # (the hashing, as a request does it)
+                await store.admit(key_id, digest, int(time.time() * 1000))
+                times[name].append((time.perf_counter() - t0) * 1e6)
+    finally:
+        await store.close()
+    med = {n: statistics.median(v) for n, v in times.items()}
+    print(f"admission of the same key id, {rounds} each, alternately: right secret p50 {med['right']:.1f} us, "
+          f"wrong secret p50 {med['wrong']:.1f} us (difference {med['wrong'] - med['right']:+.1f} us)")
 
 
 def main() -> None:

@@ -61,6 +61,15 @@ class Lru(Generic[K, V]):
             self.total_cost += cost
             self._trim()
 
+    def pop(self, key: K) -> V | None:
+        """Forget ``key``; its value, if it was held."""
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is None:
+                return None
+            self.total_cost -= old[1]
+            return old[0]
+
     def resize(self, entries: int, max_cost: int | None = None) -> None:
         with self._lock:
             self.entries = max(0, entries)

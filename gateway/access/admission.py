@@ -21,7 +21,6 @@ import fnmatch
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +37,7 @@ from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
 from state.errors import StoreError
 from state.gateway_keys import Admission
+from state.lru import Lru
 
 if TYPE_CHECKING:
     from gateway.app.deps import Gateway
@@ -68,17 +68,13 @@ class AdmittedKeys:
     away, when ``GATEWAY_LIMITS_FAIL_OPEN`` says so. Bounded (LRU); holds no conversation state."""
 
     def __init__(self, limit: int = ADMITTED_KEYS) -> None:
-        self._limit = limit
-        self._known: OrderedDict[tuple[str, str], Grant] = OrderedDict()
+        self._known: Lru[tuple[str, str], Grant] = Lru(limit)
 
     def remember(self, key: tuple[str, str], grant: Grant) -> None:
-        self._known[key] = grant
-        self._known.move_to_end(key)
-        while len(self._known) > self._limit:
-            self._known.popitem(last=False)
+        self._known.put(key, grant)
 
     def forget(self, key: tuple[str, str]) -> None:
-        self._known.pop(key, None)
+        self._known.pop(key)
 
     def get(self, key: tuple[str, str]) -> Grant | None:
         return self._known.get(key)

@@ -40,3 +40,11 @@ def test_an_object_lru_is_keyed_by_identity_and_holds_its_objects() -> None:
     lru.resize(0)
     lru.put(a, "a")
     assert lru.get(a) is None and len(lru) == 0
+
+
+def test_a_popped_entry_is_forgotten_and_its_cost_given_back() -> None:
+    lru: Lru[str, bytes] = Lru(4, 100, lambda k, v: len(v))
+    lru.put("a", b"x" * 10)
+    lru.put("b", b"y" * 20)
+    assert lru.pop("a") == b"x" * 10 and lru.get("a") is None and lru.total_cost == 20
+    assert lru.pop("a") is None and len(lru) == 1
