@@ -43,7 +43,7 @@ def test_an_object_lru_is_keyed_by_identity_and_holds_its_objects() -> None:
 
 
 def test_a_popped_entry_is_forgotten_and_its_cost_given_back() -> None:
-    lru: Lru[str, bytes] = Lru(4, 100, lambda k, v: len(v))
+    lru: Lru[str, bytes] = Lru(4, 10_000, lambda k, v: len(v))
     lru.put("a", b"x" * 10)
     lru.put("b", b"y" * 20)
     assert lru.pop("a") == b"x" * 10 and lru.get("a") is None and lru.total_cost == 20
