@@ -5,6 +5,7 @@ leaves), the refusals in the client's own dialect (invalid, revoked, a model the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ SSE = (Path(__file__).resolve().parents[1] / "fixtures" / "sse_thinking_tool_use
 class Gateway:
     def __init__(self, client: httpx.AsyncClient, upstream: FakeUpstream) -> None:
         self.client, self.upstream = client, upstream
+        self.store: Any = None
 
     async def admin(self, method: str, path: str, body: Any = None, token: str | None = ADMIN) -> httpx.Response:
         headers = {"authorization": f"Bearer {token}"} if token is not None else {}
@@ -55,7 +57,9 @@ async def gw(request: pytest.FixtureRequest) -> AsyncIterator[Gateway]:
     app = create_app(settings, store=MemoryStore(), upstreams={"anthropic": upstream})  # type: ignore[dict-item]
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
-        yield Gateway(client, upstream)
+        gw = Gateway(client, upstream)
+        gw.store = app.state.gateway.store
+        yield gw
 
 
 async def test_the_admin_api_wants_its_token(gw: Gateway) -> None:
@@ -226,3 +230,12 @@ async def test_with_the_store_away_a_key_is_refused_or_admitted_as_the_setting_s
         answers = [(await gw.message(known)).status_code for _ in range(2)]
         assert answers == ([200, 200] if fail_open else [503, 503])  # (fail open: without its limits)
         assert (await gw.message(unknown)).status_code == 503  # never admitted here: not admitted now
+
+
+async def test_an_expired_key_is_refused(gw: Gateway) -> None:
+    key = await gw.key("kim", expires_in_days=30)
+    assert (await gw.message(key)).status_code == 200
+    record = next(r for r in await gw.store.key_records() if r.name == "kim")
+    assert record.expires > 0
+    assert await gw.store.key_put(dataclasses.replace(record, expires=1), create=False) == "ok"  # (long past)
+    assert (await gw.message(key)).status_code == 401
