@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from gateway.access import keys
@@ -185,37 +184,33 @@ async def release(grant: Grant | None, turn: Turn | None, gw: Gateway, model: st
 
 
 def released_after(response: Response, grant: Grant, ex: Exchange, gw: Gateway) -> Response:
-    """``response`` whose end gives the grant back (``release``, once): after its last byte went (a background task
-    of the response), or in the background when the client leaves a stream before its end."""
-    released = False
+    """``response`` whose end gives the grant back (``release``), in the background: a whole answer's as it is
+    handed to the server, a stream's once its last byte went or its client left. The server does not wait for the
+    round trip (a keep-alive connection's next request would), so a count lands just after its answer (``settled``
+    awaits those in flight)."""
+    if not isinstance(response, StreamingResponse):
+        _later(release(grant, ex.turn, gw, ex.request.model if ex.request is not None else ""))
+        return response
+    body = response.body_iterator
 
-    async def once() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            await release(grant, ex.turn, gw, ex.request.model if ex.request is not None else "")
+    async def relayed() -> AsyncIterator[Any]:
+        try:
+            async for chunk in body:
+                yield chunk
+        finally:
+            _later(release(grant, ex.turn, gw, ex.request.model if ex.request is not None else ""))
 
-    if isinstance(response, StreamingResponse):
-        body = response.body_iterator
-
-        async def relayed() -> AsyncIterator[Any]:
-            ended = False
-            try:
-                async for chunk in body:
-                    yield chunk
-                ended = True
-            finally:
-                if not ended:
-                    _later(once())
-
-        response.body_iterator = relayed()
-    if response.background is not None:
-        raise RuntimeError("a response with a background task of its own")  # (none has one today)
-    response.background = BackgroundTask(once)
+    response.body_iterator = relayed()
     return response
 
 
 _PENDING: set[asyncio.Task[None]] = set()
+
+
+async def settled() -> None:
+    """Until every release in flight landed (the app's shutdown: no count is lost; tests)."""
+    while _PENDING:
+        await asyncio.gather(*list(_PENDING), return_exceptions=True)
 
 
 def _later(work: Coroutine[Any, Any, None]) -> None:

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.access import admission
 from gateway.access import http as admin
 from gateway.app import allocator
 from gateway.app.deps import Gateway, WorkerCaches
@@ -188,6 +189,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             if gw.record_retry is not None:
                 await gw.record_retry.close()
                 gw.record_retry = None
+            await admission.settled()  # (the gateway keys' counts in flight land before the store closes)
             if gw.store is not None:
                 await gw.store.close()
             gw.tracing.shutdown()

@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.access import admission
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
 from state.errors import StoreUnavailable
@@ -45,8 +46,11 @@ class Gateway:
         return str(made.json()["key"])
 
     async def message(self, key: str, body: dict[str, Any] = MESSAGE) -> httpx.Response:
-        return await self.client.post("/v1/messages", content=orjson.dumps(body),
-                                      headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
+        """One request; then its key's counts land (``admission.settled``: they are counted just after the answer)."""
+        answer = await self.client.post("/v1/messages", content=orjson.dumps(body),
+                                        headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
+        await admission.settled()
+        return answer
 
 
 @pytest.fixture()
