@@ -29,17 +29,18 @@ def _json(out: subprocess.CompletedProcess[str]) -> Any:
 
 
 def test_keys_are_created_listed_updated_and_revoked(redis_url: str) -> None:
-    made = _json(thinkgate(redis_url, "keys", "create", "--name", "alice", "--models", "claude-*,gemini-*",
+    made = _json(thinkgate(redis_url, "keys", "create", "--name", "cli-alice", "--models", "claude-*,gemini-*",
                            "--rpm", "60", "--budget-usd", "50/month"))
     assert made["key"].startswith("tgk_") and made["models"] == ["claude-*", "gemini-*"] and made["rpm"] == 60
     assert made["budget_micros"] == 50_000_000 and made["budget_period"] == "month"
     listed = thinkgate(redis_url, "keys", "list")
-    assert made["key"] not in listed.stdout and [k["name"] for k in _json(listed)["keys"]] == ["alice"]
-    assert _json(thinkgate(redis_url, "keys", "update", "--name", "alice", "--rpm", "5"))["rpm"] == 5
-    assert _json(thinkgate(redis_url, "keys", "revoke", "--name", "alice"))["revoked"] is True
-    again = thinkgate(redis_url, "keys", "create", "--name", "alice")
-    assert again.returncode == 1 and "a key named alice exists" in again.stderr
-    assert _json(thinkgate(redis_url, "usage", "--days", "3")) == {"days": 3, "usage": {"alice": {}}}
+    assert made["key"] not in listed.stdout and "cli-alice" in [k["name"] for k in _json(listed)["keys"]]
+    assert _json(thinkgate(redis_url, "keys", "update", "--name", "cli-alice", "--rpm", "5"))["rpm"] == 5
+    assert _json(thinkgate(redis_url, "keys", "revoke", "--name", "cli-alice"))["revoked"] is True
+    again = thinkgate(redis_url, "keys", "create", "--name", "cli-alice")
+    assert again.returncode == 1 and "a key named cli-alice exists" in again.stderr
+    assert _json(thinkgate(redis_url, "usage", "--days", "3", "--name", "cli-alice")) == {
+        "days": 3, "usage": {"cli-alice": {}}}
 
 
 @pytest.mark.process
