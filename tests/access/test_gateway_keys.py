@@ -6,6 +6,7 @@ leaves), the refusals in the client's own dialect (invalid, revoked, a model the
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,3 +244,19 @@ async def test_an_expired_key_is_refused(gw: Gateway) -> None:
     assert record.expires > 0
     assert await gw.store.key_put(dataclasses.replace(record, expires=1), create=False) == "ok"  # (long past)
     assert (await gw.message(key)).status_code == 401
+
+
+async def test_admin_actions_are_audited_and_no_key_reaches_a_log(gw: Gateway,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    key = await gw.key("lou", rpm=1)
+    assert (await gw.message(key)).status_code == 200
+    assert (await gw.message(key)).status_code == 429
+    await gw.admin("DELETE", "/admin/keys/lou")
+    assert (await gw.message(key)).status_code == 401
+    audit = [r.getMessage() for r in caplog.records if r.name == "thinkgate.audit"]
+    key_id = key.split("_")[1]
+    assert audit == [f"key created: lou ({key_id})", f"key revoked: lou ({key_id})"]
+    secret = key.split("_", 2)[2]
+    assert not [r for r in caplog.records if secret in r.getMessage() or secret in str(r.args)]
+    assert secret not in (await gw.client.get("/metrics")).text
