@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from thinkgate_sim import context
 from thinkgate_sim.binding import DEFAULT_BOUND_MODELS, Rejection, check_binding, is_bound
+from thinkgate_sim.cloud import cloud_routes
 from thinkgate_sim.compat import compat_routes
 from thinkgate_sim.convo import first_user_text
 from thinkgate_sim.deep_json import estimate_tokens
@@ -108,6 +109,7 @@ class _State:
         self.holding = 0
         self.fault_counts: Counter[tuple[str, int, str]] = Counter()
         self.oracle = ConversationOracle()  # kept across /_sim/reset: minted tokens stay minted
+        self.gemini_vertex: Any = None  # the Vertex Gemini handler (``gemini_routes``), behind ``cloud``'s bearer check
 
     async def take(self, request: Request) -> Any:
         """Count an incoming request and keep it as ``last`` (``/_sim/last``); its JSON body (None: not JSON, which
@@ -196,7 +198,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
         state.stats.requests += 1
         body, json_error = await _read_json(request)
         state.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                      "query": request.url.query, "raw": await request.body(),
+                      "query": request.url.query, "raw": await request.body(), "path": request.url.path,
                       "peer_port": request.client.port if request.client else None}
         conversation = _conversation(body)
         state.observe("anthropic", conversation, body)
@@ -206,30 +208,10 @@ def create_sim_app(config: SimConfig) -> Starlette:
         if json_error is not None:
             state.stats.rejections["0"] += 1
             return _error(400, json_error, rid, "invalid_request_error")
-        betas = _betas(request)
-        bound = isinstance(body, dict) and isinstance(body.get("model"), str) and is_bound(
-            body["model"], config.bound_models)
-        violation = check_messages_request(body, betas=betas, minter=state.minter,
-                                           strict_older_turns=config.strict_older_turns, bound=bound)
-        if violation is not None:
-            state.stats.rejections[str(violation.rule)] += 1
-            return _error(violation.status, violation.message, rid, violation.error_type)
-        edits = context.check_request(body, betas, state.minter, thinking_mode(body, bound) is not None)
-        if edits is not None:
-            state.stats.rejections[str(edits.rule)] += 1
-            return _error(400, edits.message, rid, "invalid_request_error")
-        outcome = (check_binding(body, minter=state.minter, betas=betas, enforced=config.binding_enforced)
-                   if bound else None)
-        if isinstance(outcome, Rejection):
-            state.stats.rejections[str(outcome.rule)] += 1
-            return _error(400, outcome.message, rid, "invalid_request_error")
-        state.stats.accepted += 1
-        seen = {**body, "messages": context.cut_at_compaction(body["messages"])}
-        plan = context.plan(body, state.minter, estimate_tokens(seen))
-        reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome,
-                           context=plan, default_tools=config.tools)
-        state.remember(conversation, minted_tokens(reply.message))
-        return await _respond(state, reply, bool(body.get("stream")), rid)
+        judged = judge(state, body, _betas(request))
+        if not isinstance(judged, Reply):
+            return _error(judged[0], judged[1], rid, judged[2])
+        return await _respond(state, judged, bool(body.get("stream")), rid)
 
     async def count_tokens(request: Request) -> Response:
         rid = new_id("req_01")
@@ -292,10 +274,40 @@ def create_sim_app(config: SimConfig) -> Starlette:
         Route("/_sim/last", last, methods=["GET"]),
         Route("/_sim/release", release, methods=["POST"]),
         *gemini_routes(state),
+        *cloud_routes(state, judge, state.gemini_vertex),
         *compat_routes(state),
         *responses_routes(state),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+def judge(state: _State, body: Any, betas: frozenset[str]) -> Reply | tuple[int, str, str | None]:
+    """A Messages request body (any platform's, as the Messages API reads it) judged by every rule: the scripted
+    reply, or the rejection (status, message, error type), counted in the stats."""
+    config = state.config
+    model = body.get("model") if isinstance(body, dict) else None
+    bound = isinstance(model, str) and is_bound(model, config.bound_models)
+    violation = check_messages_request(body, betas=betas, minter=state.minter,
+                                       strict_older_turns=config.strict_older_turns, bound=bound)
+    if violation is not None:
+        state.stats.rejections[str(violation.rule)] += 1
+        return violation.status, violation.message, violation.error_type
+    edits = context.check_request(body, betas, state.minter, thinking_mode(body, bound) is not None)
+    if edits is not None:
+        state.stats.rejections[str(edits.rule)] += 1
+        return 400, edits.message, "invalid_request_error"
+    outcome = (check_binding(body, minter=state.minter, betas=betas, enforced=config.binding_enforced)
+               if bound else None)
+    if isinstance(outcome, Rejection):
+        state.stats.rejections[str(outcome.rule)] += 1
+        return 400, outcome.message, "invalid_request_error"
+    state.stats.accepted += 1
+    seen = {**body, "messages": context.cut_at_compaction(body["messages"])}
+    plan = context.plan(body, state.minter, estimate_tokens(seen))
+    reply = plan_reply(body, betas=betas, minter=state.minter, interleaved=config.interleaved, bound=outcome,
+                       context=plan, default_tools=config.tools)
+    state.remember(_conversation(body), minted_tokens(reply.message))
+    return reply
 
 
 def _count_tokens_rejection(state: _State, body: Any, betas: frozenset[str]) -> tuple[int, str] | None:

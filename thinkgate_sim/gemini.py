@@ -274,6 +274,7 @@ def gemini_routes(state: Any) -> list[Route]:
                                        "supportedGenerationMethods": ["generateContent", "countTokens"]}
                                       for m in SIM_GEMINI_MODELS]})
 
+    state.gemini_vertex = handler(VERTEX)  # (also behind Vertex AI's own path and bearer check: ``cloud``)
     return [Route("/v1beta/models", list_models, methods=["GET"]),
             Route("/v1beta/models/{rest:path}", handler(AISTUDIO), methods=["POST"]),
             Route("/vertex/v1beta/models/{rest:path}", handler(VERTEX), methods=["POST"])]

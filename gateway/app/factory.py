@@ -58,10 +58,11 @@ HANDLERS = {"messages": messages.messages, "count_tokens": count_tokens.count_to
 def default_upstreams(settings: Settings) -> dict[str, Upstream]:
     """``anthropic`` and ``gemini`` always; ``openai`` when ``GATEWAY_OPENAI_BASE_URL`` is set; one more per
     OpenAI-compatible flavor that ``GATEWAY_ROUTES`` names with its own base URL."""
+    auths = settings.upstream_auths()
     return {
         name: Upstream(name, url, connect_timeout=settings.connect_timeout_s, read_timeout=settings.read_timeout_s,
                        retry=RetryPolicy(max(0, settings.upstream_retries),
-                                         max(0.0, settings.upstream_retry_max_delay_s)))
+                                         max(0.0, settings.upstream_retry_max_delay_s)), auth=auths.get(name))
         for name, url in settings.upstream_urls().items()
     }
 

@@ -8,7 +8,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal
 
 from gateway.dialects import prices
+from gateway.dialects.cloud import Auth, MissingExtra
 from gateway.dialects.gemini.parts import BYPASS_SIGNATURE, BYPASS_VALUES
+from gateway.dialects.registry import CLOUD
 from gateway.dialects.routing import FLAVORS, RouteError, Router, parse_routes
 from gateway.dialects.urls import credentials_problem, display_url, redact_urls
 from state.factory import check_store_url
@@ -22,7 +24,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-BASE_URL_FIELDS = ("anthropic_base_url", "gemini_base_url", "openai_base_url")
+BASE_URL_FIELDS = ("anthropic_base_url", "gemini_base_url", "openai_base_url", "bedrock_base_url", "vertex_base_url")
 CONTINUATIONS = frozenset({"splice", "carried_repair", "carried_sanitize"})
 
 
@@ -38,7 +40,12 @@ DESCRIPTIONS: dict[str, str] = {
     "openai_base_url": "default OpenAI-compatible upstream (every other model), with its version path; "
                        "unset: such models get 400",
     "openai_flavor": f"what that upstream is: {' | '.join(FLAVORS)}",
-    "routes": "extra routes checked first: PREFIX=anthropic|gemini|openai|FLAVOR@BASE_URL, comma-separated",
+    "routes": "extra routes checked first: PREFIX=anthropic|gemini|openai|FLAVOR@BASE_URL|PLATFORM@LOCATION "
+              "(bedrock@REGION, bedrock-converse@REGION, vertex@PROJECT/REGION), comma-separated",
+    "bedrock_base_url": "Bedrock runtime endpoint instead of https://bedrock-runtime.REGION.amazonaws.com (a VPC "
+                        "endpoint)",
+    "vertex_base_url": "Vertex AI endpoint instead of https://REGION-aiplatform.googleapis.com (Private Service "
+                       "Connect)",
     "connect_timeout_s": "upstream connect timeout, seconds (-> 502)",
     "read_timeout_s": "longest silence from the upstream while reading, seconds (-> 504)",
     "upstream_retries": "retries before the first byte (429/503/529, refused connections)",
@@ -98,6 +105,8 @@ class Settings:
     openai_base_url: str | None = None     # the default OpenAI-compatible upstream (unset: none)
     openai_flavor: str = "generic"         # generic | openrouter | copilot | deepseek
     routes: str = ""                       # extra routes, see gateway.dialects.routing.parse_routes
+    bedrock_base_url: str | None = None    # the cloud platforms' endpoints (unset: their public ones)
+    vertex_base_url: str | None = None
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0          # idle time between upstream bytes
     upstream_retries: int = 0              # retries before the first byte (429/503/529, refused);
@@ -176,8 +185,22 @@ class Settings:
         if self.openai_base_url:
             urls["openai"] = self.openai_base_url
         for name, route in self.router().named_upstreams().items():
-            urls[name] = route.base_url or ""
+            cloud = CLOUD.get(name) if route.location else None
+            urls[name] = (cloud.base_url(route.location, getattr(self, cloud.endpoint_setting)) if cloud is not None
+                          else route.base_url or "")
         return urls
+
+    def upstream_auths(self) -> dict[str, Auth]:
+        """The request signers of the cloud platforms the routes name (upstream name -> signer). A platform whose
+        credential library is not installed is a ``SettingsError``."""
+        out: dict[str, Auth] = {}
+        for name, route in self.router().named_upstreams().items():
+            if route.location and name in CLOUD:
+                try:
+                    out[name] = CLOUD[name].auth(route.location)
+                except MissingExtra as e:
+                    raise SettingsError(str(e)) from None
+        return out
 
     def __post_init__(self) -> None:
         """An upstream base URL with user info (or a query) is refused however the settings are built: it would
@@ -220,6 +243,8 @@ class Settings:
         _str(kw, "anthropic_base_url", get("ANTHROPIC_BASE_URL"))
         _str(kw, "gemini_base_url", get("GEMINI_BASE_URL"))
         _str(kw, "openai_base_url", get("OPENAI_BASE_URL"))
+        _str(kw, "bedrock_base_url", get("BEDROCK_BASE_URL"))
+        _str(kw, "vertex_base_url", get("VERTEX_BASE_URL"))
         if (v := get("OPENAI_FLAVOR")) and v not in FLAVORS:
             raise SettingsError(f"GATEWAY_OPENAI_FLAVOR must be one of {', '.join(FLAVORS)}")
         _str(kw, "openai_flavor", v)

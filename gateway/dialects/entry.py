@@ -55,7 +55,15 @@ class Dialect:
     paired_reasoning = False  # a thought block goes back only as its recorded reasoning item, in its place (rule 8)
     binding_retry = False     # a binding 400 is answered by one retry without the bound blocks (``pipeline``)
     passthrough_from = ""     # the client protocol whose untouched request bytes this upstream takes as they are
+    wire = "openai"           # the request/answer protocol it speaks: anthropic, gemini, openai, responses, converse
+    platform = ""             # the cloud that serves the model (aws, gcp; "": the model's own vendor's API)
+    params_column = "openai"  # its column of the chat parameters table (``gateway.dialects.params``)
     errors: ErrorPatterns = ()  # its own error texts, classified before the shared table
+
+    @property
+    def messages_platform(self) -> bool:
+        """Claude on a cloud platform in the Messages API's own form: a Messages client's request goes there."""
+        return bool(self.platform) and self.wire == "anthropic"
 
     def signs_calls(self, caps: ModelCaps) -> bool:
         """Whether the current turn's first call of each step must carry a Gemini signature (rule 7)."""

@@ -29,8 +29,12 @@ ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini", "responses")
 
 
 def route_of(kind: str) -> Route:
-    """The table's column for an upstream kind (a kind the table has no column for: ``openai``'s, the widest)."""
-    return _COLUMNS.get(kind, "openai")
+    """The table's column for an upstream kind (its entry's ``params_column``: Claude on a cloud platform reads the
+    Anthropic column; a kind the table has no column for reads ``openai``'s, the widest)."""
+    from gateway.dialects import registry  # (the registry's entries import nothing of this table)
+
+    entry = registry.DIALECTS.get(kind)
+    return _COLUMNS.get(entry.params_column if entry is not None else kind, "openai")
 
 
 _COLUMNS: dict[str, Route] = {r: r for r in ROUTES}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.dialects import anthropic, copilot, deepseek, gemini, openrouter, responses
+from gateway.dialects import anthropic, bedrock, copilot, deepseek, gemini, openrouter, responses, vertex
+from gateway.dialects.cloud import CloudTarget
 from gateway.dialects.entry import Dialect
 from gateway.dialects.openai_compat import OpenAICompat
 from gateway.dialects.openai_compat.flavor import GENERIC, Flavor
@@ -19,12 +20,15 @@ if TYPE_CHECKING:
 
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (GENERIC, openrouter.FLAVOR, copilot.FLAVOR, deepseek.FLAVOR)}
 DIALECTS: dict[str, Dialect] = {d.kind: d for d in (
-    anthropic.DIALECT, gemini.DIALECT, OpenAICompat(FLAVORS), responses.DIALECT)}
+    anthropic.DIALECT, gemini.DIALECT, OpenAICompat(FLAVORS), responses.DIALECT, bedrock.DIALECT, bedrock.CONVERSE,
+    vertex.CLAUDE, vertex.GEMINI)}
+# the cloud platforms' route targets (``NAME@LOCATION``): the upstream each names and the kind each model takes there
+CLOUD: dict[str, CloudTarget] = {t.name: t for t in (*bedrock.TARGETS, *vertex.TARGETS)}
 
 BARE_ROUTES = tuple(k for k, d in DIALECTS.items() if d.bare_route)  # ``PREFIX=KIND`` targets (built-in upstreams)
-NAMED_KINDS = tuple(k for k, d in DIALECTS.items() if not d.bare_route)  # ``PREFIX=KIND@BASE_URL`` only
+NAMED_KINDS = tuple(k for k, d in DIALECTS.items() if not d.bare_route and not d.platform)  # ``KIND@BASE_URL``
 # the metrics' label sets: an upstream is named after its kind (built-in) or its flavor / kind (``NAME@BASE_URL``)
-UPSTREAM_LABELS = frozenset(DIALECTS) | frozenset(FLAVORS) | {"none", "other"}
+UPSTREAM_LABELS = frozenset(DIALECTS) | frozenset(FLAVORS) | frozenset(CLOUD) | {"none", "other"}
 PARAM_ROUTES = frozenset(DIALECTS) | {"other"}
 # the error texts of the entries' own, in registry order (the classifier matches them before its shared table)
 ERROR_PATTERNS = tuple(p for f in FLAVORS.values() for p in f.errors) + tuple(
@@ -39,6 +43,11 @@ def dialect(kind: str) -> Dialect:
 def of(caps: ModelCaps) -> Dialect:
     """The entry of a routed model's upstream."""
     return DIALECTS[caps.kind]
+
+
+def speaking(wire: str) -> tuple[str, ...]:
+    """The kinds whose upstream speaks ``wire`` (a surface that relays that protocol can call them)."""
+    return tuple(k for k, d in DIALECTS.items() if d.wire == wire)
 
 
 def flavor(name: str) -> Flavor:

@@ -63,6 +63,7 @@ class Route:
     kind: Kind
     flavor: str = ""
     base_url: str | None = None    # set for the named OpenAI-compatible upstreams of GATEWAY_ROUTES
+    location: str = ""             # a cloud platform's (``bedrock@REGION``, ``vertex@PROJECT/REGION``)
 
 
 # Ordered (pattern, caps): first match wins.
@@ -80,6 +81,8 @@ _TABLE: tuple[tuple[re.Pattern[str], ModelCaps], ...] = (
     (re.compile(r"^gemini-"), ModelCaps("gemini", kind="gemini")),
 )
 _FAMILY_SUFFIX = re.compile(r"(?:[-@]\d{8}|-latest)$")
+# a Bedrock model id around the Claude name: ``us.anthropic.claude-sonnet-4-5-20250929-v1:0``
+_BEDROCK_ID = re.compile(r"^(?:[a-z]{2,6}\.)?anthropic\.|-v\d+(?::\d+)?$")
 
 
 class Router:
@@ -94,14 +97,26 @@ class Router:
             if model.startswith(r.prefix):
                 if r.kind == "anthropic":
                     return _builtin(model, ModelCaps("anthropic"))
+                if r.location:
+                    return _on_platform(model, r)
                 return ModelCaps(r.upstream, kind=r.kind, flavor=r.flavor or self.default.flavor,
                                  family=compat_family(model) if r.kind == "openai" else "")
         caps = _builtin(model, self.default)
         return replace(caps, family=compat_family(model)) if caps.kind == "openai" else caps
 
     def named_upstreams(self) -> dict[str, Route]:
-        """The extra OpenAI-compatible upstreams the routes name (name -> route with its base URL)."""
-        return {r.upstream: r for r in self.routes if r.base_url}
+        """The extra upstreams the routes name (name -> route with its base URL): OpenAI-compatible ones and the
+        cloud platforms'."""
+        return {r.upstream: r for r in self.routes if r.base_url or r.location}
+
+
+def _on_platform(model: str, route: Route) -> ModelCaps:
+    """A model on a cloud platform: the kind its target serves it as; a Claude model keeps the built-in table's
+    capabilities (by its name without the platform's prefix and version)."""
+    kind = registry.CLOUD[route.upstream].kind_for(model)
+    if registry.dialect(kind).thinking_blocks:
+        return replace(_builtin(model_family(model), ModelCaps(route.upstream)), upstream=route.upstream, kind=kind)
+    return ModelCaps(route.upstream, kind=kind)
 
 
 # The model families an OpenAI-compatible upstream may serve whose reasoning rules thinkgate knows: a Gemini model
@@ -135,8 +150,9 @@ def caps_for(model: str) -> ModelCaps:
 
 
 def model_family(model: str) -> str:
-    """``claude-sonnet-4-5-20250929`` -> ``claude-sonnet-4-5``; Vertex ``@20250929`` too."""
-    return _FAMILY_SUFFIX.sub("", model)
+    """``claude-sonnet-4-5-20250929`` -> ``claude-sonnet-4-5``; Vertex ``@20250929`` and Bedrock's
+    ``us.anthropic.claude-sonnet-4-5-20250929-v1:0`` too."""
+    return _FAMILY_SUFFIX.sub("", _BEDROCK_ID.sub("", model))
 
 
 # Which other producers' thinking blocks a model that binds them reads, by family (docs/upstream-rules.md,
@@ -205,9 +221,13 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
             routes.append(Route(prefix, target, target))
             continue
         flavor, at, url = target.partition("@")
+        if flavor in registry.CLOUD and at:
+            routes.append(_cloud_route(prefix, flavor, url, urls))
+            continue
         if not at or flavor not in NAMED or not url.startswith(("http://", "https://")):
-            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(target)!r} should be {', '.join(KINDS)} or "
-                             f"FLAVOR@URL with FLAVOR one of {', '.join(NAMED)}")
+            raise RouteError(f"GATEWAY_ROUTES: {redact_urls(target)!r} should be {', '.join(KINDS)}, "
+                             f"FLAVOR@URL with FLAVOR one of {', '.join(NAMED)}, or PLATFORM@LOCATION with PLATFORM "
+                             f"one of {', '.join(registry.CLOUD)}")
         if problem := credentials_problem(url):
             raise RouteError(f"GATEWAY_ROUTES: the base URL of {prefix!r} ({display_url(url)}) {problem}")
         if urls.setdefault(flavor, url) != url:
@@ -215,3 +235,13 @@ def parse_routes(spec: str) -> tuple[Route, ...]:
         kind = flavor if flavor in registry.NAMED_KINDS else "openai"
         routes.append(Route(prefix, flavor, kind, flavor, url))
     return tuple(routes)
+
+
+def _cloud_route(prefix: str, name: str, location: str, locations: dict[str, str]) -> Route:
+    """``PREFIX=NAME@LOCATION`` for a cloud platform's target (``bedrock@us-east-1``, ``vertex@PROJECT/REGION``)."""
+    cloud = registry.CLOUD[name]
+    if problem := cloud.problem(location):
+        raise RouteError(f"GATEWAY_ROUTES: the location of {prefix!r} ({location[:100]!r}) {problem}")
+    if locations.setdefault(name, location) != location:
+        raise RouteError(f"GATEWAY_ROUTES: {name!r} names two locations")
+    return Route(prefix, name, cloud.kind_for(""), location=location)

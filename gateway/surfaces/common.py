@@ -124,17 +124,20 @@ async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     )
 
 
+STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")  # what a streamed answer comes as
+
+
 async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, headers: dict[str, str], query: str,
-                        *, stream: bool) -> tuple[UpstreamResponse, bytes | None]:
-    """Post ``ex.outgoing`` to ``upstream``; the answer's body, read, unless it is the stream the client asked for
-    (status 200, ``text/event-stream``): then None, and ``stream_answer`` relays it."""
+                        *, stream: bool, body: bytes | None = None) -> tuple[UpstreamResponse, bytes | None]:
+    """Post ``body`` (default ``ex.outgoing``) to ``upstream``; the answer's body, read, unless it is the stream the
+    client asked for (status 200, ``STREAM_TYPES``): then None, and ``stream_answer`` relays it."""
     up = gw.upstreams[upstream]
     metrics.observe_upstream_tried(up.name)
-    resp = await up.post(path, ex.outgoing, headers, query)
+    resp = await up.post(path, ex.outgoing if body is None else body, headers, query)
     metrics.observe_upstream(up.name, resp.status)
     if resp.status == 200 and ex.tenant is not None and ex.request is not None and ex.request.model:
         gw.model_lists.saw(ex.tenant, up.name, ex.request.model)
-    if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
+    if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith(STREAM_TYPES):
         return resp, None
     body = await resp.read()
     metrics.observe_upstream_body(up.name, resp.status, body)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from starlette.requests import Request as HTTPRequest
 
 from gateway.access import admission
+from gateway.dialects import registry
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.gemini import parts as gemini_parts
 from gateway.dialects.gemini import stream as gemini_stream
@@ -19,7 +20,7 @@ ACTIONS = ("generateContent", "streamGenerateContent")
 
 
 class GenerateContent(Codec):
-    surface, kinds, raw_events = surfaces.GENERATE_CONTENT, ("gemini",), True  # it streams the upstream's chunks
+    surface, kinds, raw_events = surfaces.GENERATE_CONTENT, registry.speaking("gemini"), True  # streams the upstream's
     ids, relays = staticmethod(gemini_parts.deterministic_ids), staticmethod(gemini.is_google_error)
 
     def setup(self, request: HTTPRequest) -> None:
@@ -34,6 +35,8 @@ class GenerateContent(Codec):
 
     def target(self) -> tuple[str, dict[str, str], str]:
         path, headers, query = *super().target()[:2], admission.without_key_query(self.ex.query, self.grant)
+        if registry.of(self.call.caps).platform:  # (its credential is its own: the client's query stays here)
+            query = ""
         if self.streams and not self.sse:  # the upstream always streams SSE; the client gets the form it asked for
             query = f"{query}&alt=sse" if query else "alt=sse"
         return path, headers, query

@@ -68,6 +68,8 @@ class Codec:
     lifts: ClassVar[bool] = True  # the streamed turn comes as canonical events (``records.lift_turn``)
     raw_events: ClassVar[bool] = False  # the stream encoder wants a translated stream's upstream events too
     may_stream: ClassVar[bool] = True  # False: the answer is read whole, whatever the request's ``stream`` says
+    # a surface that does not route (``kinds`` None) calls Claude on a cloud platform when a route puts it there
+    platforms: ClassVar[bool] = False
     ex: Exchange  # from when the body is read
     call: Call  # the routed request, once it is decoded
 
@@ -111,11 +113,23 @@ class Codec:
             req.model = model
             self.ex.continuation.changed = True  # (the client's bytes name the alias: the body is encoded again)
         found = self.caps_for(req.model)
-        caps = UNROUTED if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
+        caps = self._unrouted(found) if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
         self.ex.upstream = caps.upstream
         self.call = Call(caps, req)
         metrics.observe_dropped_params(req.surface.dropped_params, caps.kind)  # (a surface that may drop some)
         return req
+
+    def _unrouted(self, found: ModelCaps) -> ModelCaps:
+        """What a surface that does not route calls: the Anthropic upstream, or Claude where a route puts it on a
+        cloud platform (Bedrock, Vertex AI), for a surface that may call those (``platforms``)."""
+        if self.platforms and registry.of(found).messages_platform and found.upstream in self.gw.upstreams:
+            return found
+        return UNROUTED
+
+    def outgoing(self) -> bytes:
+        """The body the upstream gets: the encoded request, as its platform takes it (``UpstreamDialect.finish``)."""
+        finish = UPSTREAM_DIALECTS[self.call.caps.kind].finish
+        return self.ex.outgoing if finish is None else finish(self.ex.outgoing, self.ex.headers)
 
     async def prepare(self) -> None:
         """``pipeline.prepare`` with the surface's decoder, routed as soon as it has decoded, and its encoder."""
@@ -192,8 +206,11 @@ class Codec:
 
     def source(self, resp: UpstreamResponse) -> Any:
         """The upstream stream as the relay reads it: canonical events (translated, if the dialect has a translator)."""
-        translator = UPSTREAM_DIALECTS[self.call.caps.kind].translator
-        return resp if translator is None else TranslatedStream(resp, translator(self.call), raw_events=self.raw_events)
+        dialect = UPSTREAM_DIALECTS[self.call.caps.kind]
+        if dialect.translator is None:
+            return resp
+        return TranslatedStream(resp, dialect.translator(self.call), raw_events=self.raw_events,
+                                framing=dialect.framing() if dialect.framing is not None else None)
 
 
 def unreadable() -> NoReturn:
@@ -235,7 +252,7 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
     with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
         gw.tracing.inject(headers)
-        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream, body=codec.outgoing())
         # a client that goes away before the upstream answers (a stream's: before its first byte) cancels the call;
         # once a stream is relayed, the relay notices it and stops reading the upstream's stream
         resp, body = await while_client_waits(request, call)
@@ -249,7 +266,7 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
             metrics.observe_retry(retried, False)
         else:
             ex.outgoing = retry
-            call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream)
+            call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream, body=codec.outgoing())
             resp, body = await while_client_waits(request, call)
             metrics.observe_retry(retried, resp.status < 400)
     if body is not None and resp.status in FALLBACK_STATUSES and (again := await _fallback(request, codec, resp)):

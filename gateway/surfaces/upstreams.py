@@ -18,6 +18,7 @@ import orjson
 
 from gateway.app.deps import Gateway
 from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.bedrock import wire as bedrock
 from gateway.dialects.canonical import JSON, Request, Turn
 from gateway.dialects.credentials import credential_of
 from gateway.dialects.gemini import codec as gemini
@@ -28,10 +29,11 @@ from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.dialects.responses import upstream as responses_upstream
 from gateway.dialects.responses.upstream_stream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, origin_of
+from gateway.dialects.vertex import wire as vertex
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
-from gateway.transport.streaming.translate import Translator
+from gateway.transport.streaming.translate import Framing, Translator
 from gateway.transport.upstream import forward_request_headers
 
 ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
@@ -65,6 +67,9 @@ class UpstreamDialect:
     translator: Callable[[Call], Translator] | None         # None: the stream is canonical already
     error: Callable[[int, bytes], GatewayError]             # an upstream error body -> our error
     models: tuple[str, str] | None = None                   # (path, query) of its own model list (None: none)
+    # the encoded body as the platform takes it, given the client's headers (a cloud platform's Messages body)
+    finish: Callable[[bytes, Mapping[str, str]], bytes] | None = None
+    framing: Callable[[], Framing] | None = None            # its stream's framing (None: server-sent events)
 
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -86,6 +91,27 @@ def anthropic_headers(client: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def no_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """None of the client's: a cloud platform's credential comes from the environment, never from the client."""
+    return {}
+
+
+def _anthropic_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
+    return pipeline.anthropic_body(ex, c.req, gw)
+
+
+def _gemini_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
+    return orjson.dumps(gemini.encode_request(c.req))
+
+
+def _gemini_turn(body: Any, c: Call) -> Turn:
+    return gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model)
+
+
+def _gemini_translator(c: Call) -> Translator:
+    return GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model)
+
+
 def _gemini_path(call: Call) -> str:
     action = "streamGenerateContent?alt=sse" if call.req.is_stream else "generateContent"
     return f"/v1beta/models/{call.req.model}:{action}"
@@ -93,13 +119,21 @@ def _gemini_path(call: Call) -> str:
 
 UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
     "anthropic": UpstreamDialect(
-        lambda c: "/v1/messages", anthropic_headers, lambda c, ex, gw: pipeline.anthropic_body(ex, c.req, gw),
+        lambda c: "/v1/messages", anthropic_headers, _anthropic_body,
         lambda body, c: anthropic.decode_turn(body), None, upstream_error, ("/v1/models", "limit=1000")),
     "gemini": UpstreamDialect(
-        _gemini_path, gemini_headers, lambda c, ex, gw: orjson.dumps(gemini.encode_request(c.req)),
-        lambda body, c: gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model),
-        lambda c: GeminiTranslator(origin=c.origin, mint=c.mint, model=c.req.model), upstream_error,
+        _gemini_path, gemini_headers, _gemini_body, _gemini_turn, _gemini_translator, upstream_error,
         ("/v1beta/models", "pageSize=1000")),
+    "bedrock": UpstreamDialect(
+        lambda c: bedrock.path(c.req.model, c.req.is_stream), no_headers, _anthropic_body,
+        lambda body, c: anthropic.decode_turn(body), lambda c: bedrock.Passthrough(), bedrock.error,
+        finish=bedrock.finish, framing=bedrock.EventStreamFraming),
+    "vertex-anthropic": UpstreamDialect(
+        lambda c: vertex.claude_path(c.req.model, c.req.is_stream), vertex.claude_headers, _anthropic_body,
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error, finish=vertex.finish),
+    "vertex-gemini": UpstreamDialect(
+        lambda c: vertex.gemini_path(c.req.model, c.req.is_stream), no_headers, _gemini_body, _gemini_turn,
+        _gemini_translator, upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
         lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),

@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
+import yarl
 
+from gateway.dialects.cloud import Auth
 from gateway.dialects.urls import display_url
 from gateway.errors import GatewayError
 from gateway.transport.retry import RETRYABLE_STATUSES, RetryPolicy, retry_after_header, retry_delay_in_body
@@ -99,11 +101,13 @@ async def _retry_after_from_body(resp: aiohttp.ClientResponse, out: dict[str, st
 
 
 class Upstream:
-    """A pooled HTTP client for one upstream base URL."""
+    """A pooled HTTP client for one upstream base URL; with ``auth``, every request (each retry too) is signed by it
+    and sent to exactly the URL it signed."""
 
     def __init__(self, name: str, base_url: str, *, connect_timeout: float, read_timeout: float,
-                 limit: int = 256, retry: RetryPolicy | None = None) -> None:
+                 limit: int = 256, retry: RetryPolicy | None = None, auth: Auth | None = None) -> None:
         self.name = name
+        self.auth = auth
         self.retry = retry or RetryPolicy()
         self.base_url = base_url.rstrip("/")
         self.shown_url = display_url(self.base_url)
@@ -134,6 +138,17 @@ class Upstream:
             reason += f" ({os_error.strerror})"
         return UpstreamConnectError(502, f"could not reach upstream {self.name} at {self.shown_url}: {reason}")
 
+    async def _signed(self, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+        """The platform credential's headers; a credential that cannot be had (none configured, the token endpoint
+        refusing) is a 502 naming the upstream and why, never the credential."""
+        assert self.auth is not None
+        try:
+            return await self.auth("POST", url, headers, body)
+        except Exception as e:  # (google-auth and botocore raise their own kinds)
+            reason = str(e)[:200] if type(e).__name__ == "MissingExtra" else type(e).__name__
+            log.warning("upstream %s: no credential to sign with (%s)", self.name, reason)
+            raise UpstreamConnectError(502, f"could not sign the request to upstream {self.name}: {reason}") from e
+
     async def get(self, path: str, headers: Mapping[str, str], query: str = "",
                   limit_s: float | None = None) -> tuple[int, bytes]:
         """A small GET (an upstream's model list): its status and body; no retries. ``limit_s`` bounds the whole call
@@ -163,7 +178,11 @@ class Upstream:
         resent = False
         while True:
             try:
-                resp = await self._session.post(url, data=body, headers=hdrs)
+                if self.auth is None:
+                    resp = await self._session.post(url, data=body, headers=hdrs)
+                else:  # (the path exactly as signed: yarl would decode its %3A)
+                    signed = {**hdrs, **await self._signed(url, hdrs, body)}
+                    resp = await self._session.post(yarl.URL(url, encoded=True), data=body, headers=signed)
             except TimeoutError as e:
                 raise UpstreamTimeout(504, f"upstream {self.name} at {self.shown_url} timed out") from e
             except aiohttp.ClientConnectorError as e:  # nothing was sent: safe to try again

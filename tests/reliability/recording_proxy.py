@@ -192,6 +192,8 @@ class RecordingProxy:
             def _forward(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                if self.headers.get("authorization", "").startswith("AWS4-HMAC-SHA256"):
+                    headers["host"] = self.headers["host"]  # (SigV4 signed it: the simulator checks what was signed)
                 marker = _MARKER.search(raw)
                 try:
                     parsed = orjson.loads(raw) if raw else None

@@ -19,6 +19,7 @@ class Anthropic(Dialect):
     thinking_blocks = True
     binding_retry = True
     passthrough_from = "anthropic"
+    wire = params_column = "anthropic"
 
     def keeps_prefix(self, caps: ModelCaps) -> bool:
         return caps.prefix_bound

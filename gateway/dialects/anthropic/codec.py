@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway.dialects.canonical import (
     JSON,
     Block,
@@ -252,6 +254,15 @@ def _rest(raw: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
 
 
 # ---------------------------------------------------------------- streams
+
+def is_error_body(body: bytes) -> bool:
+    """Whether an error body is the Messages API's own envelope (``{"type": "error", "error": {...}}``)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and data.get("type") == "error" and isinstance(data.get("error"), dict)
+
 
 class StreamEncoder:
     """Anthropic client <- Anthropic upstream: events pass byte-for-byte; ``message_start``

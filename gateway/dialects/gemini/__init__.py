@@ -16,6 +16,7 @@ class Gemini(Dialect):
     bare_route = True
     listed_for = "gemini"
     list_key = "models"
+    wire = params_column = "gemini"
 
     def signs_calls(self, caps: ModelCaps) -> bool:
         return True

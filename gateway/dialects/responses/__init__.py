@@ -10,6 +10,7 @@ class Responses(Dialect):
     kind = "responses"
     provider_fields = True
     paired_reasoning = True
+    wire = params_column = "responses"
 
 
 DIALECT = Responses()

@@ -1,4 +1,4 @@
-"""A non-Anthropic upstream SSE stream as canonical (Anthropic-shaped) events.
+"""A non-Anthropic upstream SSE stream (or another framing's) as canonical (Anthropic-shaped) events.
 
 ``TranslatedStream`` wraps an ``UpstreamResponse``: ``events`` decodes the upstream's SSE events, hands each
 event's data to a pure ``Translator`` and yields the canonical events it returns as the objects they are, straight
@@ -10,7 +10,7 @@ only: no content rules here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
 from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
@@ -31,17 +31,32 @@ class Translator(Protocol):
         ...
 
 
+class Framed(Protocol):
+    @property
+    def data(self) -> str: ...
+
+
+class Framing(Protocol):
+    """Bytes of an upstream stream -> its events' data (``SSEDecoder``; Bedrock's event-stream reader)."""
+
+    def feed(self, chunk: bytes) -> Iterable[Framed]: ...
+
+    def flush(self) -> Iterable[Framed]: ...
+
+
 class TranslatedStream:
-    def __init__(self, resp: UpstreamResponse, translator: Translator, *, raw_events: bool = False) -> None:
+    def __init__(self, resp: UpstreamResponse, translator: Translator, *, raw_events: bool = False,
+                 framing: Framing | None = None) -> None:
         self._resp = resp
         self._translator = translator
+        self._framing = framing
         self._raw = raw_events
         self.status = resp.status
         self.headers = resp.headers
 
     async def events(self) -> AsyncIterator[list[Parsed]]:
         """The canonical events of each read of the upstream's stream, then those after its end."""
-        decoder = SSEDecoder()
+        decoder = self._framing if self._framing is not None else SSEDecoder()
         async for chunk in self._resp.iter_chunks():
             out = [p for ev in decoder.feed(chunk) for p in self._translate(ev)]
             if out:
@@ -51,7 +66,7 @@ class TranslatedStream:
         if tail:
             yield tail
 
-    def _translate(self, ev: SSEEvent) -> list[Parsed]:
+    def _translate(self, ev: Framed) -> list[Parsed]:
         raw: list[Parsed] = [({"type": UPSTREAM_EVENT, "data": ev.data}, None)] if self._raw else []
         return raw + [(e, None) for e in self._translator.feed(ev.data)]
 

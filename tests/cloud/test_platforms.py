@@ -1,0 +1,228 @@
+"""Issue 36: Claude on Bedrock (InvokeModel) and on Vertex AI, Gemini on Vertex AI, through real processes: the
+official SDKs as clients, a gateway whose routes send models to the platforms at the strict simulator (SigV4 with a
+test key, event-stream framing, Google's token endpoint and bearer check), each platform's thinking rules enforced.
+
+Straight to the simulator, a loop whose client drops its thinking fails with the platform's own error (the official
+``AnthropicBedrock`` and ``AnthropicVertex`` clients); through the gateway the same loop completes with zero upstream
+4xx and the thinking back on every replayed turn. A conversation that starts on the Claude API and falls back to
+Bedrock for the same model mid-loop keeps its thinking across the platforms (Claude's signatures are valid on every
+platform: docs/upstream-rules.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.cloud.helpers import (
+    BEDROCK_CLAUDE,
+    KEY_ID,
+    PROJECT,
+    REGION,
+    SECRET,
+    VERTEX_CLAUDE,
+    VERTEX_GEMINI,
+    cloud_env,
+)
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
+
+pytestmark = pytest.mark.timeout(120)
+TOOLS: Any = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}]
+OPENAI_TOOLS: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
+INTERLEAVED = "interleaved-thinking-2025-05-14"
+CLAUDES = {"bedrock": BEDROCK_CLAUDE, "vertex": VERTEX_CLAUDE}
+
+
+@pytest.fixture(scope="module")
+def cloud_gateway(sim: Sim, gateways: GatewayFactory, tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+    return gateways.start(sim.url, cloud_env(sim, tmp_path_factory.mktemp("cloud")))
+
+
+def _dropped(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What an IDE client replays of an assistant turn: its thinking dropped."""
+    return [b for b in content if b["type"] not in ("thinking", "redacted_thinking")]
+
+
+def _messages_loop(client: anthropic.Anthropic, model: str, prompt: str, *, stream: bool, drop: bool,
+                   extra: Any = None) -> tuple[list[Any], str]:
+    messages: list[Any] = [{"role": "user", "content": prompt}]
+    for _ in range(4):
+        kw: Any = {"model": model, "max_tokens": 4096, "thinking": THINKING, "tools": TOOLS, "messages": messages,
+                   "extra_headers": {"anthropic-beta": INTERLEAVED},  # (every turn thinks; Bedrock: in the body)
+                   **({"extra_body": extra} if extra else {})}
+        if stream:
+            with client.messages.stream(**kw) as s:
+                answer = s.get_final_message()
+        else:
+            answer = client.messages.create(**kw)
+        content = [b.model_dump(exclude_none=True) for b in answer.content]
+        calls = [b for b in content if b["type"] == "tool_use"]
+        messages.append({"role": "assistant", "content": _dropped(content) if drop else content})
+        if not calls:
+            return messages, answer.stop_reason or ""
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": c["id"], "content": "sunny"}
+                                                     for c in calls]})
+    raise AssertionError("the loop did not finish")
+
+
+def _kept(body: dict[str, Any]) -> list[bool]:
+    return [m["content"][0]["type"] == "thinking" for m in body["messages"] if m["role"] == "assistant"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("platform", sorted(CLAUDES))
+def test_a_messages_client_that_drops_thinking_completes_on_claudes_platform(
+        sim: Sim, cloud_gateway: ServerProcess, platform: str, stream: bool) -> None:
+    """The Messages surface sends a routed Claude model to its platform (signed, in the platform's body and
+    framing); the client drops every thinking block, the gateway restores them, the platform accepts them."""
+    client = anthropic.Anthropic(base_url=cloud_gateway.url, api_key=f"sk-ant-cloud-{platform}", max_retries=0)
+    before = sim.stats()
+    _, stop = _messages_loop(client, CLAUDES[platform], f"[[sim:tools=2]] [[sim:conv=cloud-{platform}-{stream}]] "
+                             "weather?", stream=stream, drop=True)
+    after = sim.stats()
+    assert stop == "end_turn" and after["rejections"] == before["rejections"], after["rejections"]
+    assert after["accepted"] - before["accepted"] == 3 and after["unauthorized"] == before["unauthorized"]
+    last = sim.last()
+    assert "model" not in last["body"] and _kept(last["body"]) == [True, True]
+    if platform == "bedrock":
+        assert last["path"] == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/" + (
+            "invoke-with-response-stream" if stream else "invoke")
+        assert last["body"]["anthropic_version"] == "bedrock-2023-05-31" and "stream" not in last["body"]
+        assert last["body"]["anthropic_beta"] == [INTERLEAVED]
+        assert last["headers"]["authorization"].startswith(f"AWS4-HMAC-SHA256 Credential={KEY_ID}/")
+    else:
+        assert last["path"] == (f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/anthropic/models/"
+                                f"{VERTEX_CLAUDE}:{'streamRawPredict' if stream else 'rawPredict'}")
+        assert last["body"]["anthropic_version"] == "vertex-2023-10-16"
+        assert last["headers"]["anthropic-beta"] == INTERLEAVED
+        assert last["headers"]["authorization"].startswith("Bearer ya29.sim.")
+    assert "x-api-key" not in last["headers"]  # the client's key never reaches the platform
+
+
+@pytest.mark.parametrize("platform", sorted(CLAUDES))
+def test_straight_to_the_platform_the_same_loop_fails_with_its_own_error(sim: Sim, platform: str) -> None:
+    """The official platform clients, straight to the simulator: the turn without its thinking is the platform's
+    400 (Bedrock: ``ValidationException``, "The model returned the following errors: ..."; Vertex: Anthropic's
+    envelope)."""
+    client: anthropic.Anthropic
+    if platform == "bedrock":
+        client = anthropic.AnthropicBedrock(aws_region="us-east-1", aws_access_key=KEY_ID, aws_secret_key=SECRET,
+                                            base_url=sim.url, max_retries=0)  # type: ignore[assignment]
+    else:
+        token = httpx.post(sim.url + "/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                                                     "assertion": _assertion()}).json()["access_token"]
+        client = anthropic.AnthropicVertex(region=REGION, project_id=PROJECT, access_token=token,
+                                           base_url=sim.url + "/v1", max_retries=0)  # type: ignore[assignment]
+    # (the SDK's default body version, 2026-10-21, is Bedrock's for Claude 4.7 and later only: Sonnet 4.5 takes its own)
+    extra = {"anthropic_version": "bedrock-2023-05-31"} if platform == "bedrock" else None
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        _messages_loop(client, CLAUDES[platform], f"[[sim:tools=2]] [[sim:conv=straight-{platform}]] weather?",
+                       stream=False, drop=True, extra=extra)
+    text = str(refused.value)
+    assert "Expected `thinking` or `redacted_thinking`, but found `text`" in text, text
+    if platform == "bedrock":
+        assert "The model returned the following errors: messages.1.content.0.type" in text, text
+        assert refused.value.response.headers["x-amzn-errortype"].startswith("ValidationException:")
+    else:
+        assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def _assertion() -> str:
+    import base64
+    import json
+    import time
+    part = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")  # noqa: E731
+    claims = {"iss": f"t@{PROJECT}.iam.gserviceaccount.com", "scope": "https://www.googleapis.com/auth/cloud-platform",
+              "aud": "token", "iat": int(time.time()), "exp": int(time.time()) + 600}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2ln"
+
+
+@pytest.mark.parametrize("model", [BEDROCK_CLAUDE, VERTEX_CLAUDE, VERTEX_GEMINI], ids=["bedrock", "vertex-claude",
+                                                                                       "vertex-gemini"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_openai_client_tool_loop_keeps_thinking_on_each_platform(
+        sim: Sim, cloud_gateway: ServerProcess, model: str, stream: bool) -> None:
+    """An OpenAI chat client (which replays no thinking at all) on every new upstream: zero upstream 4xx, and every
+    replayed turn reaches the platform with its thinking (Claude: signed thinking first; Gemini: the signature on
+    the call)."""
+    client = openai.OpenAI(base_url=cloud_gateway.url + "/v1", api_key="sk-cloud-openai", max_retries=0)
+    before = sim.stats()
+    messages: list[Any] = [{"role": "user", "content": f"[[sim:tools=2]] [[sim:conv=oa-{model}-{stream}]] weather?"}]
+    for _ in range(4):
+        if stream:
+            parts = list(client.chat.completions.create(model=model, messages=messages, tools=OPENAI_TOOLS,
+                                                        reasoning_effort="low", stream=True))
+            calls: dict[int, Any] = {}
+            text = ""
+            for p in parts:
+                for d in p.choices[0].delta.tool_calls or () if p.choices else ():
+                    c = calls.setdefault(d.index, {"id": d.id, "type": "function",
+                                                   "function": {"name": "", "arguments": ""}})
+                    c["function"]["name"] += d.function.name or "" if d.function else ""
+                    c["function"]["arguments"] += d.function.arguments or "" if d.function else ""
+                text += (p.choices[0].delta.content or "") if p.choices else ""
+            msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                msg["tool_calls"] = [calls[k] for k in sorted(calls)]
+        else:
+            answer = client.chat.completions.create(model=model, messages=messages, tools=OPENAI_TOOLS,
+                                                    reasoning_effort="low")
+            msg = answer.choices[0].message.model_dump(exclude_none=True)
+        messages.append(msg)
+        if not msg.get("tool_calls"):
+            break
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": "sunny"} for c in msg["tool_calls"]]
+    after = sim.stats()
+    assert after["rejections"] == before["rejections"], after["rejections"]
+    assert messages[-1]["content"] and not messages[-1].get("tool_calls")
+    body = sim.last()["body"]
+    if "contents" in body:  # Gemini on Vertex: the first call of each step signed
+        steps = [c for c in body["contents"] if c["role"] == "model"]
+        assert steps and all(any("thoughtSignature" in p for p in c["parts"]) for c in steps), steps
+    else:  # (without interleaved thinking only the loop's first turn thinks: the one the rules need back)
+        assert _kept(body)[0], body["messages"]
+
+
+def test_a_loop_that_falls_back_from_the_claude_api_to_bedrock_keeps_its_thinking(
+        sim: Sim, gateways: GatewayFactory, tmp_path: Path) -> None:
+    """Anthropic direct answers 529 at the loop's second round: the round goes to Bedrock for the same model
+    (``GATEWAY_FALLBACKS``) with the thinking the Claude API minted (valid on every platform), the next round back to
+    the Claude API with the thinking Bedrock minted; zero upstream 4xx, thinking on every replayed turn."""
+    env = cloud_env(sim, tmp_path, GATEWAY_FALLBACKS=f"claude-sonnet-4-5={BEDROCK_CLAUDE}")
+    gw = gateways.start(sim.url, env)
+    client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-cloud-fallback", max_retries=0)
+    before = sim.stats()
+    seen: list[tuple[str, list[bool]]] = []
+    original = client.messages.create
+
+    def create(**kw: Any) -> Any:
+        answer = original(**kw)
+        last = sim.last()
+        seen.append((last["path"], _kept(last["body"])))
+        return answer
+    client.messages.create = create  # type: ignore[method-assign]
+    _, stop = _messages_loop(client, "claude-sonnet-4-5", "[[sim:conv=cloud-fallback]] [[sim:tools=3]] "
+                             "[[sim:fault=overloaded]] [[sim:fault_round=2]] [[sim:fault_times=1]] weather?",
+                             stream=False, drop=True)
+    after = sim.stats()
+    assert stop == "end_turn" and after["rejections"] == before["rejections"], after["rejections"]
+    paths = [p.split("/")[1] for p, _ in seen]
+    assert paths == ["v1", "v1", "model", "v1"], seen  # round 2 (the third request) on Bedrock, then back
+    assert all(all(kept) for _, kept in seen) and seen[-1][1] == [True, True, True], seen
+    assert metric_sum(gw, "gateway_fallbacks_total") == 1
+
+
+def test_a_platform_that_refuses_the_credential_is_the_clients_error_not_a_500(
+        sim: Sim, gateways: GatewayFactory, tmp_path: Path) -> None:
+    """A wrong AWS secret: Bedrock's 403 (``InvalidSignatureException``) in the client's own envelope."""
+    gw = gateways.start(sim.url, cloud_env(sim, tmp_path, AWS_SECRET_ACCESS_KEY="not-the-secret"))
+    client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-cloud-badkey", max_retries=0)
+    with pytest.raises(anthropic.PermissionDeniedError) as refused:
+        client.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.body["error"]["type"] == "permission_error"  # type: ignore[index]
+    assert "signature we calculated does not match" in refused.value.body["error"]["message"]  # type: ignore[index]

@@ -1,0 +1,206 @@
+"""The simulator's cloud platforms: Claude on Amazon Bedrock (InvokeModel), Claude and Gemini on Vertex AI, each
+enforcing the Messages API's (or Gemini's) rules through the same judges as the first-party profiles, with the
+platform's own framing, credentials and error shapes.
+
+* ``POST /model/{modelId}/invoke`` and ``/invoke-with-response-stream``: SigV4 (``sigv4``, test key
+  ``AKIDTHINKGATESIM``), the body without ``model``/``stream`` and with ``anthropic_version: bedrock-2023-05-31``;
+  betas in the body's ``anthropic_beta``; a broken Claude rule is 400 ``{"message": "The model returned the following
+  errors: <the Anthropic message>"}`` with ``x-amzn-ErrorType: ValidationException:...``; the stream is event-stream
+  framing (``eventstream``) of ``chunk`` events carrying base64 Anthropic events.
+* ``POST /v1/projects/{p}/locations/{r}/publishers/anthropic/models/{model}:rawPredict`` / ``:streamRawPredict``:
+  a bearer token the simulator issued (``gcp_auth``, ``POST /token``), the body without ``model`` and with
+  ``anthropic_version: vertex-2023-10-16``; Anthropic's answers and error envelope; Google's envelope for a 401.
+* ``.../publishers/google/models/{model}:generateContent`` / ``:streamGenerateContent``: the Gemini Vertex profile
+  (``thinkgate_sim.gemini``) behind the same bearer check.
+
+Faults (``[[sim:fault=overloaded|ratelimit:S|midstream|slow:MS]]``) and ``[[sim:hold]]`` work as on the Messages
+profile, in each platform's own shape. Sources of every text: docs/upstream-rules.md, "Cloud platforms".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from thinkgate_sim import eventstream, sigv4
+from thinkgate_sim.convo import first_user_text
+from thinkgate_sim.faults import pump
+from thinkgate_sim.gcp_auth import UNAUTHENTICATED, Tokens
+from thinkgate_sim.render import first_delta_position, stream_events
+from thinkgate_sim.scenarios import Reply, new_id, parse_scenario
+
+BEDROCK_VERSION = "bedrock-2023-05-31"
+VERTEX_VERSION = "vertex-2023-10-16"
+API_2026 = "2026-10-21"
+_NEWER = re.compile(r"claude-(opus-4-[7-9]|(opus|sonnet|haiku)-[5-9]|fable|mythos)")
+VALIDATION = "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/"
+MODEL_ERRORS = "The model returned the following errors: "
+MALFORMED = "Malformed input request: {problems}, please reformat your input and try again."
+_BEDROCK_ID = re.compile(r"^(?:[a-z]{2,6}\.)?anthropic\.|-v\d+(?::\d+)?$")
+Judge = Callable[[Any, Any, frozenset[str]], "Reply | tuple[int, str, str | None]"]
+
+
+def claude_name(model_id: str) -> str:
+    """``us.anthropic.claude-sonnet-4-5-20250929-v1:0`` -> ``claude-sonnet-4-5-20250929`` (what the rules read)."""
+    return _BEDROCK_ID.sub("", model_id)
+
+
+def _conversation(body: Any) -> str | None:
+    return parse_scenario(first_user_text(body.get("messages"))).conv if isinstance(body, dict) else None
+
+
+def _bedrock_error(status: int, exception: str, message: str) -> Response:
+    return Response(orjson.dumps({"message": message}), status, media_type="application/json",
+                    headers={"x-amzn-errortype": f"{exception}:http://internal.amazon.com/coral/com.amazon.bedrock/",
+                             "x-amzn-requestid": new_id("")[:36]})
+
+
+def _google_error(status: int, message: str, code: str) -> Response:
+    return Response(orjson.dumps({"error": {"code": status, "message": message, "status": code}}), status,
+                    media_type="application/json")
+
+
+def _anthropic_error(status: int, message: str, etype: str | None) -> Response:
+    rid = new_id("req_vrtx_")
+    return Response(orjson.dumps({"type": "error", "error": {"type": etype or "invalid_request_error",
+                                                             "message": message}, "request_id": rid}),
+                    status, media_type="application/json", headers={"request-id": rid})
+
+
+def versions(platform_version: str, model: str) -> tuple[str, ...]:
+    """The body's ``anthropic_version`` values a platform takes for ``model``: its own, and ``2026-10-21`` (the
+    official SDKs' default) on Google Cloud for every Claude model, on Bedrock for Claude 4.7 and later."""
+    if platform_version == VERTEX_VERSION or _NEWER.search(model):
+        return platform_version, API_2026
+    return (platform_version,)
+
+
+def _malformed(body: Any, versions: tuple[str, ...], extraneous: tuple[str, ...]) -> str | None:
+    """What InvokeModel's schema check (or Vertex's) says of a body that is not the platform's Messages body."""
+    if not isinstance(body, dict):
+        return "#: expected type: JSONObject, found: " + type(body).__name__
+    problems = [f"#: extraneous key [{k}] is not permitted" for k in extraneous if k in body]
+    if "anthropic_version" not in body:
+        problems.append("#: required key [anthropic_version] not found")
+    elif body["anthropic_version"] not in versions:
+        problems.append(f"#/anthropic_version: {body['anthropic_version']} is not a valid enum value")
+    return "".join(problems) or None
+
+
+def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], Any]) -> list[Route]:
+    tokens = state.gcp_tokens = Tokens()
+
+    async def invoke(request: Request) -> Response:
+        body = await state.take(request)
+        state.observe("bedrock", _conversation(body), body)
+        model, _, action = request.path_params["rest"].rpartition("/")
+        refused = sigv4.verify(request.method, request.scope.get("raw_path", b"").decode("latin-1").split("?")[0],
+                               request.url.query, {k.lower(): v for k, v in request.headers.items()},
+                               await request.body())
+        if refused is not None:
+            state.stats.unauthorized += 1
+            return _bedrock_error(403, *refused)
+        if action not in ("invoke", "invoke-with-response-stream") or not model:
+            return _bedrock_error(404, "ResourceNotFoundException", "The requested resource could not be found.")
+        problem = _malformed(body, versions(BEDROCK_VERSION, model), ("model", "stream"))
+        if problem is not None:
+            state.stats.rejections["bedrock-schema"] += 1
+            return _bedrock_error(400, "ValidationException", MALFORMED.format(problems=problem))
+        betas = frozenset(b for b in body.get("anthropic_beta") or () if isinstance(b, str))
+        seen = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
+        judged = judge(state, {**seen, "model": claude_name(model)}, betas)
+        if not isinstance(judged, Reply):
+            return _bedrock_error(judged[0], "ValidationException" if judged[0] == 400 else "ModelErrorException",
+                                  MODEL_ERRORS + judged[1])
+        return await _bedrock_answer(state, judged, action != "invoke")
+
+    async def vertex_claude(request: Request) -> Response:
+        body = await state.take(request)
+        state.observe("vertex-anthropic", _conversation(body), body)
+        if not tokens.valid(request):
+            state.stats.unauthorized += 1
+            return _google_error(401, UNAUTHENTICATED, "UNAUTHENTICATED")
+        model, _, action = request.path_params["rest"].rpartition(":")
+        if action not in ("rawPredict", "streamRawPredict") or not model:
+            return _google_error(404, f"Publisher Model `{model}` was not found or your project does not have "
+                                      "access to it.", "NOT_FOUND")
+        problem = _malformed(body, versions(VERTEX_VERSION, model), ("model",))
+        if problem is not None:
+            state.stats.rejections["vertex-schema"] += 1
+            return _anthropic_error(400, problem.removeprefix("#: ").removeprefix("#/"), "invalid_request_error")
+        betas = frozenset(b.strip() for v in request.headers.getlist("anthropic-beta") for b in v.split(",")
+                          if b.strip())
+        judged = judge(state, {**{k: v for k, v in body.items() if k != "anthropic_version"}, "model": model}, betas)
+        if not isinstance(judged, Reply):
+            return _anthropic_error(*judged)
+        return await _vertex_answer(state, judged, action == "streamRawPredict")
+
+    async def vertex_gemini(request: Request) -> Any:
+        if not tokens.valid(request):
+            await state.take(request)
+            state.stats.unauthorized += 1
+            return _google_error(401, UNAUTHENTICATED, "UNAUTHENTICATED")
+        return await gemini_vertex(request)
+
+    vertex = "/v1/projects/{project}/locations/{location}/publishers"
+    return [Route("/model/{rest:path}", invoke, methods=["POST"]),
+            Route(vertex + "/anthropic/models/{rest:path}", vertex_claude, methods=["POST"]),
+            Route(vertex + "/google/models/{rest:path}", vertex_gemini, methods=["POST"]),
+            Route("/token", tokens.token, methods=["POST"])]
+
+
+async def _fault(state: Any, reply: Reply) -> str | None:
+    scenario = reply.scenario
+    kind: str | None = state.take_fault(reply.fault, scenario.conv or reply.conversation, reply.round,
+                                        scenario.fault_times)
+    if kind == "slow" and reply.fault is not None:
+        await asyncio.sleep(reply.fault.value / 1000)
+    return kind
+
+
+async def _bedrock_answer(state: Any, reply: Reply, stream: bool) -> Response:
+    kind = await _fault(state, reply)
+    if kind == "overloaded" or (kind == "midstream" and not stream):
+        return _bedrock_error(503, "ServiceUnavailableException", "Bedrock is unable to process your request.")
+    if kind == "ratelimit":
+        return _bedrock_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+    if not stream:
+        return Response(orjson.dumps(reply.message), 200, media_type="application/json",
+                        headers={"x-amzn-bedrock-input-token-count": str(reply.message["usage"]["input_tokens"])})
+    raw = stream_events(reply.message)
+    frames = [eventstream.chunk(data) for _, data in raw]
+    if kind == "midstream":
+        frames = [*frames[:max(first_delta_position(raw) + 2, len(frames) // 2)],
+                  eventstream.exception("throttlingException", "Too many requests, please wait before trying again.")]
+    hold_at = first_delta_position(raw) if reply.scenario.hold else -1
+    return StreamingResponse(pump(state, frames, hold_at, state.release_gen),
+                             headers={"content-type": eventstream.MEDIA_TYPE})
+
+
+async def _vertex_answer(state: Any, reply: Reply, stream: bool) -> Response:
+    from thinkgate_sim.wire import encode_event
+
+    kind = await _fault(state, reply)
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    if kind == "overloaded" or (kind == "midstream" and not stream):
+        return Response(orjson.dumps(overloaded), 529, media_type="application/json")
+    if kind == "ratelimit":
+        return _google_error(429, "Resource exhausted. Please try again later. Please refer to https://cloud.google."
+                                  "com/vertex-ai/generative-ai/docs/error-code-429 for more details.",
+                             "RESOURCE_EXHAUSTED")
+    if not stream:
+        return Response(orjson.dumps(reply.message), 200, media_type="application/json")
+    raw = stream_events(reply.message)
+    events = [encode_event(name, data) for name, data in raw]
+    if kind == "midstream":
+        events = [*events[:max(first_delta_position(raw) + 2, len(events) // 2)], encode_event("error", overloaded)]
+    hold_at = first_delta_position(raw) if reply.scenario.hold else -1
+    return StreamingResponse(pump(state, events, hold_at, state.release_gen),
+                             headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
