@@ -20,6 +20,7 @@ profile, in each platform's own shape. Sources of every text: docs/upstream-rule
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Callable
 from typing import Any
@@ -107,6 +108,8 @@ def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], An
         if refused is not None:
             state.stats.unauthorized += 1
             return _bedrock_error(403, *refused)
+        if action in ("converse", "converse-stream") and model:
+            return await _converse(state, judge, model, body, action == "converse-stream")
         if action not in ("invoke", "invoke-with-response-stream") or not model:
             return _bedrock_error(404, "ResourceNotFoundException", "The requested resource could not be found.")
         problem = _malformed(body, versions(BEDROCK_VERSION, model), ("model", "stream"))
@@ -204,3 +207,120 @@ async def _vertex_answer(state: Any, reply: Reply, stream: bool) -> Response:
     hold_at = first_delta_position(raw) if reply.scenario.hold else -1
     return StreamingResponse(pump(state, events, hold_at, state.release_gen),
                              headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+
+
+# ------------------------------------------------------------------ Converse (the simulator's own reading of it)
+
+
+def _to_messages_block(b: Any) -> dict[str, Any]:
+    if not isinstance(b, dict):
+        return {"type": "unknown"}
+    if "text" in b:
+        return {"type": "text", "text": b["text"]}
+    if "reasoningContent" in b:
+        rc = b["reasoningContent"]
+        if "redactedContent" in rc:
+            return {"type": "redacted_thinking", "data": base64.b64decode(rc["redactedContent"]).decode()}
+        text = rc.get("reasoningText") or {}
+        return {"type": "thinking", "thinking": text.get("text", ""), "signature": text.get("signature", "")}
+    if "toolUse" in b:
+        u = b["toolUse"]
+        return {"type": "tool_use", "id": u.get("toolUseId"), "name": u.get("name"), "input": u.get("input", {})}
+    if "toolResult" in b:
+        r = b["toolResult"]
+        parts = [{"type": "text", "text": p["text"] if "text" in p else orjson.dumps(p.get("json")).decode()}
+                 for p in r.get("content") or () if isinstance(p, dict)]
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.get("toolUseId"), "content": parts}
+        if r.get("status") == "error":
+            out["is_error"] = True
+        return out
+    return {"type": next(iter(b), "unknown")}
+
+
+def converse_as_messages(body: Any, model: str) -> tuple[dict[str, Any], frozenset[str]]:
+    """A Converse request as the Messages request Claude is given (and its betas): Bedrock's own translation."""
+    extra = dict(body.get("additionalModelRequestFields") or {})
+    betas = frozenset(b for b in extra.pop("anthropic_beta", ()) if isinstance(b, str))
+    inference = body.get("inferenceConfig") or {}
+    out: dict[str, Any] = {"model": model, "max_tokens": inference.get("maxTokens", 4096),
+                           "messages": [{"role": m.get("role"), "content": [_to_messages_block(b)
+                                                                           for b in m.get("content") or ()]}
+                                        for m in body.get("messages") or () if isinstance(m, dict)]}
+    for name, key in (("temperature", "temperature"), ("topP", "top_p"), ("stopSequences", "stop_sequences")):
+        if name in inference:
+            out[key] = inference[name]
+    if body.get("system"):
+        out["system"] = [{"type": "text", "text": b.get("text", "")} for b in body["system"] if isinstance(b, dict)]
+    tools = (body.get("toolConfig") or {}).get("tools") or ()
+    if tools:
+        out["tools"] = [{"name": t["toolSpec"]["name"], "description": t["toolSpec"].get("description", ""),
+                         "input_schema": (t["toolSpec"].get("inputSchema") or {}).get("json", {})}
+                        for t in tools if isinstance(t, dict) and "toolSpec" in t]
+    return {**out, **extra}, betas
+
+
+def _converse_block(b: dict[str, Any]) -> dict[str, Any]:
+    t = b.get("type")
+    if t == "thinking":
+        return {"reasoningContent": {"reasoningText": {"text": b["thinking"], "signature": b["signature"]}}}
+    if t == "redacted_thinking":
+        return {"reasoningContent": {"redactedContent": base64.b64encode(b["data"].encode()).decode()}}
+    if t == "tool_use":
+        return {"toolUse": {"toolUseId": b["id"], "name": b["name"], "input": b["input"]}}
+    return {"text": b.get("text", "")}
+
+
+def _converse_usage(message: dict[str, Any]) -> dict[str, int]:
+    u = message["usage"]
+    return {"inputTokens": u["input_tokens"], "outputTokens": u["output_tokens"],
+            "totalTokens": u["input_tokens"] + u["output_tokens"]}
+
+
+def _converse_events(message: dict[str, Any]) -> list[bytes]:
+    frames = [eventstream.event("messageStart", {"role": "assistant"})]
+    for i, b in enumerate(message["content"]):
+        t = b.get("type")
+        if t == "tool_use":
+            frames.append(eventstream.event("contentBlockStart", {"contentBlockIndex": i, "start": {
+                "toolUse": {"toolUseId": b["id"], "name": b["name"]}}}))
+            deltas = [{"toolUse": {"input": orjson.dumps(b["input"]).decode()}}]
+        elif t == "thinking":
+            deltas = [{"reasoningContent": {"text": b["thinking"]}},
+                      {"reasoningContent": {"signature": b["signature"]}}]
+        elif t == "redacted_thinking":
+            deltas = [{"reasoningContent": {"redactedContent": base64.b64encode(b["data"].encode()).decode()}}]
+        else:
+            deltas = [{"text": b.get("text", "")}]
+        frames += [eventstream.event("contentBlockDelta", {"contentBlockIndex": i, "delta": d}) for d in deltas]
+        frames.append(eventstream.event("contentBlockStop", {"contentBlockIndex": i}))
+    frames.append(eventstream.event("messageStop", {"stopReason": message["stop_reason"]}))
+    frames.append(eventstream.event("metadata", {"usage": _converse_usage(message), "metrics": {"latencyMs": 1}}))
+    return frames
+
+
+async def _converse(state: Any, judge: Judge, model: str, body: Any, stream: bool) -> Response:
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        state.stats.rejections["converse-schema"] += 1
+        return _bedrock_error(400, "ValidationException", "Malformed input request: #: required key [messages] "
+                                                          "not found, please reformat your input and try again.")
+    request, betas = converse_as_messages(body, claude_name(model))
+    judged = judge(state, request, betas)
+    if not isinstance(judged, Reply):
+        return _bedrock_error(judged[0], "ValidationException" if judged[0] == 400 else "ModelErrorException",
+                              MODEL_ERRORS + judged[1])
+    kind = await _fault(state, judged)
+    if kind == "overloaded" or (kind == "midstream" and not stream):
+        return _bedrock_error(503, "ServiceUnavailableException", "Bedrock is unable to process your request.")
+    if kind == "ratelimit":
+        return _bedrock_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+    message = judged.message
+    if not stream:
+        return Response(orjson.dumps({"output": {"message": {"role": "assistant", "content": [
+            _converse_block(b) for b in message["content"]]}}, "stopReason": message["stop_reason"],
+            "usage": _converse_usage(message), "metrics": {"latencyMs": 1}}), 200, media_type="application/json")
+    frames = _converse_events(message)
+    if kind == "midstream":
+        frames = [*frames[:len(frames) // 2],
+                  eventstream.exception("throttlingException", "Too many requests, please wait before trying again.")]
+    return StreamingResponse(pump(state, frames, 1 if judged.scenario.hold else -1, state.release_gen),
+                             headers={"content-type": eventstream.MEDIA_TYPE})

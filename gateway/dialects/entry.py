@@ -62,8 +62,9 @@ class Dialect:
 
     @property
     def messages_platform(self) -> bool:
-        """Claude on a cloud platform in the Messages API's own form: a Messages client's request goes there."""
-        return bool(self.platform) and self.wire == "anthropic"
+        """Claude on a cloud platform (the Messages API's form, or Converse's): a Messages client's request goes
+        there."""
+        return bool(self.platform) and self.thinking_blocks
 
     def signs_calls(self, caps: ModelCaps) -> bool:
         """Whether the current turn's first call of each step must carry a Gemini signature (rule 7)."""

@@ -4,6 +4,7 @@ the answer comes back as the upstream sent it (its headers; ``_gateway`` in a JS
 
 from __future__ import annotations
 
+import orjson
 from starlette.responses import Response
 
 from gateway.dialects.anthropic import codec as anthropic
@@ -11,6 +12,7 @@ from gateway.dialects.canonical import Turn
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import table as surfaces
 from gateway.surfaces.handler import UNROUTED, Codec, Relay, endpoint
+from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
 from gateway.transport.upstream import UpstreamResponse, forward_request_headers
 
 
@@ -36,6 +38,9 @@ class Messages(Codec):
         return self.call.caps is UNROUTED or anthropic.is_error_body(body)
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
+        reshape = UPSTREAM_DIALECTS[self.call.caps.kind].as_messages
+        if reshape is not None:  # (Converse's answer, as the Messages API's)
+            body = orjson.dumps(reshape(pipeline.parse_json(body), self.call))
         return self.respond(pipeline.with_gateway_meta(body, self.ex.scid), 200, self.headers(resp), None)
 
     def stream(self) -> Relay:  # (a platform's framing is not the client's: server-sent events, named)

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.app.deps import Gateway
 from gateway.dialects.anthropic import codec as anthropic
+from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
 from gateway.dialects.canonical import JSON, Request, Turn
 from gateway.dialects.credentials import credential_of
@@ -70,6 +71,8 @@ class UpstreamDialect:
     # the encoded body as the platform takes it, given the client's headers (a cloud platform's Messages body)
     finish: Callable[[bytes, Mapping[str, str]], bytes] | None = None
     framing: Callable[[], Framing] | None = None            # its stream's framing (None: server-sent events)
+    # its JSON answer as the Messages API's (for a Messages client; None: it is the Messages API's already)
+    as_messages: Callable[[Any, Call], dict[str, Any]] | None = None
 
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -128,6 +131,11 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         lambda c: bedrock.path(c.req.model, c.req.is_stream), no_headers, _anthropic_body,
         lambda body, c: anthropic.decode_turn(body), lambda c: bedrock.Passthrough(), bedrock.error,
         finish=bedrock.finish, framing=bedrock.EventStreamFraming),
+    "bedrock-converse": UpstreamDialect(
+        lambda c: converse.path(c.req.model, c.req.is_stream), no_headers, _anthropic_body,
+        lambda body, c: anthropic.decode_turn(converse.as_message(body, c.req.model)),
+        lambda c: converse.ConverseTranslator(c.req.model), bedrock.error, finish=converse.finish,
+        framing=bedrock.EventStreamFraming, as_messages=lambda body, c: converse.as_message(body, c.req.model)),
     "vertex-anthropic": UpstreamDialect(
         lambda c: vertex.claude_path(c.req.model, c.req.is_stream), vertex.claude_headers, _anthropic_body,
         lambda body, c: anthropic.decode_turn(body), None, upstream_error, finish=vertex.finish),

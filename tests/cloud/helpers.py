@@ -15,6 +15,7 @@ from tests.process_fixtures import Sim
 from thinkgate_sim.sigv4 import TEST_KEYS
 
 BEDROCK_CLAUDE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+CONVERSE_CLAUDE = "eu.anthropic.claude-sonnet-4-5-20250929-v1:0"  # (another prefix: the bedrock-converse@ route)
 VERTEX_CLAUDE = "claude-sonnet-4-5@20250929"
 VERTEX_GEMINI = "gemini-3-flash-preview"
 PROJECT = "thinkgate-test"
@@ -35,10 +36,12 @@ def service_account(path: Path, token_uri: str) -> Path:
 
 
 def cloud_env(sim: Sim, tmp: Path, upstream: str | None = None, **extra: str) -> dict[str, str]:
-    """A gateway's environment with Bedrock (``us.anthropic.`` models) and Vertex AI (``claude-sonnet-4-5@`` and
-    ``gemini-3-flash`` models) at ``upstream`` (default the simulator); everything else goes where it always does."""
+    """A gateway's environment with Bedrock (``us.anthropic.`` models; ``eu.anthropic.`` through Converse) and
+    Vertex AI (``claude-sonnet-4-5@`` and ``gemini-3-flash`` models) at ``upstream`` (default the simulator);
+    everything else goes where it always does."""
     url = upstream or sim.url
-    routes = (f"us.anthropic.=bedrock@us-east-1,claude-sonnet-4-5@=vertex@{PROJECT}/{REGION},"
+    routes = (f"us.anthropic.=bedrock@us-east-1,eu.anthropic.=bedrock-converse@us-east-1,"
+              f"claude-sonnet-4-5@=vertex@{PROJECT}/{REGION},"
               f"gemini-3-flash=vertex@{PROJECT}/{REGION}")
     return {"GATEWAY_ROUTES": routes, "GATEWAY_BEDROCK_BASE_URL": url, "GATEWAY_VERTEX_BASE_URL": url,
             "GATEWAY_GEMINI_BASE_URL": sim.url,

@@ -106,6 +106,14 @@ def _events(headers: Mapping[str, Any], payload: bytes) -> Iterator[Event]:
             data = None
         yield Event(data.decode("utf-8", "replace")) if data is not None else _error(
             "api_error", "upstream sent an unreadable chunk")
+    elif kind == "event":  # (a Converse event: its JSON under its name, for ``converse.ConverseTranslator``)
+        try:
+            payload_json = orjson.loads(payload) if payload else {}
+        except orjson.JSONDecodeError:
+            payload_json = None
+        name = str(headers.get(":event-type") or "")
+        yield Event(orjson.dumps({name: payload_json}).decode()) if isinstance(payload_json, dict) else _error(
+            "api_error", "upstream sent an unreadable event")
     elif kind in ("exception", "error"):
         name = str(headers.get(":exception-type") or headers.get(":error-code") or "error")
         try:
