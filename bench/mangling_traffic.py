@@ -30,13 +30,13 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.traffic import CELLS, SPLIT_SEED, plan, run
-from tests.gemini.helpers import gateway_env
+from tests.e2e.traffic import CELLS, SPLIT_SEED, plan, replica_env, run
 from tests.process_fixtures import GatewayFactory, Sim, free_port, start_process
 from tests.redis_fixtures import RedisServer
 from tests.reliability.recording_proxy import RecordingProxy
@@ -75,9 +75,8 @@ def main() -> int:
     sim = Sim(sim_process)
     proxy = RecordingProxy(sim.url, split_seed=None if args.split_seed < 0 else args.split_seed).start()
     gateways = GatewayFactory()
-    env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
-    env |= {"GATEWAY_REDIS_URL": redis_server.url, "GATEWAY_SECRET": SECRET, "GATEWAY_STORE_TIMEOUT_MS": "1000",
-            "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
+    creds = tempfile.TemporaryDirectory()  # (the cloud platforms' credentials: tests/cloud/helpers.py)
+    env = replica_env(sim, proxy, redis_server.url, SECRET, Path(creds.name))
     failed = False
     reports = []
     try:
@@ -99,6 +98,7 @@ def main() -> int:
         sim_process.stop()
         os.unlink(sim_process.log_path)
         redis_server.stop()
+        creds.cleanup()
     if args.json:
         Path(args.json).write_text(json.dumps(reports, indent=2, default=str))
     return 1 if failed else 0

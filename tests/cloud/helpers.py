@@ -17,7 +17,7 @@ from thinkgate_sim.sigv4 import TEST_KEYS
 BEDROCK_CLAUDE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 CONVERSE_CLAUDE = "eu.anthropic.claude-sonnet-4-5-20250929-v1:0"  # (another prefix: the bedrock-converse@ route)
 VERTEX_CLAUDE = "claude-sonnet-4-5@20250929"
-VERTEX_GEMINI = "gemini-3-flash-preview"
+VERTEX_GEMINI = "gemini-3.1-pro-preview"  # (distinct from the AI Studio and compat routes of the same sim)
 PROJECT = "thinkgate-test"
 REGION = "us-east5"
 KEY_ID, SECRET = next(iter(TEST_KEYS.items()))
@@ -37,12 +37,12 @@ def service_account(path: Path, token_uri: str) -> Path:
 
 def cloud_env(sim: Sim, tmp: Path, upstream: str | None = None, **extra: str) -> dict[str, str]:
     """A gateway's environment with Bedrock (``us.anthropic.`` models; ``eu.anthropic.`` through Converse) and
-    Vertex AI (``claude-sonnet-4-5@`` and ``gemini-3-flash`` models) at ``upstream`` (default the simulator);
+    Vertex AI (``claude-sonnet-4-5@`` and ``gemini-3.1-`` models) at ``upstream`` (default the simulator);
     everything else goes where it always does."""
     url = upstream or sim.url
     routes = (f"us.anthropic.=bedrock@us-east-1,eu.anthropic.=bedrock-converse@us-east-1,"
               f"claude-sonnet-4-5@=vertex@{PROJECT}/{REGION},"
-              f"gemini-3-flash=vertex@{PROJECT}/{REGION}")
+              f"gemini-3.1-=vertex@{PROJECT}/{REGION}")
     return {"GATEWAY_ROUTES": routes, "GATEWAY_BEDROCK_BASE_URL": url, "GATEWAY_VERTEX_BASE_URL": url,
             "GATEWAY_GEMINI_BASE_URL": sim.url,
             "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,

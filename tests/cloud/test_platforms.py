@@ -237,3 +237,30 @@ def test_a_platform_that_refuses_the_credential_is_the_clients_error_not_a_500(
         client.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
     assert refused.value.body["error"]["type"] == "permission_error"  # type: ignore[index]
     assert "signature we calculated does not match" in refused.value.body["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_gemini_client_on_vertex_gets_the_gemini_apis_answers(sim: Sim, cloud_gateway: ServerProcess,
+                                                                  stream: bool) -> None:
+    """The Gemini native surface in front of Gemini on Vertex AI: the client's ``?key=`` stays at the gateway (the
+    call carries Google's bearer), the answer is the Gemini API's; a replayed call keeps its signature."""
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    contents: list[Any] = [{"role": "user", "parts": [{"text": f"[[sim:tools=1]] [[sim:conv=native-{stream}]] hi"}]}]
+    tools = [{"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "object"}}]}]
+    for _ in range(3):
+        answer = httpx.post(f"{cloud_gateway.url}/v1beta/models/{VERTEX_GEMINI}:{action}&key=k1".replace(
+            "Content&", "Content?"), json={"contents": contents, "tools": tools}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        chunks = [httpx.Response(200, content=line[6:]).json() for line in answer.text.splitlines()
+                  if line.startswith("data: ")] if stream else [answer.json()]
+        parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+        calls = [p for p in parts if "functionCall" in p]
+        contents.append({"role": "model", "parts": [p for p in parts if "text" not in p or p.get("text")]})
+        if not calls:
+            break
+        contents.append({"role": "user", "parts": [{"functionResponse": {"name": "get_weather",
+                                                                          "response": {"ok": True}}}]})
+    last = sim.last()
+    assert last["path"].startswith(f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/google/models/")
+    assert "key=" not in last["query"] and last["headers"]["authorization"].startswith("Bearer ya29.sim.")
+    assert not calls

@@ -58,9 +58,11 @@ class Traffic:
 
 
 @pytest.fixture(scope="module")
-def traffic(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Traffic]:
+def traffic(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
     proxy = RecordingProxy(sim.url, split_seed=SPLIT_SEED).start()
-    env = replica_env(sim, proxy, redis_server.url, "issue-23-traffic-0123456789abcdef01")
+    env = replica_env(sim, proxy, redis_server.url, "issue-23-traffic-0123456789abcdef01",
+                      tmp_path_factory.mktemp("traffic"))
     off = {**env, "GATEWAY_STATE_MACHINE_ENABLED": "false"}
     started = [gateways.start(proxy.url, e) for e in (env, env, off, off)]
     try:

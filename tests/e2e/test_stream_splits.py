@@ -25,9 +25,11 @@ from tests.reliability.recording_proxy import RecordingProxy
 
 
 @pytest.fixture(scope="module")
-def report(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Report]:
+def report(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     proxy = RecordingProxy(sim.url, hard_cuts=True).start()
-    env = replica_env(sim, proxy, redis_server.url, "stream-splits-0123456789abcdef0123456")
+    env = replica_env(sim, proxy, redis_server.url, "stream-splits-0123456789abcdef0123456",
+                      tmp_path_factory.mktemp("splits"))
     replicas = [gateways.start(proxy.url, env) for _ in range(2)]
     try:
         convs = [dataclasses.replace(c, stream=True, header=c.index % 2 == 0) for c in plan(per_cell=2)]

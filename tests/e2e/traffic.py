@@ -42,8 +42,10 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from tests.cloud.helpers import BEDROCK_CLAUDE, CONVERSE_CLAUDE, VERTEX_CLAUDE, VERTEX_GEMINI, cloud_env
 from tests.e2e.traffic_clients import PLAY, REQUEST_TIMEOUT_S, Cell, Conv, Surface
 from tests.gemini.helpers import (
     CLAUDE,
@@ -77,23 +79,34 @@ ENDPOINTS: dict[Surface, str] = {"anthropic": "messages", "openai": "chat_comple
 _UPSTREAMS = {"anthropic": (CLAUDE, "anthropic"), "gemini": (GEMINI, "gemini"),
               "openrouter": (OPENROUTER, "openrouter"), "openrouter-claude": (OPENROUTER_CLAUDE, "openrouter"),
               "copilot": (COPILOT, "copilot"), "deepseek": (DEEPSEEK, "deepseek"),
-              "generic": (GEMINI_COMPAT, "generic"), "responses": (RESPONSES, "responses")}
+              "generic": (GEMINI_COMPAT, "generic"), "responses": (RESPONSES, "responses"),
+              # the cloud platforms (issue 36): Claude on Bedrock (InvokeModel, Converse) and Vertex AI, Gemini on
+              # Vertex AI: Claude's manglings and Gemini's
+              "bedrock": (BEDROCK_CLAUDE, "anthropic"), "bedrock-converse": (CONVERSE_CLAUDE, "anthropic"),
+              "vertex-anthropic": (VERTEX_CLAUDE, "anthropic"), "vertex-gemini": (VERTEX_GEMINI, "gemini")}
+_CLAUDE_PLATFORMS = ("bedrock", "bedrock-converse", "vertex-anthropic")
 # the upstreams behind the Responses surface: every one
 _RESPONSES_UPSTREAMS = tuple(_UPSTREAMS)
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
 CELLS: tuple[Cell, ...] = (
-    Cell("anthropic", "anthropic", CLAUDE, (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS)),
+    *(Cell("anthropic", up, _UPSTREAMS[up][0], (*sorted(MESSAGE_MANGLINGS), *sorted(HISTORY_MANGLINGS), *FLOWS))
+      for up in ("anthropic", *_CLAUDE_PLATFORMS)),
     *(Cell("openai", up, model, openai_manglings.BY_UPSTREAM[row]) for up, (model, row) in _UPSTREAMS.items()),
     *(Cell("responses", up, _UPSTREAMS[up][0], RESPONSES_CASES) for up in _RESPONSES_UPSTREAMS),
-    Cell("gemini", "gemini", GEMINI, tuple(sorted(gemini_manglings.MANGLINGS))),
+    *(Cell("gemini", up, _UPSTREAMS[up][0], tuple(sorted(gemini_manglings.MANGLINGS)))
+      for up in ("gemini", "vertex-gemini")),
     *(Cell("augment", up, model, _AUGMENT_CASES) for up, (model, _) in _UPSTREAMS.items()),
 )
 
 
-def replica_env(sim: Sim, proxy: RecordingProxy, redis_url: str, secret: str) -> dict[str, str]:
-    """A replica's environment in the matrix: every upstream of ``gateway_env`` reached through ``proxy``, one
-    redis-server, JSON access lines (``run`` reads them)."""
+def replica_env(sim: Sim, proxy: RecordingProxy, redis_url: str, secret: str, tmp: Path) -> dict[str, str]:
+    """A replica's environment in the matrix: every upstream of ``gateway_env`` and the cloud platforms
+    (``tests/cloud/helpers.py``; their credentials in ``tmp``) reached through ``proxy``, one redis-server, JSON
+    access lines (``run`` reads them)."""
     env = {k: v.replace(sim.url, proxy.url) for k, v in gateway_env(sim).items()}
+    cloud = cloud_env(sim, tmp, proxy.url)
+    env |= {**cloud, "GATEWAY_ROUTES": env["GATEWAY_ROUTES"] + "," + cloud["GATEWAY_ROUTES"],
+            "GATEWAY_GEMINI_BASE_URL": env["GATEWAY_GEMINI_BASE_URL"]}
     return env | {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_SECRET": secret, "GATEWAY_STORE_TIMEOUT_MS": "1000",
                   "GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_LOG_FORMAT": "json"}
 
@@ -144,6 +157,12 @@ def _anthropic_turn_kept(content: Any) -> bool:
         or (content[0].get("type") == "thinking" and bool(content[0].get("signature"))))
 
 
+def _converse_turn_kept(content: Any) -> bool:
+    first = content[0] if isinstance(content, list) and content else {}
+    reasoning = first.get("reasoningContent") or {}
+    return "redactedContent" in reasoning or bool((reasoning.get("reasoningText") or {}).get("signature"))
+
+
 def _gemini_turn_kept(content: dict[str, Any]) -> bool:
     parts = content.get("parts") or [{}]
     calls = [p for p in parts if "functionCall" in p]
@@ -188,10 +207,12 @@ def replayed_turns(ex: Exchange) -> list[bool]:
     if path.split("?")[0].endswith("/responses"):
         items = body.get("input")
         return [_responses_turn_kept(t) for t in _responses_turns(items if isinstance(items, list) else ())]
-    if path.startswith("/v1/messages"):
+    if path.startswith("/model/") and "/converse" in path:  # Bedrock's Converse: its reasoning blocks
+        return [_converse_turn_kept(m.get("content")) for m in body.get("messages", ()) if m.get("role") == "assistant"]
+    if path.startswith(("/v1/messages", "/model/")) or "/publishers/anthropic/" in path:
         return [_anthropic_turn_kept(m.get("content")) for m in body.get("messages", ())
                 if m.get("role") == "assistant"]
-    if path.startswith("/v1beta/models/"):
+    if path.startswith("/v1beta/models/") or "/publishers/google/" in path:
         return [_gemini_turn_kept(c) for c in body.get("contents", ()) if c.get("role") == "model"]
     return [_openai_turn_kept(path, m) for m in body.get("messages", ()) if m.get("role") == "assistant"]
 

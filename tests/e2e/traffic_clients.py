@@ -17,6 +17,7 @@ import httpx
 import openai
 
 from tests.augment.client import TOOL_DEFINITIONS, chat, exchange, tool_result_nodes
+from tests.cloud.helpers import BEDROCK_CLAUDE, CONVERSE_CLAUDE, VERTEX_CLAUDE
 from tests.e2e.helpers import THINKING, WEATHER_TOOL, next_round, send
 from tests.gemini.helpers import CLAUDE, Answer, ask, function_responses, native_round, run_loop
 from tests.manglings import augment as augment_manglings
@@ -123,10 +124,14 @@ def play_anthropic(conv: Conv, urls: Sequence[str]) -> None:
             c.close()
 
 
+# the Claude models a chat client asks for thinking as Anthropic's parameter (an OpenRouter Claude: reasoning_effort)
+ANTHROPIC_WIRE = frozenset({CLAUDE, BEDROCK_CLAUDE, CONVERSE_CLAUDE, VERTEX_CLAUDE})
+
+
 def play_openai(conv: Conv, urls: Sequence[str]) -> None:
     clients = {u: openai.OpenAI(base_url=u + "/v1", api_key=conv.key, max_retries=0, timeout=REQUEST_TIMEOUT_S,
                                 default_headers=BETA) for u in urls}
-    params: dict[str, Any] = {"extra_body": {"thinking": THINKING}} if conv.cell.model == CLAUDE \
+    params: dict[str, Any] = {"extra_body": {"thinking": THINKING}} if conv.cell.model in ANTHROPIC_WIRE \
         else {"reasoning_effort": "low"}
 
     def send(history: list[dict[str, Any]]) -> Answer:

@@ -65,9 +65,11 @@ class Replicas:
 
 
 @pytest.fixture(scope="module")
-def replicas(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer) -> Iterator[Replicas]:
+def replicas(sim: Sim, gateways: GatewayFactory, redis_server: RedisServer,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     proxy = RecordingProxy(sim.url, answers=True).start()
-    env = replica_env(sim, proxy, redis_server.url, "issue-31-transparency-0123456789a")
+    env = replica_env(sim, proxy, redis_server.url, "issue-31-transparency-0123456789a",
+                      tmp_path_factory.mktemp("transparency"))
     started = [gateways.start(proxy.url, env) for _ in range(2)] + [gateways.start(proxy.url, env | OFF)]
     cold = [gateways.start(proxy.url, env) for _ in range(STEPS)]
     try:
