@@ -70,6 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env()
         settings.check_production()
+        settings.upstream_auths()  # (a cloud route whose extra is missing: one line, before any worker starts)
         if settings.redis_url:
             _check_store_credentials(settings.redis_url)
         if args.workers > 1 and settings.state_machine_enabled and not settings.redis_url:

@@ -153,3 +153,26 @@ def test_a_converse_stream_is_the_message_the_json_answer_is(step: int) -> None:
                                                                      for b in MESSAGE["content"]]}},
              "stopReason": "tool_use", "usage": {"inputTokens": 12, "outputTokens": 7}}
     assert converse.as_message(whole, "m")["content"] == MESSAGE["content"]
+
+
+def test_the_base_install_has_no_cloud_library_and_the_extras_name_them() -> None:
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith(("botocore", "boto3", "google-auth", "requests")) for d in project["dependencies"])
+    extras = project["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["aws"]] == ["botocore"]
+    assert {d.split(">")[0] for d in extras["gcp"]} == {"google-auth", "requests"}
+
+
+def test_a_gemini_signature_goes_back_only_to_the_platform_that_minted_it() -> None:
+    """Claude's signatures are valid on every platform (judged by model family); Google documents no such thing for
+    ``thoughtSignature``: the origin of a Gemini turn names its upstream, so another platform's is degraded."""
+    from gateway.dialects.routing import origin_of, reads_thinking
+
+    router = Router(parse_routes("vertex-=vertex@my-project/global"))
+    on_vertex, on_studio = router.caps_for("vertex-gemini-3-pro-preview"), router.caps_for("gemini-3-pro-preview")
+    assert origin_of(on_vertex, "gemini-3-pro-preview") != origin_of(on_studio, "gemini-3-pro-preview")
+    assert reads_thinking("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5-20250929")
+    assert reads_thinking("claude-sonnet-4-5@20250929", "global.anthropic.claude-sonnet-4-5-20250929-v1:0")
