@@ -264,3 +264,50 @@ def test_a_gemini_client_on_vertex_gets_the_gemini_apis_answers(sim: Sim, cloud_
     assert last["path"].startswith(f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/google/models/")
     assert "key=" not in last["query"] and last["headers"]["authorization"].startswith("Bearer ya29.sim.")
     assert not calls
+
+
+def test_straight_to_converse_the_official_aws_client_meets_bedrocks_error(sim: Sim) -> None:
+    """boto3's ``bedrock-runtime`` client (Converse, its own SigV4 and parsers) straight to the simulator: a faithful
+    first round works (its stream too), a replay without the reasoning block is Bedrock's ``ValidationException``."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=sim.url,
+                          aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
+    kw: Any = {"modelId": CONVERSE_CLAUDE, "inferenceConfig": {"maxTokens": 2048},
+               "additionalModelRequestFields": {"thinking": THINKING},
+               "toolConfig": {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {}}}}]}}
+    messages: list[Any] = [{"role": "user", "content": [{"text": "[[sim:tools=1]] [[sim:conv=boto3]] weather?"}]}]
+    answer = client.converse(messages=messages, **kw)
+    content = answer["output"]["message"]["content"]
+    assert answer["stopReason"] == "tool_use" and "reasoningContent" in content[0], content
+    events = list(client.converse_stream(messages=messages, **kw)["stream"])
+    assert {next(iter(e)) for e in events} >= {"messageStart", "contentBlockDelta", "messageStop", "metadata"}
+    use = next(b["toolUse"] for b in content if "toolUse" in b)
+    replay = [*messages, {"role": "assistant", "content": [b for b in content if "reasoningContent" not in b]},
+              {"role": "user", "content": [{"toolResult": {"toolUseId": use["toolUseId"],
+                                                           "content": [{"text": "ok"}]}}]}]
+    with pytest.raises(ClientError) as refused:
+        client.converse(messages=replay, **kw)
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert refused.value.response["Error"]["Message"].startswith(
+        "The model returned the following errors: messages.1.content.0.type: Expected `thinking`")
+
+
+def test_straight_to_vertex_gemini_a_dropped_signature_is_vertexs_error(sim: Sim) -> None:
+    token = httpx.post(sim.url + "/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                                                 "assertion": _assertion()}).json()["access_token"]
+    url = f"{sim.url}/v1/projects/{PROJECT}/locations/{REGION}/publishers/google/models/{VERTEX_GEMINI}:generateContent"
+    tools = [{"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "object"}}]}]
+    contents: list[Any] = [{"role": "user", "parts": [{"text": "[[sim:tools=2]] [[sim:conv=vx-straight]] hi"}]}]
+    auth = {"authorization": f"Bearer {token}"}
+    assert httpx.post(url, json={"contents": contents, "tools": tools}).status_code == 401  # no token
+    first = httpx.post(url, json={"contents": contents, "tools": tools}, headers=auth).json()
+    parts = first["candidates"][0]["content"]["parts"]
+    dropped = [{k: v for k, v in p.items() if k != "thoughtSignature"} for p in parts]
+    contents += [{"role": "model", "parts": dropped}, {"role": "user", "parts": [
+        {"functionResponse": {"name": "get_weather", "response": {"ok": True}}}]}]
+    refused = httpx.post(url, json={"contents": contents, "tools": tools}, headers=auth)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"].startswith("Unable to submit request because function call "
+                                                         "`default_api:get_weather` in the 2. content block is missing")
