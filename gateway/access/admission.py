@@ -136,15 +136,28 @@ def _limit_headers(found: Admission, wait: int) -> dict[str, str]:
             f"x-ratelimit-reset-{what}": f"{wait}s"}
 
 
-def check_model(grant: Grant | None, model: str) -> None:
-    """A model the key may not use: 403 in the client's dialect."""
+CLOUD_NEEDS_KEY = ("model {model} is served with this gateway's own cloud credentials: a gateway key is required "
+                   "(GATEWAY_CLOUD_WITHOUT_KEYS=true serves it to anyone who reaches the gateway)")
+
+
+def check_model(grant: Grant | None, model: str, *, gateway_credential: bool = False,
+                open_to_all: bool = False) -> None:
+    """A model the key may not use: 403 in the client's dialect. A model served with a credential of the gateway's
+    own whatever the request carries (a cloud platform's), without a gateway key: 401, unless the operator opens
+    such routes to every client (``GATEWAY_CLOUD_WITHOUT_KEYS``)."""
+    if grant is None and gateway_credential and not open_to_all:
+        metrics.observe_admission("missing")
+        raise ClientError(401, CLOUD_NEEDS_KEY.format(model=model[:200]), "authentication_error")
     if grant is not None and not grant.allows(model):
         raise ClientError(403, f"this gateway key may not use model {model[:200]}", "permission_error")
 
 
 def upstream_headers(headers: Mapping[str, str], grant: Grant | None, upstream: str, gw: Gateway) -> Mapping[str, str]:
     """The client's headers as the upstream's header rules read them: under a gateway key, its credential swapped
-    for the one thinkgate holds for ``upstream`` (none configured: a 401, nothing forwarded)."""
+    for the one thinkgate holds for ``upstream`` (none configured: a 401, nothing forwarded). An upstream that signs
+    its requests with a cloud credential of its own (``Upstream.auth``) gets no client credential at all."""
+    if getattr(gw.upstreams.get(upstream), "auth", None) is not None:
+        return {k: v for k, v in headers.items() if k not in CREDENTIAL_HEADERS}
     if grant is None:
         return headers
     key = gw.settings.upstream_key(upstream)

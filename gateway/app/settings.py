@@ -87,6 +87,8 @@ DESCRIPTIONS: dict[str, str] = {
     "upstream_api_keys": "the upstream credentials requests with a gateway key are served with: NAME=KEY, "
                          "comma-separated (NAME: anthropic, gemini, openai or a route's flavor); from a Secret",
     "require_gateway_keys": "refuse requests that carry no gateway key (401)",
+    "cloud_without_keys": "serve cloud platform routes (bedrock@, vertex@) to requests without a gateway key: the "
+                          "gateway's own cloud credential pays for anyone who reaches it",
     "admin_token": "bearer token of the admin API (/admin/keys); unset: no admin API; from a Secret",
     "metrics_token": "bearer token /metrics asks for; unset: /metrics answers anyone; from a Secret",
     "limits_fail_open": "store away: admit gateway keys this worker admitted before, without limits (false: 503)",
@@ -149,6 +151,7 @@ class Settings:
     # a gateway key ("NAME=KEY,...": NAME an upstream: anthropic, gemini, openai or a route's flavor)
     upstream_api_keys: str = field(default="", repr=False)
     require_gateway_keys: bool = False  # refuse requests without a gateway key (the client's own key is not used)
+    cloud_without_keys: bool = False    # cloud routes serve requests without a gateway key (default: 401)
     admin_token: str | None = field(default=None, repr=False)  # /admin/* (unset: no admin API)
     metrics_token: str | None = field(default=None, repr=False)  # /metrics wants it as a bearer (unset: open)
     limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
@@ -318,6 +321,7 @@ class Settings:
         _float(kw, "drain_delay_s", get("DRAIN_DELAY_S"))
         _pairs(kw, "upstream_api_keys", get("UPSTREAM_API_KEYS"))
         _bool(kw, "require_gateway_keys", get("REQUIRE_GATEWAY_KEYS"))
+        _bool(kw, "cloud_without_keys", get("CLOUD_WITHOUT_KEYS"))
         for name, v in (("admin_token", get("ADMIN_TOKEN")), ("metrics_token", get("METRICS_TOKEN"))):
             if v and len(v) < MIN_TOKEN_CHARS:
                 raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")

@@ -44,6 +44,7 @@ def cloud_env(sim: Sim, tmp: Path, upstream: str | None = None, **extra: str) ->
               f"claude-sonnet-4-5@=vertex@{PROJECT}/{REGION},"
               f"gemini-3.1-=vertex@{PROJECT}/{REGION}")
     return {"GATEWAY_ROUTES": routes, "GATEWAY_BEDROCK_BASE_URL": url, "GATEWAY_VERTEX_BASE_URL": url,
+            "GATEWAY_CLOUD_WITHOUT_KEYS": "true",  # (tests/cloud/test_platforms.py: with gateway keys only)
             "GATEWAY_GEMINI_BASE_URL": sim.url,
             "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
             "AWS_CONFIG_FILE": str(tmp / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "none"),

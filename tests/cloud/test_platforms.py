@@ -311,3 +311,27 @@ def test_straight_to_vertex_gemini_a_dropped_signature_is_vertexs_error(sim: Sim
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["message"].startswith("Unable to submit request because function call "
                                                          "`default_api:get_weather` in the 2. content block is missing")
+
+
+def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: GatewayFactory, tmp_path: Path) -> None:
+    """The platform's credential is the gateway's own: a request without a gateway key is a 401 in the client's
+    envelope (nothing reaches the platform); with one, it is served, and no client credential reaches the platform.
+    The Claude API route beside it still forwards the client's own key."""
+    admin = "admin-token-cloud-0123456789"
+    env = cloud_env(sim, tmp_path, GATEWAY_CLOUD_WITHOUT_KEYS="false", GATEWAY_ADMIN_TOKEN=admin)
+    gw = gateways.start(sim.url, env)
+    before = sim.stats()["requests"]
+    own = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-own-key", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError, match="a gateway key is required"):
+        own.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    assert sim.stats()["requests"] == before
+    assert own.messages.create(model="claude-sonnet-4-5", max_tokens=64,
+                               messages=[{"role": "user", "content": "hi"}]).content  # (the Claude API: as before)
+    made = httpx.post(f"{gw.url}/admin/keys", json={"name": "cloud-team"}, timeout=10,
+                      headers={"authorization": f"Bearer {admin}"})
+    assert made.status_code == 201, made.text
+    keyed = anthropic.Anthropic(base_url=gw.url, api_key=made.json()["key"], max_retries=0)
+    for model in (BEDROCK_CLAUDE, VERTEX_CLAUDE):
+        assert keyed.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}]).content
+        seen = sim.last()["headers"]
+        assert "x-api-key" not in seen and not seen["authorization"].startswith("Bearer tgk_"), seen
