@@ -85,6 +85,7 @@ _UPSTREAMS = {"anthropic": (CLAUDE, "anthropic"), "gemini": (GEMINI, "gemini"),
               "bedrock": (BEDROCK_CLAUDE, "anthropic"), "bedrock-converse": (CONVERSE_CLAUDE, "anthropic"),
               "vertex-anthropic": (VERTEX_CLAUDE, "anthropic"), "vertex-gemini": (VERTEX_GEMINI, "gemini")}
 _CLAUDE_PLATFORMS = ("bedrock", "bedrock-converse", "vertex-anthropic")
+CLOUD_UPSTREAMS = frozenset({*_CLAUDE_PLATFORMS, "vertex-gemini"})  # their requests carry the gateway's credential
 # the upstreams behind the Responses surface: every one
 _RESPONSES_UPSTREAMS = tuple(_UPSTREAMS)
 _AUGMENT_CASES = (*sorted(augment_manglings.MANGLINGS), augment_manglings.SERVER_SIDE_STATE)
