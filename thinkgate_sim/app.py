@@ -274,7 +274,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
         Route("/_sim/last", last, methods=["GET"]),
         Route("/_sim/release", release, methods=["POST"]),
         *gemini_routes(state),
-        *cloud_routes(state, judge, state.gemini_vertex),
+        *cloud_routes(state, judge, state.gemini_vertex, _count_tokens_rejection),
         *compat_routes(state),
         *responses_routes(state),
     ]

@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from thinkgate_sim import eventstream, sigv4
 from thinkgate_sim.convo import first_user_text
+from thinkgate_sim.deep_json import estimate_tokens
 from thinkgate_sim.faults import pump
 from thinkgate_sim.gcp_auth import UNAUTHENTICATED, Tokens
 from thinkgate_sim.render import first_delta_position, stream_events
@@ -95,7 +96,10 @@ def _malformed(body: Any, versions: tuple[str, ...], extraneous: tuple[str, ...]
     return "".join(problems) or None
 
 
-def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], Any]) -> list[Route]:
+Count = Callable[[Any, Any, frozenset[str]], "tuple[int, str] | None"]  # the count_tokens judge: (rule, message)
+
+
+def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], Any], count: Count) -> list[Route]:
     tokens = state.gcp_tokens = Tokens()
 
     async def invoke(request: Request) -> Response:
@@ -110,6 +114,8 @@ def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], An
             return _bedrock_error(403, *refused)
         if action in ("converse", "converse-stream") and model:
             return await _converse(state, judge, model, body, action == "converse-stream")
+        if action == "count-tokens" and model:
+            return _bedrock_count(state, count, model, body)
         if action not in ("invoke", "invoke-with-response-stream") or not model:
             return _bedrock_error(404, "ResourceNotFoundException", "The requested resource could not be found.")
         problem = _malformed(body, versions(BEDROCK_VERSION, model), ("model", "stream"))
@@ -131,6 +137,8 @@ def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], An
             state.stats.unauthorized += 1
             return _google_error(401, UNAUTHENTICATED, "UNAUTHENTICATED")
         model, _, action = request.path_params["rest"].rpartition(":")
+        if model == "count-tokens" and action == "rawPredict":
+            return _vertex_count(state, count, body, request)
         if action not in ("rawPredict", "streamRawPredict") or not model:
             return _google_error(404, f"Publisher Model `{model}` was not found or your project does not have "
                                       "access to it.", "NOT_FOUND")
@@ -157,6 +165,52 @@ def cloud_routes(state: Any, judge: Judge, gemini_vertex: Callable[[Request], An
             Route(vertex + "/anthropic/models/{rest:path}", vertex_claude, methods=["POST"]),
             Route(vertex + "/google/models/{rest:path}", vertex_gemini, methods=["POST"]),
             Route("/token", tokens.token, methods=["POST"])]
+
+
+def _bedrock_count(state: Any, count: Count, model: str, body: Any) -> Response:
+    """CountTokens (``POST /model/{modelId}/count-tokens``): an InvokeModel body (base64) or a Converse input, judged
+    as count_tokens judges it; ``{"inputTokens": N}``."""
+    given = (body or {}).get("input") if isinstance(body, dict) else None
+    given = given if isinstance(given, dict) else {}
+    if isinstance(given.get("invokeModel"), dict):
+        try:
+            request = orjson.loads(base64.b64decode(given["invokeModel"].get("body", ""), validate=True))
+        except (ValueError, orjson.JSONDecodeError):
+            request = None
+        problem = _malformed(request, versions(BEDROCK_VERSION, model), ("model", "stream"))
+        if problem is not None:
+            return _bedrock_error(400, "ValidationException", MALFORMED.format(problems=problem))
+        betas = frozenset(b for b in request.get("anthropic_beta") or () if isinstance(b, str))
+        request = {k: v for k, v in request.items() if k not in ("anthropic_version", "anthropic_beta", "max_tokens")}
+    elif isinstance(given.get("converse"), dict):
+        request, betas = converse_as_messages(given["converse"], claude_name(model))
+        request.pop("max_tokens", None)
+    else:
+        return _bedrock_error(400, "ValidationException", "Malformed input request: #: required key [input] not "
+                                                          "found, please reformat your input and try again.")
+    request = {**request, "model": claude_name(model)}
+    rejected = count(state, request, betas)
+    if rejected is not None:
+        state.stats.rejections[str(rejected[0])] += 1
+        return _bedrock_error(400, "ValidationException", MODEL_ERRORS + rejected[1])
+    return Response(orjson.dumps({"inputTokens": estimate_tokens(request)}), 200, media_type="application/json")
+
+
+def _vertex_count(state: Any, count: Count, body: Any, request: Request) -> Response:
+    """Vertex's ``count-tokens:rawPredict``: the model in the body; ``{"input_tokens": N}``."""
+    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(model, str):
+        return _anthropic_error(400, "model: Field required", "invalid_request_error")
+    problem = _malformed({k: v for k, v in body.items() if k != "model"}, versions(VERTEX_VERSION, model), ())
+    if problem is not None:
+        return _anthropic_error(400, problem.removeprefix("#: ").removeprefix("#/"), "invalid_request_error")
+    betas = frozenset(b.strip() for v in request.headers.getlist("anthropic-beta") for b in v.split(",") if b.strip())
+    seen = {k: v for k, v in body.items() if k != "anthropic_version"}
+    rejected = count(state, seen, betas)
+    if rejected is not None:
+        state.stats.rejections[str(rejected[0])] += 1
+        return _anthropic_error(400, rejected[1], "invalid_request_error")
+    return Response(orjson.dumps({"input_tokens": estimate_tokens(seen)}), 200, media_type="application/json")
 
 
 async def _fault(state: Any, reply: Reply) -> str | None:

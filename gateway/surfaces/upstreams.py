@@ -60,6 +60,15 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class Counting:
+    """How a cloud platform counts a Messages request's tokens (``/v1/messages/count_tokens``)."""
+
+    path: Callable[[Call], str]
+    body: Callable[[bytes, Mapping[str, str], Call], bytes]  # the count_tokens body, the client's headers
+    answer: Callable[[Any], dict[str, Any]]                  # its answer as the Messages API's ``{"input_tokens"}``
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamDialect:
     path: Callable[[Call], str]
     headers: Callable[[Mapping[str, str]], dict[str, str]]  # client headers -> upstream headers
@@ -73,6 +82,7 @@ class UpstreamDialect:
     framing: Callable[[], Framing] | None = None            # its stream's framing (None: server-sent events)
     # its JSON answer as the Messages API's (for a Messages client; None: it is the Messages API's already)
     as_messages: Callable[[Any, Call], dict[str, Any]] | None = None
+    counting: Counting | None = None                        # a cloud platform's token counting (None: none)
 
 
 def gemini_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -130,15 +140,21 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
     "bedrock": UpstreamDialect(
         lambda c: bedrock.path(c.req.model, c.req.is_stream), no_headers, _anthropic_body,
         lambda body, c: anthropic.decode_turn(body), lambda c: bedrock.Passthrough(), bedrock.error,
-        finish=bedrock.finish, framing=bedrock.EventStreamFraming),
+        finish=bedrock.finish, framing=bedrock.EventStreamFraming,
+        counting=Counting(lambda c: bedrock.count_path(c.req.model), lambda b, h, c: bedrock.count_body(b, h),
+                          bedrock.count_answer)),
     "bedrock-converse": UpstreamDialect(
         lambda c: converse.path(c.req.model, c.req.is_stream), no_headers, _anthropic_body,
         lambda body, c: anthropic.decode_turn(converse.as_message(body, c.req.model)),
         lambda c: converse.ConverseTranslator(c.req.model), bedrock.error, finish=converse.finish,
-        framing=bedrock.EventStreamFraming, as_messages=lambda body, c: converse.as_message(body, c.req.model)),
+        framing=bedrock.EventStreamFraming, as_messages=lambda body, c: converse.as_message(body, c.req.model),
+        counting=Counting(lambda c: bedrock.count_path(c.req.model), lambda b, h, c: converse.count_body(b, h),
+                          bedrock.count_answer)),
     "vertex-anthropic": UpstreamDialect(
         lambda c: vertex.claude_path(c.req.model, c.req.is_stream), vertex.claude_headers, _anthropic_body,
-        lambda body, c: anthropic.decode_turn(body), None, upstream_error, finish=vertex.finish),
+        lambda body, c: anthropic.decode_turn(body), None, upstream_error, finish=vertex.finish,
+        counting=Counting(lambda c: vertex.COUNT_PATH, lambda b, h, c: vertex.count_body(b, h, c.req.model),
+                          lambda body: body)),
     "vertex-gemini": UpstreamDialect(
         lambda c: vertex.gemini_path(c.req.model, c.req.is_stream), no_headers, _gemini_body, _gemini_turn,
         _gemini_translator, upstream_error),

@@ -335,3 +335,20 @@ def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: G
         assert keyed.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}]).content
         seen = sim.last()["headers"]
         assert "x-api-key" not in seen and not seen["authorization"].startswith("Bearer tgk_"), seen
+
+
+@pytest.mark.parametrize("platform", sorted(CLAUDES))
+def test_count_tokens_is_counted_by_claudes_platform(sim: Sim, cloud_gateway: ServerProcess, platform: str) -> None:
+    """``/v1/messages/count_tokens`` for a Claude model on a platform: Bedrock's CountTokens (the InvokeModel body,
+    or a Converse input), Vertex's ``count-tokens:rawPredict``; the answer is the Messages API's."""
+    client = anthropic.Anthropic(base_url=cloud_gateway.url, api_key="sk-ant-cloud-count", max_retries=0)
+    counted = client.messages.count_tokens(model=CLAUDES[platform], messages=[{"role": "user", "content": "hello"}],
+                                           tools=TOOLS)
+    assert counted.input_tokens > 0
+    last = sim.last()
+    if platform == "vertex":
+        assert last["path"].endswith("/publishers/anthropic/models/count-tokens:rawPredict")
+        assert last["body"]["model"] == VERTEX_CLAUDE and last["body"]["anthropic_version"] == "vertex-2023-10-16"
+    else:
+        assert last["path"] == f"/model/{CLAUDES[platform]}/count-tokens"
+        assert set(last["body"]["input"]) == {"converse" if platform == "bedrock-converse" else "invokeModel"}

@@ -118,6 +118,17 @@ def finish(body: bytes, client: Mapping[str, str]) -> bytes:
     return orjson.dumps(out)
 
 
+def count_body(body: bytes, client: Mapping[str, str]) -> bytes:
+    """A count_tokens body as Bedrock's CountTokens takes a Converse input (``inferenceConfig`` is not one of its
+    fields)."""
+    data = orjson.loads(body)
+    if isinstance(data, dict):
+        data.setdefault("max_tokens", 1)
+    converse = orjson.loads(finish(orjson.dumps(data), client))
+    converse.pop("inferenceConfig", None)
+    return orjson.dumps({"input": {"converse": converse}})
+
+
 # ------------------------------------------------------------------ answers
 
 

@@ -51,6 +51,24 @@ def finish(body: bytes, client: Mapping[str, str]) -> bytes:
     return orjson.dumps(data)
 
 
+def count_path(model: str) -> str:
+    return model_path(model, "count-tokens")
+
+
+def count_body(body: bytes, client: Mapping[str, str]) -> bytes:
+    """A count_tokens body as Bedrock's CountTokens takes it: the InvokeModel body (``max_tokens`` is required there:
+    1 when the count names none), base64 as its blob type is on the JSON wire."""
+    data = orjson.loads(finish(body, client))
+    if isinstance(data, dict):
+        data.setdefault("max_tokens", 1)
+    return orjson.dumps({"input": {"invokeModel": {"body": base64.b64encode(orjson.dumps(data)).decode()}}})
+
+
+def count_answer(body: Any) -> dict[str, Any]:
+    """``{"inputTokens": N}`` as the Messages API's ``{"input_tokens": N}``."""
+    return {"input_tokens": body.get("inputTokens", 0) if isinstance(body, dict) else 0}
+
+
 def error(status: int, body: bytes) -> GatewayError:
     """Bedrock's ``{"message": ...}`` (a Claude rule broken: ``The model returned the following errors: <the
     Anthropic message>``) as our error, with the status and a type the client's dialect reads."""

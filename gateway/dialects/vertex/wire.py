@@ -29,6 +29,17 @@ def claude_headers(client: Mapping[str, str]) -> dict[str, str]:
     return {"anthropic-beta": beta} if beta else {}
 
 
+COUNT_PATH = "/publishers/anthropic/models/count-tokens:rawPredict"
+
+
+def count_body(body: bytes, client: Mapping[str, str], model: str) -> bytes:
+    """A count_tokens body as Vertex's ``count-tokens`` endpoint takes it: the model in the body, the Vertex version."""
+    data = orjson.loads(body)
+    if not isinstance(data, dict):
+        return body
+    return orjson.dumps({**data, "model": model, "anthropic_version": VERSION})
+
+
 def finish(body: bytes, client: Mapping[str, str]) -> bytes:
     """A Messages request body as ``rawPredict`` takes it."""
     data = orjson.loads(body)
