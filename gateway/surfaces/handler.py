@@ -70,6 +70,9 @@ class Codec:
     may_stream: ClassVar[bool] = True  # False: the answer is read whole, whatever the request's ``stream`` says
     # a surface that does not route (``kinds`` None) calls Claude on a cloud platform when a route puts it there
     platforms: ClassVar[bool] = False
+    # the request goes as it came (decoded, so that a binding 400 can be retried), not through the stages, unless the
+    # model binds thinking to its prefix (then the stages keep the prefix: docs/upstream-rules.md)
+    as_it_came: ClassVar[bool] = False
     ex: Exchange  # from when the body is read
     call: Call  # the routed request, once it is decoded
 
@@ -133,6 +136,11 @@ class Codec:
 
     async def prepare(self) -> None:
         """``pipeline.prepare`` with the surface's decoder, routed as soon as it has decoded, and its encoder."""
+        if self.as_it_came and not self.caps_of(body := pipeline.parse_json(self.ex.raw_body)).prefix_bound:
+            pipeline.identify_tenant(self.ex, self.gw)  # one credential per request, before anything is forwarded
+            self.ex.request = self.routed(self.decode(body))
+            self.ex.outgoing = self.ex.raw_body
+            return
         decoder = self.decoder()
         routed: pipeline.Decoder | pipeline.ReplayDecoder
         if isinstance(decoder, pipeline.ReplayDecoder):

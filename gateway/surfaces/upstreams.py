@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.app.deps import Gateway
+from gateway.dialects import registry
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
@@ -169,6 +170,36 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }
+
+
+def counting_of(call: Call) -> Counting | None:
+    """How ``call``'s upstream counts tokens when it is a cloud platform's (None: the Anthropic upstream's
+    ``count_tokens``); a platform that cannot count is a 400."""
+    if not registry.of(call.caps).platform:
+        return None
+    found = UPSTREAM_DIALECTS[call.caps.kind].counting
+    if found is None:
+        raise ClientError(400, f"token counting is not available for {call.req.model[:200]} on its upstream",
+                          "invalid_request_error")
+    return found
+
+
+def count_target(call: Call, client: Mapping[str, str]) -> tuple[str, dict[str, str], str] | None:
+    """A cloud platform's counting path, headers and query (None: the Anthropic upstream's ``count_tokens``)."""
+    counting = counting_of(call)
+    return None if counting is None else (counting.path(call), UPSTREAM_DIALECTS[call.caps.kind].headers(client), "")
+
+
+def count_body(call: Call, body: bytes, client: Mapping[str, str]) -> bytes:
+    """A count_tokens body as ``call``'s upstream counts it."""
+    counting = counting_of(call)
+    return body if counting is None else counting.body(body, client, call)
+
+
+def count_answer(call: Call, body: Any) -> bytes | None:
+    """A platform's count (parsed) as the Messages API's; None: the upstream's answer is the Messages API's."""
+    counting = counting_of(call)
+    return None if counting is None else orjson.dumps(counting.answer(body))
 
 
 def route(caps: ModelCaps, configured: Collection[str], model: str,
