@@ -136,18 +136,16 @@ def _limit_headers(found: Admission, wait: int) -> dict[str, str]:
             f"x-ratelimit-reset-{what}": f"{wait}s"}
 
 
-CLOUD_NEEDS_KEY = ("model {model} is served with this gateway's own cloud credentials: a gateway key is required "
-                   "(GATEWAY_CLOUD_WITHOUT_KEYS=true serves it to anyone who reaches the gateway)")
+NEEDS_KEY = "the route of model {model} serves requests with a gateway key only"
 
 
-def check_model(grant: Grant | None, model: str, *, gateway_credential: bool = False,
-                open_to_all: bool = False) -> None:
-    """A model the key may not use: 403 in the client's dialect. A model served with a credential of the gateway's
-    own whatever the request carries (a cloud platform's), without a gateway key: 401, unless the operator opens
-    such routes to every client (``GATEWAY_CLOUD_WITHOUT_KEYS``)."""
-    if grant is None and gateway_credential and not open_to_all:
+def check_model(grant: Grant | None, model: str, *, needs_key: bool = False) -> None:
+    """A model the key may not use: 403 in the client's dialect. A route that serves gateway keys only
+    (``Settings.needs_gateway_key``: named by the operator, or a cloud platform's, paid with the gateway's own
+    credential), without one: 401."""
+    if grant is None and needs_key:
         metrics.observe_admission("missing")
-        raise ClientError(401, CLOUD_NEEDS_KEY.format(model=model[:200]), "authentication_error")
+        raise ClientError(401, NEEDS_KEY.format(model=model[:200]), "authentication_error")
     if grant is not None and not grant.allows(model):
         raise ClientError(403, f"this gateway key may not use model {model[:200]}", "permission_error")
 

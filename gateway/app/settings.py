@@ -87,6 +87,8 @@ DESCRIPTIONS: dict[str, str] = {
     "upstream_api_keys": "the upstream credentials requests with a gateway key are served with: NAME=KEY, "
                          "comma-separated (NAME: anthropic, gemini, openai or a route's flavor); from a Secret",
     "require_gateway_keys": "refuse requests that carry no gateway key (401)",
+    "keys_required_for": "upstreams whose routes serve requests with a gateway key only (comma-separated names as the "
+                         "startup line lists them: anthropic, gemini, openai, a flavor, bedrock, vertex, ...)",
     "cloud_without_keys": "serve cloud platform routes (bedrock@, vertex@) to requests without a gateway key: the "
                           "gateway's own cloud credential pays for anyone who reaches it",
     "admin_token": "bearer token of the admin API (/admin/keys); unset: no admin API; from a Secret",
@@ -152,6 +154,7 @@ class Settings:
     upstream_api_keys: str = field(default="", repr=False)
     require_gateway_keys: bool = False  # refuse requests without a gateway key (the client's own key is not used)
     cloud_without_keys: bool = False    # cloud routes serve requests without a gateway key (default: 401)
+    keys_required_for: frozenset[str] = frozenset()  # upstreams (routes) that serve gateway keys only
     admin_token: str | None = field(default=None, repr=False)  # /admin/* (unset: no admin API)
     metrics_token: str | None = field(default=None, repr=False)  # /metrics wants it as a bearer (unset: open)
     limits_fail_open: bool = False  # store away: admit the keys this worker admitted before (false: 503)
@@ -192,6 +195,12 @@ class Settings:
             urls[name] = (cloud.base_url(route.location, getattr(self, cloud.endpoint_setting)) if cloud is not None
                           else route.base_url or "")
         return urls
+
+    def needs_gateway_key(self, upstream: str, cloud: bool) -> bool:
+        """Whether requests routed to ``upstream`` must carry a gateway key: every request
+        (``GATEWAY_REQUIRE_GATEWAY_KEYS``), this route's (``GATEWAY_KEYS_REQUIRED_FOR``), or a cloud platform's, paid
+        with the gateway's own credential (unless ``GATEWAY_CLOUD_WITHOUT_KEYS``)."""
+        return upstream in self.keys_required_for or (cloud and not self.cloud_without_keys)
 
     def upstream_auths(self) -> dict[str, Auth]:
         """The request signers of the cloud platforms the routes name (upstream name -> signer). A platform whose
@@ -322,6 +331,8 @@ class Settings:
         _pairs(kw, "upstream_api_keys", get("UPSTREAM_API_KEYS"))
         _bool(kw, "require_gateway_keys", get("REQUIRE_GATEWAY_KEYS"))
         _bool(kw, "cloud_without_keys", get("CLOUD_WITHOUT_KEYS"))
+        if v := get("KEYS_REQUIRED_FOR"):
+            kw["keys_required_for"] = frozenset(x.strip() for x in v.split(",") if x.strip())
         for name, v in (("admin_token", get("ADMIN_TOKEN")), ("metrics_token", get("METRICS_TOKEN"))):
             if v and len(v) < MIN_TOKEN_CHARS:
                 raise SettingsError(f"GATEWAY_{name.upper()} must be at least {MIN_TOKEN_CHARS} characters")

@@ -253,8 +253,8 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     if admitting is not None:
         codec.grant = await admitting
     assert ex.request is not None
-    admission.check_model(codec.grant, ex.request.model, gateway_credential=bool(registry.of(codec.call.caps).platform),
-                          open_to_all=gw.settings.cloud_without_keys)
+    cloud = bool(registry.of(codec.call.caps).platform)
+    admission.check_model(codec.grant, ex.request.model, needs_key=gw.settings.needs_gateway_key(ex.upstream, cloud))
     pipeline.served(ex)
     path, headers, query = codec.target()
     stream = ex.request.is_stream and codec.may_stream

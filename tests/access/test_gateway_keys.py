@@ -260,3 +260,16 @@ async def test_admin_actions_are_audited_and_no_key_reaches_a_log(gw: Gateway,
     secret = key.split("_", 2)[2]
     assert not [r for r in caplog.records if secret in r.getMessage() or secret in str(r.args)]
     assert secret not in (await gw.client.get("/metrics")).text
+
+
+@pytest.mark.parametrize("gw", [{"keys_required_for": frozenset({"anthropic"})}], indirect=True)
+async def test_a_route_can_serve_gateway_keys_only(gw: Gateway) -> None:
+    """``GATEWAY_KEYS_REQUIRED_FOR=anthropic``: the Anthropic route refuses a client's own key (401 in the client's
+    envelope, nothing sent), serves a gateway key; a route not named would forward the client's key as before."""
+    refused = await gw.message("sk-ant-clients-own-key")
+    assert refused.status_code == 401 and not gw.upstream.sent
+    assert refused.json()["error"]["message"] == ("the route of model claude-sonnet-4-5 serves requests with a gateway "
+                                                  "key only")
+    assert (await gw.message(await gw.key("routed"))).status_code == 200
+    (_, _, headers, _), = gw.upstream.sent
+    assert headers["x-api-key"] == UPSTREAM_KEY

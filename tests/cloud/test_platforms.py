@@ -322,7 +322,7 @@ def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: G
     gw = gateways.start(sim.url, env)
     before = sim.stats()["requests"]
     own = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-own-key", max_retries=0)
-    with pytest.raises(anthropic.AuthenticationError, match="a gateway key is required"):
+    with pytest.raises(anthropic.AuthenticationError, match="serves requests with a gateway key only"):
         own.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
     assert sim.stats()["requests"] == before
     assert own.messages.create(model="claude-sonnet-4-5", max_tokens=64,
