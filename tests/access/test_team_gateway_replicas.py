@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -15,13 +16,15 @@ import httpx
 import openai
 import pytest
 
+from tests.cloud.helpers import BEDROCK_CLAUDE, cloud_env
 from tests.deploy.test_haproxy import HAProxy, _all_up, served, wait_for
-from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
+from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
 ADMIN = "team-admin-token-0123456789"
 MODEL = "claude-sonnet-4-5"
+TOOLS: Any = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}]
 
 
 @pytest.fixture()
@@ -129,3 +132,48 @@ def test_tokens_and_budget_trip_on_the_shared_store(team: tuple[HAProxy, list[Se
     wait_for(lambda: _usage(lb.url, "fay").get("cost_usd"), "fay's spend counted")
     assert [_ask(spender) for _ in range(2)] == [429, 429]
     assert _usage(lb.url, "fay")["cost_usd"] > 0.000001
+
+
+def test_a_fallback_chain_survives_an_overloaded_upstream_with_the_loops_thinking_intact(
+        sim: Sim, gateways: GatewayFactory, redis_server: RedisServer, tmp_path: Path) -> None:
+    """Two replicas behind HAProxy on one redis-server, a gateway key: the Claude API answers 529 at the loop's third
+    request, the chain sends it to the same model on Bedrock (``GATEWAY_FALLBACKS``), whose answer goes back to the
+    Claude API on the next; every request carries every earlier turn's thinking (Claude's signatures are valid on
+    every platform), zero 4xx, the fallback counted once across the replicas."""
+    env = cloud_env(sim, tmp_path, GATEWAY_CLOUD_WITHOUT_KEYS="false", GATEWAY_REDIS_URL=redis_server.url,
+                    GATEWAY_SECRET="team-fallback-secret-0123456789abcd", GATEWAY_ADMIN_TOKEN=ADMIN,
+                    GATEWAY_UPSTREAM_API_KEYS="anthropic=sk-ant-held-by-thinkgate",
+                    GATEWAY_FALLBACKS=f"{MODEL}={BEDROCK_CLAUDE}")
+    replicas = [gateways.start(sim.url, env) for _ in range(2)]
+    lb = HAProxy(replicas)
+    try:
+        wait_for(lambda: lb.proc.poll() is None and _all_up(lb), "both replicas UP in HAProxy")
+        client = anthropic.Anthropic(base_url=lb.url, api_key=_create(lb.url, name="fallback-team"), max_retries=0)
+        before = sim.stats()
+        messages: list[Any] = [{"role": "user", "content": "[[sim:conv=team-fallback]] [[sim:tools=3]] "
+                                "[[sim:fault=overloaded]] [[sim:fault_round=2]] [[sim:fault_times=1]] weather?"}]
+        seen: list[tuple[str, list[bool]]] = []
+        for _ in range(5):
+            answer = client.messages.create(model=MODEL, max_tokens=4096, messages=messages, tools=TOOLS,
+                                            thinking={"type": "enabled", "budget_tokens": 1024},
+                                            extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
+            last = sim.last()
+            seen.append((last["path"], [m["content"][0]["type"] == "thinking" for m in last["body"]["messages"]
+                                        if m["role"] == "assistant"]))
+            content = [b.model_dump(exclude_none=True) for b in answer.content]
+            messages.append({"role": "assistant", "content": [b for b in content if b["type"] != "thinking"]})
+            calls = [b for b in content if b["type"] == "tool_use"]
+            if not calls:
+                break
+            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": c["id"],
+                                                          "content": "sunny"} for c in calls]})
+        after = sim.stats()
+        assert answer.stop_reason == "end_turn" and after["rejections"] == before["rejections"], after["rejections"]
+        assert [p.split("/")[1] for p, _ in seen] == ["v1", "v1", "model", "v1"], seen
+        assert all(all(kept) and len(kept) == n for n, (_, kept) in enumerate(seen)), seen  # the client dropped them
+        assert sum(metric_sum(sp, "gateway_fallbacks_total") for sp in replicas) == 1
+        assert sum(metric_sum(sp, "gateway_requests_total", status="4xx") for sp in replicas) == 0
+    finally:
+        lb.close()
+        for sp in replicas:
+            sp.stop()
