@@ -200,7 +200,7 @@ def released_after(response: Response, grant: Grant, ex: Exchange, gw: Gateway) 
     round trip (a keep-alive connection's next request would), so a count lands just after its answer (``settled``
     awaits those in flight)."""
     if not isinstance(response, StreamingResponse):
-        _later(release(grant, ex.turn, gw, ex.request.model if ex.request is not None else ""))
+        _later(release(grant, ex.plan.turn, gw, ex.request.model if ex.request is not None else ""))
         return response
     body = response.body_iterator
 
@@ -209,7 +209,7 @@ def released_after(response: Response, grant: Grant, ex: Exchange, gw: Gateway) 
             async for chunk in body:
                 yield chunk
         finally:
-            _later(release(grant, ex.turn, gw, ex.request.model if ex.request is not None else ""))
+            _later(release(grant, ex.plan.turn, gw, ex.request.model if ex.request is not None else ""))
 
     response.body_iterator = relayed()
     return response

@@ -138,14 +138,15 @@ def request_fields(obs: Observation) -> dict[str, Any]:
     if exchange is not None:
         req = exchange.request
         fields.update({
-            "tenant": exchange.tenant,
-            "scid": exchange.scid,
-            "via": exchange.via,
+            "tenant": exchange.identity.tenant,
+            "scid": exchange.identity.scid,
+            "via": exchange.identity.via,
             "model": req.model[:_MAX_MODEL] if req is not None and isinstance(req.model, str) else None,
             "stream": req.is_stream if req is not None else None,
-            "actions": dict(Counter(a.kind.value for a in exchange.actions)),
-            "recorded": exchange.recorded,
-            "stateful": exchange.stateful,  # False: served without state (state machine off, store down, no key)
+            "actions": dict(Counter(a.kind.value for a in exchange.plan.actions)),
+            "recorded": exchange.plan.recorded,
+            # False: served without state (state machine off, store down, no key)
+            "stateful": exchange.identity.stateful,
         })
     return fields
 

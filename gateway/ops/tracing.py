@@ -194,23 +194,23 @@ def request_attributes(obs: logs.Observation | None) -> dict[str, Any]:
     ex = obs.exchange
     if ex is None:
         return out
-    if ex.scid:
-        out["thinkgate.scid"] = ex.scid
-    if ex.tenant:
-        out["thinkgate.tenant"] = ex.tenant
-    out["thinkgate.via"] = ex.via
-    out["thinkgate.recorded"] = ex.recorded
-    if ex.actions:
-        kinds = Counter(a.kind.value for a in ex.actions)
+    if ex.identity.scid:
+        out["thinkgate.scid"] = ex.identity.scid
+    if ex.identity.tenant:
+        out["thinkgate.tenant"] = ex.identity.tenant
+    out["thinkgate.via"] = ex.identity.via
+    out["thinkgate.recorded"] = ex.plan.recorded
+    if ex.plan.actions:
+        kinds = Counter(a.kind.value for a in ex.plan.actions)
         out["thinkgate.actions"] = sorted(kinds)
         out["thinkgate.actions_count"] = sum(kinds.values())
     if ex.request is not None:
         out["thinkgate.model"] = routing.model_label(ex.request.model)
         out["gen_ai.request.model"] = ex.request.model[:100] if isinstance(ex.request.model, str) else ""
-    if ex.turn is not None:
+    if ex.plan.turn is not None:
         for key, field in (("gen_ai.usage.input_tokens", "input_tokens"), ("gen_ai.usage.output_tokens",
                                                                            "output_tokens")):
-            if isinstance(n := ex.turn.usage.get(field), int):
+            if isinstance(n := ex.plan.turn.usage.get(field), int):
                 out[key] = n
     return out
 

@@ -15,8 +15,8 @@ from state.store import LoadQuery
 
 
 @dataclass(slots=True)
-class Exchange:
-    """Everything one client request carries through the pipeline."""
+class ClientRequest:
+    """What the client sent, as it came."""
 
     endpoint: Endpoint
     dialect: ClientDialect           # the client's (surface) dialect
@@ -24,9 +24,25 @@ class Exchange:
     headers: dict[str, str]          # client headers, lowercase names
     query: str
     raw_body: bytes
+
+    @property
+    def betas(self) -> frozenset[str]:
+        raw = self.headers.get("anthropic-beta", "")
+        return frozenset(b.strip() for b in raw.split(",") if b.strip())
+
+
+@dataclass(slots=True)
+class RouteDecision:
+    """The request's one routing decision."""
+
     upstream: str = "anthropic"      # the upstream's name (routing table)
-    caps: ModelCaps | None = None    # the model's capabilities: the request's one routing decision (None: not yet)
-    request: Request | None = None
+    caps: ModelCaps | None = None    # the model's capabilities (None: not routed yet)
+
+
+@dataclass(slots=True)
+class Identity:
+    """Whose request it is and which conversation it continues (``gateway.pipeline.identify``)."""
+
     tenant: str | None = None        # HMAC prefix of the credential, never the credential
     previous_tenant: str | None = None  # the prefix under GATEWAY_PREVIOUS_SECRET (rotation)
     header_scid: str | None = None
@@ -41,18 +57,31 @@ class Exchange:
     stateless: str | None = None     # why they were not (``metrics.stateless_reason``), counted once served
     # the load the store could not answer (away, slow, breaker open): the turn is recorded later, placed by it
     deferred: LoadQuery | None = None
+
+
+@dataclass(slots=True)
+class RecordPlan:
+    """What the stages did and what is sent and recorded."""
+
     actions: list[Action] = field(default_factory=list)
     outgoing: bytes = b""            # the encoded upstream body
     turn: Turn | None = None         # the finished assistant turn
     recorded: bool = False
-    position: int | None = None      # where the turn was recorded (with ``scid``), once it is
+    position: int | None = None      # where the turn was recorded (with ``identity.scid``), once it is
     prefix_note: dict[str, Any] = field(default_factory=dict)  # recorded with the turn
     # (``gateway.pipeline.repair.prefix``)
     prefix_added: list[Message] = field(default_factory=list)  # messages ``gateway.pipeline.repair.prefix`` inserted
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Everything one client request carries through the pipeline: what the client sent, the route, the identity,
+    the decoded request, the record plan, and its part in the continuation."""
+
+    client: ClientRequest
+    route: RouteDecision = field(default_factory=RouteDecision)
+    identity: Identity = field(default_factory=Identity)
+    request: Request | None = None
+    plan: RecordPlan = field(default_factory=RecordPlan)
     # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation.core``)
     continuation: Continuation = field(default_factory=Continuation)
-
-    @property
-    def betas(self) -> frozenset[str]:
-        raw = self.headers.get("anthropic-beta", "")
-        return frozenset(b.strip() for b in raw.split(",") if b.strip())

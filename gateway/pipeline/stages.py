@@ -94,72 +94,73 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
     parses and decodes only its new messages (``replay_memo``)."""
     memo = gw.replay_memo
     if not isinstance(decoder, ReplayDecoder):
-        ex.request = decoder(parse_json(ex.raw_body))
+        ex.request = decoder(parse_json(ex.client.raw_body))
         return
-    if memo is None or ex.tenant is None:
-        ex.request = decoder.decode(parse_json(ex.raw_body), None)
+    if memo is None or ex.identity.tenant is None:
+        ex.request = decoder.decode(parse_json(ex.client.raw_body), None)
         return
-    replay = memo.take(ex.tenant, decoder.kind, ex.raw_body, decoder.resume)
+    replay = memo.take(ex.identity.tenant, decoder.kind, ex.client.raw_body, decoder.resume)
     metrics.observe_replay(replay is not None)
     if replay is not None:
         parsed, messages, ex.continuation.ticket = replay
         ex.request = decoder.decode(parsed, messages)
         return
-    body = parse_json(ex.raw_body)
+    body = parse_json(ex.client.raw_body)
     ex.request = decoder.decode(body, None)
     if isinstance(body.get("messages"), list):  # not a body whose history came in another field (Responses)
-        ex.continuation.ticket = memo.ticket(ex.tenant, decoder.kind, ex.raw_body, body, ex.request.messages)
+        ex.continuation.ticket = memo.ticket(ex.identity.tenant, decoder.kind, ex.client.raw_body, body,
+                                             ex.request.messages)
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:
-    ex.tenant = identity.tenant_of(gw.settings.secret, ex.headers)
+    ex.identity.tenant = identity.tenant_of(gw.settings.secret, ex.client.headers)
     if gw.settings.previous_secret:
-        ex.previous_tenant = identity.tenant_of(gw.settings.previous_secret, ex.headers)
+        ex.identity.previous_tenant = identity.tenant_of(gw.settings.previous_secret, ex.client.headers)
 
 
 def identify(ex: Exchange) -> None:
     # The header wins; else keep an id the surface decoder found in the body (Augment conversation_id).
-    ex.header_scid = identity.scid_from_header(ex.headers)[0] or ex.header_scid
+    ex.identity.header_scid = identity.scid_from_header(ex.client.headers)[0] or ex.identity.header_scid
 
 
 def load_query(ex: Exchange, gw: Gateway) -> LoadQuery | None:
     """What the load asks the store (the path's fingerprints hash every user message: CPU work, done off the event
     loop with the decode for a big body); None: the request is served without state."""
-    if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
+    if gw.store is None or ex.identity.tenant is None or not gw.settings.state_machine_enabled:
         return None
     assert ex.request is not None
     ticket = ex.continuation.ticket
-    query = identity.build_query(ex.request.messages, ex.header_scid, ticket.known if ticket else None)
-    ex.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
+    query = identity.build_query(ex.request.messages, ex.identity.header_scid, ticket.known if ticket else None)
+    ex.identity.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     return query
 
 
 async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult | None:
     """One store round trip (two when the conversation had to be found by index)."""
-    if gw.store is None or ex.tenant is None or query is None:
-        ex.stateless = metrics.stateless_reason(None, credential=ex.tenant is not None)
+    if gw.store is None or ex.identity.tenant is None or query is None:
+        ex.identity.stateless = metrics.stateless_reason(None, credential=ex.identity.tenant is not None)
         return None
     assert ex.request is not None
     edge_ids = edge_tool_ids(ex.request.messages)
     if query.scid is None and edge_ids:
-        query = dataclasses.replace(query, hint_scid=gw.hints.guess(ex.tenant, edge_ids))
+        query = dataclasses.replace(query, hint_scid=gw.hints.guess(ex.identity.tenant, edge_ids))
     try:
-        if ex.previous_tenant and ex.previous_tenant != ex.tenant:
+        if ex.identity.previous_tenant and ex.identity.previous_tenant != ex.identity.tenant:
             result, found = await _load_rotating(ex, gw, query)
         else:
-            result = await gw.store.load(ex.tenant, query)
+            result = await gw.store.load(ex.identity.tenant, query)
             found = identity.identify_conversation(result, query)
     except StoreError as e:
         log.warning("store load failed (%s); serving statelessly", type(e).__name__)
-        ex.stateless = metrics.stateless_reason(e)
+        ex.identity.stateless = metrics.stateless_reason(e)
         if isinstance(e, StoreUnavailable):  # away for now: what this request relays is recorded once it is back
-            ex.deferred = query
+            ex.identity.deferred = query
             gw.store_failed_at = time.monotonic()
         return None
-    ex.stateful = True
-    ex.scid, ex.via = found.scid, found.via
+    ex.identity.stateful = True
+    ex.identity.scid, ex.identity.via = found.scid, found.via
     if found.scid is not None and edge_ids:
-        gw.hints.learn(ex.tenant, edge_ids, found.scid)
+        gw.hints.learn(ex.identity.tenant, edge_ids, found.scid)
     metrics.observe_lookup(found.via, query, result)
     return result
 
@@ -167,14 +168,14 @@ async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult
 async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[LoadResult, identity.Identified]:
     """During a secret rotation, a conversation recorded under the previous secret's tenant prefix
     continues there (both loads run concurrently); everything new lives under the current one."""
-    assert gw.store is not None and ex.tenant is not None and ex.previous_tenant is not None
-    current, previous = await asyncio.gather(gw.store.load(ex.tenant, query),
-                                             gw.store.load(ex.previous_tenant, query))
+    assert gw.store is not None and ex.identity.tenant is not None and ex.identity.previous_tenant is not None
+    current, previous = await asyncio.gather(gw.store.load(ex.identity.tenant, query),
+                                             gw.store.load(ex.identity.previous_tenant, query))
     found = identity.identify_conversation(current, query)
     if found.scid is None:
         old = identity.identify_conversation(previous, query)
         if old.scid is not None:
-            ex.tenant = ex.previous_tenant
+            ex.identity.tenant = ex.identity.previous_tenant
             return previous, old
     return current, found
 
@@ -189,9 +190,10 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     continuation.admit(ticket, result)  # what the previous request carried serves only at its head
     client = list(req.messages)  # as the client sent them (``context_edits`` compares)
     with gw.tracing.span("repair"):
-        recs = records_from(result, ex.scid, gw.caches.records) if result is not None else Records()
-        upto = ex.branch_at[1] if ex.branch_at is not None and ex.branch_at[0] == ex.scid else None
-        rebuilt = rebuild_history(recs, req.messages, upto) if ex.via == "header" else None
+        ident = ex.identity
+        recs = records_from(result, ident.scid, gw.caches.records) if result is not None else Records()
+        upto = ident.branch_at[1] if ident.branch_at is not None and ident.branch_at[0] == ident.scid else None
+        rebuilt = rebuild_history(recs, req.messages, upto) if ident.via == "header" else None
         if rebuilt is not None:
             req.messages = rebuilt[0]
         fixed, repaired = repair.run(req.messages, recs, rebuilt[1] if rebuilt else None,
@@ -205,17 +207,17 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
     policy = _policy(ex, gw)
     sealed = req.surface.sealed  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed
-    if ex.deferred is not None or time.monotonic() - gw.store_failed_at < OUTAGE_GRACE_S:
+    if ex.identity.deferred is not None or time.monotonic() - gw.store_failed_at < OUTAGE_GRACE_S:
         # the store is away, or was a moment ago (turns served meanwhile are still on their way to it): thinking
         # this worker relayed itself is verified by its journal
-        known, journal, tenant = verified, gw.journal, ex.tenant or ""
+        known, journal, tenant = verified, gw.journal, ex.identity.tenant or ""
         verified = lambda b: known(b) or journal.vouches(tenant, b)  # noqa: E731
     with gw.tracing.span("sanitize"):
         cleaned, sanitized = sanitize.run(req, verified, fixed.verbatim, caps, policy,
-                                          ex.betas, continuation.sanitize_prior(ticket, off))
+                                          ex.client.betas, continuation.sanitize_prior(ticket, off))
     actions = fixed.actions + cleaned.actions
-    ex.actions = actions
-    metrics.observe_actions(actions, ex.dialect)
+    ex.plan.actions = actions
+    metrics.observe_actions(actions, ex.client.dialect)
     kinds = set(map(action_kind, actions))
     cont.changed = cont.changed or fixed.changed or bool(kinds - UNCHANGED)  # (an alias: changed before)
     cont.in_place = continuation.changes_in_place(kinds)
@@ -236,15 +238,16 @@ OUTAGE_GRACE_S = 15.0
 def route_of(ex: Exchange, gw: Gateway) -> ModelCaps:
     """The capabilities of the request's model: the surface's one routing decision (``Exchange.caps``), or the
     router's for an exchange no surface routed (the pipeline driven directly)."""
-    if ex.caps is None:
+    if ex.route.caps is None:
         assert ex.request is not None
-        ex.caps = gw.router.caps_for(ex.request.model)
-    return ex.caps
+        ex.route.caps = gw.router.caps_for(ex.request.model)
+    return ex.route.caps
 
 
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
     s = gw.settings
-    seals = provider_seal.seals_for(s.secret, s.previous_secret, ex.tenant) if ex.tenant is not None else None
+    tenant = ex.identity.tenant
+    seals = provider_seal.seals_for(s.secret, s.previous_secret, tenant) if tenant is not None else None
     return Policy(s.unverifiable_thinking, s.fix_thinking_params, s.gemini_bypass, seals)
 
 
@@ -274,15 +277,15 @@ def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: d
                 inserted[i] = rec.prefix[prefix.INSERTED]
     replayed = {i: turn.position for i, turn in matched.items()}
     out = prefix.stabilize(req, caps, history, inserted, replayed, keep=gw.settings.keep_prefix)
-    ex.prefix_note = out.note
-    ex.prefix_added = out.added
+    ex.plan.prefix_note = out.note
+    ex.plan.prefix_added = out.added
     if out.actions:
-        ex.actions = ex.actions + out.actions
-        metrics.observe_actions(out.actions, ex.dialect)
+        ex.plan.actions = ex.plan.actions + out.actions
+        metrics.observe_actions(out.actions, ex.client.dialect)
         metrics.observe_prefix(out.actions)
         log.info("prefix kept for a binding model: %s", ",".join(sorted({a.kind.value for a in out.actions})))
     if out.betas:
-        ex.headers["anthropic-beta"] = prefix.with_betas(ex.headers.get("anthropic-beta"), out.betas)
+        ex.client.headers["anthropic-beta"] = prefix.with_betas(ex.client.headers.get("anthropic-beta"), out.betas)
     if out.changed:
         cont = ex.continuation
         cont.changed = cont.in_place = True
@@ -296,28 +299,28 @@ def _plan_record(ex: Exchange, matched: dict[int, Any], result: LoadResult | Non
     Served statelessly, the exchange still answers with a conversation id: the client's
     own (valid) one, else a fresh one, so clients that track it keep working.
     """
-    if not ex.stateful:
-        ex.scid = ex.header_scid or new_scid()
+    if not ex.identity.stateful:
+        ex.identity.scid = ex.identity.header_scid or new_scid()
         return
     assert ex.request is not None
     msgs = ex.request.messages
     last_assistant = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
     if last_assistant is not None and last_assistant in matched:
         turn = matched[last_assistant]
-        ex.scid, ex.expected_position = turn.scid, turn.position + 1
-        ex.fork = not rebuilt and result is not None and _left_path(ex, msgs, last_assistant, turn, result)
+        ex.identity.scid, ex.identity.expected_position = turn.scid, turn.position + 1
+        ex.identity.fork = not rebuilt and result is not None and _left_path(ex, msgs, last_assistant, turn, result)
     elif last_assistant is not None and _tail_unrecorded(ex, msgs, matched, result):
         # the latest assistant messages are turns not recorded yet (served while the store was away, on their way
         # to it: ``record_retry``): the answer goes after them, at the place the request gives it, as they will
-        ex.expected_position = sum(1 for m in msgs if m.role == "assistant")
-    elif last_assistant is None and ex.via == "header":
-        ex.expected_position = None  # continue the thread the client named
-    elif last_assistant is None and ex.via == "none" and ex.header_scid is not None:
+        ex.identity.expected_position = sum(1 for m in msgs if m.role == "assistant")
+    elif last_assistant is None and ex.identity.via == "header":
+        ex.identity.expected_position = None  # continue the thread the client named
+    elif last_assistant is None and ex.identity.via == "none" and ex.identity.header_scid is not None:
         # The first turn of a thread the client named: record it under that id so the client's
         # next request (which may replay no history) finds it. Keys are tenant-scoped.
-        ex.scid, ex.expected_position = ex.header_scid, 0
+        ex.identity.scid, ex.identity.expected_position = ex.identity.header_scid, 0
     else:
-        ex.scid, ex.expected_position = new_scid(), 0
+        ex.identity.scid, ex.identity.expected_position = new_scid(), 0
 
 
 def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any], result: LoadResult | None) -> bool:
@@ -325,7 +328,7 @@ def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any],
     each unmatched one at a place the store has not received (turns served while it was away, on their way to it;
     a turn of another replica's may land after a later one). An unmatched message where the store holds a turn is
     the client's own path: not this rule's."""
-    conv = result.conversations.get(ex.scid) if result is not None and ex.scid is not None else None
+    conv = result.conversations.get(ex.identity.scid) if result is not None and ex.identity.scid is not None else None
     if not matched or conv is None:
         return False
     assistants = 0
@@ -335,7 +338,7 @@ def _tail_unrecorded(ex: Exchange, msgs: list[Message], matched: dict[int, Any],
         turn = matched.get(i)
         if turn is None and conv.turn_at(assistants) is not None:
             return False
-        if turn is not None and (turn.scid != ex.scid or turn.position != assistants):
+        if turn is not None and (turn.scid != ex.identity.scid or turn.position != assistants):
             return False
         assistants += 1
     return True
@@ -355,7 +358,7 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
     """
     conv = result.conversations.get(turn.scid)
     rec = conv.turn_at(turn.position) if conv is not None else None
-    if rec is None or rec.prefix_fingerprint is None or ex.prefix_fp == rec.prefix_fingerprint:
+    if rec is None or rec.prefix_fingerprint is None or ex.identity.prefix_fp == rec.prefix_fingerprint:
         return False
     if sum(1 for m in msgs[:last] if m.role == "assistant") != turn.position:
         return False
@@ -379,11 +382,11 @@ def strip_bound(ex: Exchange, gw: Gateway, status: int, body: bytes) -> bool:
     # (an absent config is adaptive on them), so a loop left without its thinking travels as text (1.8, 1.9)
     caps = dataclasses.replace(route_of(ex, gw), can_disable_thinking=False, prefix_bound=True)
     policy = _policy(ex, gw)
-    actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.betas)
+    actions = sanitize.strip_bound(req, int(found[1]), int(found[2]), caps, policy, ex.client.betas)
     if not actions:
         return False
-    ex.actions = ex.actions + actions
-    metrics.observe_actions(actions, ex.dialect)
+    ex.plan.actions = ex.plan.actions + actions
+    metrics.observe_actions(actions, ex.client.dialect)
     metrics.observe_prefix(actions)
     log.info("binding 400: %d stale thinking block(s) removed, retrying once",
              sum(a.kind is ActionKind.BINDING_STRIPPED for a in actions))
@@ -403,11 +406,11 @@ def distrust(ex: Exchange, gw: Gateway, status: int, body: bytes) -> str | None:
     if kind not in classify.DISTRUSTED_KINDS:
         return None
     req = ex.request
-    actions = sanitize.distrust(req, route_of(ex, gw), _policy(ex, gw), ex.betas)
+    actions = sanitize.distrust(req, route_of(ex, gw), _policy(ex, gw), ex.client.betas)
     if not set(map(action_kind, actions)) - UNCHANGED:
         return None
-    ex.actions = ex.actions + actions
-    metrics.observe_actions(actions, ex.dialect)
+    ex.plan.actions = ex.plan.actions + actions
+    metrics.observe_actions(actions, ex.client.dialect)
     log.info("%s 400: every replayed reasoning degraded, retrying once", kind)
     cont = ex.continuation
     cont.changed = cont.in_place = True
@@ -429,10 +432,10 @@ def encode(ex: Exchange, gw: Gateway) -> None:
     untouched, forwarded byte-for-byte; anything else is encoded, splicing the JSON
     of messages encoded before (``gateway.continuation.splice``) when no stage changed a message in place."""
     if not ex.continuation.changed:
-        ex.outgoing = ex.raw_body
+        ex.plan.outgoing = ex.client.raw_body
         return
     assert ex.request is not None
-    ex.outgoing = anthropic_body(ex, ex.request, gw)
+    ex.plan.outgoing = anthropic_body(ex, ex.request, gw)
 
 
 def anthropic_body(ex: Exchange, req: Request, gw: Gateway) -> bytes:
@@ -483,13 +486,13 @@ def _finish(ex: Exchange, gw: Gateway, result: LoadResult | None, encoder: Encod
             encode(ex, gw)
         else:
             assert ex.request is not None
-            ex.outgoing = encoder(ex.request)
+            ex.plan.outgoing = encoder(ex.request)
 
 
 def _big(ex: Exchange, gw: Gateway) -> bool:
     """A request whose body is worked on off the event loop (``GATEWAY_OFFLOAD_BODY_KB``)."""
     kb = gw.settings.offload_body_kb
-    return 0 < kb <= len(ex.raw_body) >> 10
+    return 0 < kb <= len(ex.client.raw_body) >> 10
 
 
 async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -> T:
@@ -505,25 +508,25 @@ async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -
 
 def served(ex: Exchange) -> None:
     """The request passed every check and goes upstream: counted as served without state when its load consulted no
-    records (``ex.stateless``). A request refused before (a 4xx or 503 of the gateway's own: a Responses
+    records (``ex.identity.stateless``). A request refused before (a 4xx or 503 of the gateway's own: a Responses
     ``previous_response_id`` or bare item reference that needs records there are none of) is not served, so not
     counted, whatever its load found."""
-    if ex.stateless is not None:
-        metrics.observe_stateless(ex.stateless)
+    if ex.identity.stateless is not None:
+        metrics.observe_stateless(ex.identity.stateless)
 
 
 async def record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     """Count the finished turn's tokens; store it (one round trip); never fails the request."""
-    ex.turn = turn
-    if ex.tenant is not None:
-        gw.journal.note(ex.tenant, turn.content)
+    ex.plan.turn = turn
+    if ex.identity.tenant is not None:
+        gw.journal.note(ex.identity.tenant, turn.content)
     metrics.observe_tokens(turn.usage, ex.request.model if ex.request is not None else None,
-                           gw.tenant_labels.of(ex.tenant))
+                           gw.tenant_labels.of(ex.identity.tenant))
     metrics.observe_binding_drops(turn.extra.get("input_transformations"))
-    if gw.store is None or ex.tenant is None or ex.request is None:
+    if gw.store is None or ex.identity.tenant is None or ex.request is None:
         return
-    if not ex.stateful:
-        if ex.deferred is not None and gw.record_retry is not None:
+    if not ex.identity.stateful:
+        if ex.identity.deferred is not None and gw.record_retry is not None:
             await _defer(ex, gw, turn)
         return
     with gw.tracing.span("record"):
@@ -534,7 +537,7 @@ async def _defer(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     """A turn served while the store was away: recorded in the background once it is back, into the conversation
     its request's load finds then, at the place the request gave it (after the assistant messages it replayed; a
     place the store never received is filled in place: ``Store.record``)."""
-    assert ex.request is not None and ex.tenant is not None and ex.deferred is not None
+    assert ex.request is not None and ex.identity.tenant is not None and ex.identity.deferred is not None
     assert gw.record_retry is not None
     ex.continuation.ticket = None
     big = _big(ex, gw)
@@ -544,13 +547,13 @@ async def _defer(ex: Exchange, gw: Gateway, turn: Turn) -> None:
         log.warning("deferred record failed (%s); turn not recorded", type(e).__name__)
         return
     position = sum(1 for m in ex.request.messages if m.role == "assistant")
-    write = dataclasses.replace(write, scid=ex.deferred.scid, expected_position=position)
-    if gw.record_retry.submit(ex.tenant, write, placed_by=ex.deferred):
+    write = dataclasses.replace(write, scid=ex.identity.deferred.scid, expected_position=position)
+    if gw.record_retry.submit(ex.identity.tenant, write, placed_by=ex.identity.deferred):
         log.info("store away: turn queued to be recorded once it is back")
 
 
 async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
-    assert gw.store is not None and ex.tenant is not None and ex.request is not None
+    assert gw.store is not None and ex.identity.tenant is not None and ex.request is not None
     # With its user messages untouched and any other change a new content list (``repair_and_sanitize``
     # dropped the ticket otherwise), a replay's kept prefix is already path-hashed (user messages only),
     # and the next request of the conversation may start with its messages (the replay memo keeps them).
@@ -559,25 +562,25 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     try:
         big = _big(ex, gw)
         write = await off_loop(gw, big, _turn_write, ex, turn, ticket, big)
-        res = await gw.store.record(ex.tenant, write)
+        res = await gw.store.record(ex.identity.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:
         if isinstance(e, StoreUnavailable):
             gw.store_failed_at = time.monotonic()
         if isinstance(e, StoreUnavailable) and write is not None and gw.record_retry is not None \
-                and gw.record_retry.submit(ex.tenant, write):
+                and gw.record_retry.submit(ex.identity.tenant, write):
             log.warning("store record failed (%s); turn retried in the background", type(e).__name__)
         else:
             log.warning("store record failed (%s); turn not recorded", type(e).__name__)
         return
     metrics.observe_record(res)
-    ex.scid, ex.position = res.scid, res.position
-    ex.recorded = True
+    ex.identity.scid, ex.plan.position = res.scid, res.position
+    ex.plan.recorded = True
     if ticket is not None and gw.replay_memo is not None:
         continuation.stamp(ticket, res.head)
         gw.replay_memo.keep(ticket)
     tool_ids = [b.id for b in turn.content if isinstance(b, ToolUseBlock)]
     if tool_ids:
-        gw.hints.learn(ex.tenant, tool_ids, res.scid)
+        gw.hints.learn(ex.identity.tenant, tool_ids, res.scid)
 
 
 def _turn_write(ex: Exchange, turn: Turn, ticket: Ticket | None, encoded: bool) -> TurnWrite:
@@ -585,12 +588,14 @@ def _turn_write(ex: Exchange, turn: Turn, ticket: Ticket | None, encoded: bool) 
     assert ex.request is not None
     path = ticket.path_hash() if ticket is not None else None
     msgs = ex.request.messages
-    if ex.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
-        added = {id(m) for m in ex.prefix_added}
+    if ex.plan.prefix_added:  # what thinkgate inserted is recorded in the note, not as the client's prompt
+        added = {id(m) for m in ex.plan.prefix_added}
         msgs = [m for m in msgs if id(m) not in added]
-    rec = turn_record(turn, msgs, upstream=ex.upstream, dialect=ex.dialect, path=path, prefix=ex.prefix_note)
-    return TurnWrite(record=rec, scid=ex.scid, expected_position=ex.expected_position,
-                     fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ex.fork,
+    rec = turn_record(turn, msgs, upstream=ex.route.upstream, dialect=ex.client.dialect, path=path,
+                      prefix=ex.plan.prefix_note)
+    ident = ex.identity
+    return TurnWrite(record=rec, scid=ident.scid, expected_position=ident.expected_position,
+                     fingerprints=[rec.prefix_fingerprint] if rec.prefix_fingerprint else [], fork=ident.fork,
                      encoded=encode_turn(rec) if encoded else None)
 
 

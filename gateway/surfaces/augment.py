@@ -28,7 +28,7 @@ class ChatStream(Codec):
     def decode(self, body: Any) -> Request:
         self.chat = augment.decode_chat_request(body)
         if is_valid_scid(self.chat.conversation_id):
-            self.ex.header_scid = self.chat.conversation_id  # the X-AG-Conversation-Id header still wins
+            self.ex.identity.header_scid = self.chat.conversation_id  # the X-AG-Conversation-Id header still wins
         return self.chat.request
 
     async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:

@@ -35,17 +35,17 @@ class ChatCompletions(Codec):
             kept, tail, len(body["messages"]), provider_fields=registry.of(self.caps_of(body)).provider_fields))
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
-        answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.ex.scid,
+        answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.scid,
                                                exclude_reasoning=self.call.req.surface.exclude_reasoning,
-                                               seal=provider_seal.sealer(self.gw.settings, self.ex.tenant))
+                                               seal=provider_seal.sealer(self.gw.settings, self.ex.identity.tenant))
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
         usage = self.call.req.surface.include_usage
-        encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.ex.scid,
+        encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.scid,
                                                    exclude_reasoning=self.call.req.surface.exclude_reasoning,
                                                    include_usage=usage, seal=provider_seal.sealer(self.gw.settings,
-                                                                                                  self.ex.tenant))
+                                                                                                  self.ex.identity.tenant))
         return encoder, "text/event-stream", snap
 
 

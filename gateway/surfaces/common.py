@@ -21,7 +21,7 @@ from gateway.errors import ClientError
 from gateway.ops import metrics
 from gateway.pipeline import request_cost
 from gateway.pipeline import stages as pipeline
-from gateway.pipeline.exchange import Exchange
+from gateway.pipeline.exchange import ClientRequest, Exchange
 from gateway.pipeline.identify.identity import SCID_HEADER
 from gateway.surfaces.table import Surface
 from gateway.transport.streaming.accumulate import Snapshot
@@ -114,14 +114,14 @@ async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
         elif cred != key:  # one credential, one tenant (``credentials``): not billed to one, recorded under another
             raise ClientError(400, CONFLICTING.format(names=f"the ?{param}= query and the headers"),
                               "invalid_request_error")
-    return Exchange(
+    return Exchange(ClientRequest(
         endpoint=surface.label,
         dialect=surface.dialect,
         request_id=request.state.request_id,
         headers=headers,
         query=request.url.query,
         raw_body=raw,
-    )
+    ))
 
 
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")  # what a streamed answer comes as
@@ -129,14 +129,14 @@ STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")  # wh
 
 async def call_upstream(ex: Exchange, gw: Gateway, upstream: str, path: str, headers: dict[str, str], query: str,
                         *, stream: bool, body: bytes | None = None) -> tuple[UpstreamResponse, bytes | None]:
-    """Post ``body`` (default ``ex.outgoing``) to ``upstream``; the answer's body, read, unless it is the stream the
-    client asked for (status 200, ``STREAM_TYPES``): then None, and ``stream_answer`` relays it."""
+    """Post ``body`` (default ``ex.plan.outgoing``) to ``upstream``; the answer's body, read, unless it is the stream
+    the client asked for (status 200, ``STREAM_TYPES``): then None, and ``stream_answer`` relays it."""
     up = gw.upstreams[upstream]
     metrics.observe_upstream_tried(up.name)
-    resp = await up.post(path, ex.outgoing if body is None else body, headers, query)
+    resp = await up.post(path, ex.plan.outgoing if body is None else body, headers, query)
     metrics.observe_upstream(up.name, resp.status)
-    if resp.status == 200 and ex.tenant is not None and ex.request is not None and ex.request.model:
-        gw.model_lists.saw(ex.tenant, up.name, ex.request.model)
+    if resp.status == 200 and ex.identity.tenant is not None and ex.request is not None and ex.request.model:
+        gw.model_lists.saw(ex.identity.tenant, up.name, ex.request.model)
     if stream and resp.status == 200 and resp.headers.get("content-type", "").startswith(STREAM_TYPES):
         return resp, None
     body = await resp.read()
@@ -186,5 +186,5 @@ def stream_answer(ex: Exchange, gw: Gateway, source: Any, encoder: StreamEncoder
         await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
 
     relay = relay_sse(source, encoder, on_complete=on_complete, snapshot=snapshot)
-    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.scid, stream=True),
+    return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.identity.scid, stream=True),
                              media_type=media_type)

@@ -33,10 +33,10 @@ class CountTokens(Codec):
 
     def target(self) -> tuple[str, dict[str, str], str]:
         return count_target(self.call, self.client_headers()) or (
-            "/v1/messages/count_tokens", forward_request_headers(self.client_headers()), self.ex.query)
+            "/v1/messages/count_tokens", forward_request_headers(self.client_headers()), self.ex.client.query)
 
     def outgoing(self) -> bytes:
-        return count_body(self.call, self.ex.outgoing, self.ex.headers)
+        return count_body(self.call, self.ex.plan.outgoing, self.ex.client.headers)
 
     def relays(self, body: bytes) -> bool:  # (a platform's error: in the Messages API's envelope)
         return counting_of(self.call) is None or anthropic.is_error_body(body)

@@ -34,7 +34,7 @@ class GenerateContent(Codec):
         return lambda body: gemini.decode_request(body, self.model, stream=self.streams)
 
     def target(self) -> tuple[str, dict[str, str], str]:
-        path, headers, query = *super().target()[:2], admission.without_key_query(self.ex.query, self.grant)
+        path, headers, query = *super().target()[:2], admission.without_key_query(self.ex.client.query, self.grant)
         if registry.of(self.call.caps).platform:  # (its credential is its own: the client's query stays here)
             query = ""
         if self.streams and not self.sse:  # the upstream always streams SSE; the client gets the form it asked for

@@ -93,6 +93,11 @@ class Codec:
     def decode(self, body: Any) -> Request:
         raise NotImplementedError
 
+    @property
+    def scid(self) -> str | None:
+        """The conversation the request belongs to (sent back with the answer)."""
+        return self.ex.identity.scid
+
     def caps_of(self, body: Any) -> ModelCaps:
         """The capabilities of a parsed body's model, for a decoder that depends on them (``caps_for``)."""
         model = body.get("model") if isinstance(body, dict) else None
@@ -102,9 +107,9 @@ class Codec:
     def caps_for(self, model: str) -> ModelCaps:
         """The router's answer for ``model``, asked once per request (a decoder's lookup and the routing itself read
         the same answer)."""
-        if self.ex.caps is None or self._model != model:
-            self._model, self.ex.caps = model, self.gw.router.caps_for(model)
-        return self.ex.caps
+        if self.ex.route.caps is None or self._model != model:
+            self._model, self.ex.route.caps = model, self.gw.router.caps_for(model)
+        return self.ex.route.caps
 
     def encoder(self) -> pipeline.Encoder | None:
         return lambda req: UPSTREAM_DIALECTS[self.call.caps.kind].encode(self.call, self.ex, self.gw)
@@ -117,7 +122,7 @@ class Codec:
             self.ex.continuation.changed = True  # (the client's bytes name the alias: the body is encoded again)
         found = self.caps_for(req.model)
         caps = self._unrouted(found) if self.kinds is None else route(found, self.gw.upstreams, req.model, self.kinds)
-        self.ex.upstream = caps.upstream
+        self.ex.route.upstream = caps.upstream
         self.call = Call(caps, req)
         metrics.observe_dropped_params(req.surface.dropped_params, caps.kind)  # (a surface that may drop some)
         return req
@@ -132,14 +137,14 @@ class Codec:
     def outgoing(self) -> bytes:
         """The body the upstream gets: the encoded request, as its platform takes it (``UpstreamDialect.finish``)."""
         finish = UPSTREAM_DIALECTS[self.call.caps.kind].finish
-        return self.ex.outgoing if finish is None else finish(self.ex.outgoing, self.ex.headers)
+        return self.ex.plan.outgoing if finish is None else finish(self.ex.plan.outgoing, self.ex.client.headers)
 
     async def prepare(self) -> None:
         """``pipeline.prepare`` with the surface's decoder, routed as soon as it has decoded, and its encoder."""
-        if self.as_it_came and not self.caps_of(body := pipeline.parse_json(self.ex.raw_body)).prefix_bound:
+        if self.as_it_came and not self.caps_of(body := pipeline.parse_json(self.ex.client.raw_body)).prefix_bound:
             pipeline.identify_tenant(self.ex, self.gw)  # one credential per request, before anything is forwarded
             self.ex.request = self.routed(self.decode(body))
-            self.ex.outgoing = self.ex.raw_body
+            self.ex.plan.outgoing = self.ex.client.raw_body
             return
         decoder = self.decoder()
         routed: pipeline.Decoder | pipeline.ReplayDecoder
@@ -173,7 +178,7 @@ class Codec:
     def client_headers(self) -> Mapping[str, str]:
         """The client's headers as the upstream's header rules read them (under a gateway key: its credential
         swapped for the one thinkgate holds for the upstream)."""
-        return admission.upstream_headers(self.ex.headers, self.grant, self.call.caps.upstream, self.gw)
+        return admission.upstream_headers(self.ex.client.headers, self.grant, self.call.caps.upstream, self.gw)
 
     def headers(self, resp: UpstreamResponse) -> dict[str, str]:
         """The upstream's answer headers the client gets."""
@@ -181,7 +186,7 @@ class Codec:
 
     def respond(self, body: bytes, status: int, headers: Mapping[str, str] | None = None,
                 media_type: str | None = JSON) -> Response:
-        return Response(body, status_code=status, headers=relay_headers(headers or {}, self.ex.scid),
+        return Response(body, status_code=status, headers=relay_headers(headers or {}, self.scid),
                         media_type=media_type)
 
     async def answer(self, resp: UpstreamResponse, body: bytes) -> Response:
@@ -233,7 +238,7 @@ async def handle(request: HTTPRequest, kind: type[Codec]) -> Response:
     gw = codec.gw
     metrics.bind(ex)
     # the gateway key's round trip overlaps the decode and the load; its refusal comes before any other error
-    admitting = asyncio.ensure_future(admission.admit(ex.headers, gw))
+    admitting = asyncio.ensure_future(admission.admit(ex.client.headers, gw))
     try:
         response = await _handle(request, codec, admitting)
     except BaseException:
@@ -253,15 +258,15 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     if admitting is not None:
         codec.grant = await admitting
     assert ex.request is not None
-    cloud = bool(registry.of(codec.call.caps).platform)
-    admission.check_model(codec.grant, ex.request.model, needs_key=gw.settings.needs_gateway_key(ex.upstream, cloud))
+    needs_key = gw.settings.needs_gateway_key(ex.route.upstream, bool(registry.of(codec.call.caps).platform))
+    admission.check_model(codec.grant, ex.request.model, needs_key=needs_key)
     pipeline.served(ex)
     path, headers, query = codec.target()
     stream = ex.request.is_stream and codec.may_stream
     # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
-    with gw.tracing.span("upstream", {"thinkgate.upstream": ex.upstream, "url.path": path}, client=True) as span:
+    with gw.tracing.span("upstream", {"thinkgate.upstream": ex.route.upstream, "url.path": path}, client=True) as span:
         gw.tracing.inject(headers)
-        call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream, body=codec.outgoing())
+        call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=codec.outgoing())
         # a client that goes away before the upstream answers (a stream's: before its first byte) cancels the call;
         # once a stream is relayed, the relay notices it and stops reading the upstream's stream
         resp, body = await while_client_waits(request, call)
@@ -274,8 +279,8 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
         if retry is None:  # a body forwarded as it came that cannot be written again: the upstream's 400 stands
             metrics.observe_retry(retried, False)
         else:
-            ex.outgoing = retry
-            call = call_upstream(ex, gw, ex.upstream, path, headers, query, stream=stream, body=codec.outgoing())
+            ex.plan.outgoing = retry
+            call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=codec.outgoing())
             resp, body = await while_client_waits(request, call)
             metrics.observe_retry(retried, resp.status < 400)
     if body is not None and resp.status in FALLBACK_STATUSES and (again := await _fallback(request, codec, resp)):
@@ -303,8 +308,7 @@ async def _fallback(request: HTTPRequest, codec: Codec, resp: UpstreamResponse) 
     again = type(codec)(codec.gw)
     again.setup(request)
     ex = codec.ex  # (the client's request as it came: its body was read once)
-    again.ex = Exchange(endpoint=ex.endpoint, dialect=ex.dialect, request_id=ex.request_id, headers=ex.headers,
-                        query=ex.query, raw_body=ex.raw_body)
+    again.ex = Exchange(ex.client)
     again.grant, again.fallback, again.tried = codec.grant, nxt, codec.tried | {model}
     metrics.bind(again.ex)
     metrics.observe_fallback(resp.status)

@@ -31,7 +31,7 @@ class Messages(Codec):
     def target(self) -> tuple[str, dict[str, str], str]:
         if self.call.caps is not UNROUTED:  # (Claude on a cloud platform: its path, its credential)
             return super().target()
-        return "/v1/messages", forward_request_headers(self.client_headers()), self.ex.query
+        return "/v1/messages", forward_request_headers(self.client_headers()), self.ex.client.query
 
     def relays(self, body: bytes) -> bool:
         """The Anthropic upstream's errors as they came; a platform's, when they are Anthropic's (Vertex's)."""
@@ -41,10 +41,11 @@ class Messages(Codec):
         reshape = UPSTREAM_DIALECTS[self.call.caps.kind].as_messages
         if reshape is not None:  # (Converse's answer, as the Messages API's)
             body = orjson.dumps(reshape(pipeline.parse_json(body), self.call))
-        return self.respond(pipeline.with_gateway_meta(body, self.ex.scid), 200, self.headers(resp), None)
+        return self.respond(pipeline.with_gateway_meta(body, self.scid), 200, self.headers(resp), None)
 
     def stream(self) -> Relay:  # (a platform's framing is not the client's: server-sent events, named)
-        return anthropic.StreamEncoder(self.ex.scid), None if self.call.caps is UNROUTED else "text/event-stream", None
+        media = None if self.call.caps is UNROUTED else "text/event-stream"
+        return anthropic.StreamEncoder(self.scid), media, None
 
 
 messages = endpoint(Messages)

@@ -40,12 +40,12 @@ class Responses(Codec):
         return responses_state.answer_ids(self.ex, self.parsed.previous_response_id)
 
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
-        answer = responses.answer(self.parsed, turn or unreadable(), self.item_ids(), self.seal.seal, self.ex.scid)
+        answer = responses.answer(self.parsed, turn or unreadable(), self.item_ids(), self.seal.seal, self.scid)
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
         encoder = StreamEncoder.answering(self.parsed, snap := Snapshot(), self.item_ids(), self.seal.seal_stored,
-                                          lambda: (self.item_ids(), self.ex.scid), self.ex.scid)
+                                          lambda: (self.item_ids(), self.scid), self.scid)
         return encoder, MEDIA_TYPE, snap
 
 

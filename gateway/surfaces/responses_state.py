@@ -30,12 +30,12 @@ UNAVAILABLE = "the conversation store is unavailable"
 def answer_ids(ex: Exchange, previous: str | None) -> responses.ItemIds:
     """Where an answer is (to be) recorded: once recorded, where it was; before, where it is expected (the
     position after the previous response's, for a conversation continued by ``previous_response_id``)."""
-    if ex.recorded and ex.position is not None and ex.scid:
-        return responses.ItemIds(ex.scid, ex.position)
+    if ex.plan.recorded and ex.plan.position is not None and ex.identity.scid:
+        return responses.ItemIds(ex.identity.scid, ex.plan.position)
     named = responses.parse_id(previous)
-    expected = ex.expected_position if ex.expected_position is not None else \
+    expected = ex.identity.expected_position if ex.identity.expected_position is not None else \
         named.position + 1 if named is not None else 0
-    return responses.ItemIds(ex.scid or "", expected)
+    return responses.ItemIds(ex.identity.scid or "", expected)
 
 
 def sealer_of(settings: Settings, tenant: str | None) -> Sealer:
@@ -51,8 +51,8 @@ def continue_previous(ex: Exchange, previous: str | None) -> None:
     named = responses.parse_id(previous)
     if named is None or named.kind != "resp":
         raise responses.previous_not_found(previous)
-    ex.header_scid = named.scid
-    ex.branch_at = (named.scid, named.position)  # an earlier response of it: the conversation branches there
+    ex.identity.header_scid = named.scid
+    ex.identity.branch_at = (named.scid, named.position)  # an earlier response of it: the conversation branches there
 
 
 def check_previous(gw: Gateway, ex: Exchange, previous: str | None) -> None:
@@ -63,11 +63,11 @@ def check_previous(gw: Gateway, ex: Exchange, previous: str | None) -> None:
     stateless one (``pipeline.served`` runs after this)."""
     if previous is None:
         return
-    if not ex.stateful:
-        if gw.store is None or ex.tenant is None or not gw.settings.state_machine_enabled:
+    if not ex.identity.stateful:
+        if gw.store is None or ex.identity.tenant is None or not gw.settings.state_machine_enabled:
             raise responses.previous_not_found(previous)
         raise GatewayError(503, UNAVAILABLE, "api_error")
-    if ex.via != "header":
+    if ex.identity.via != "header":
         raise responses.previous_not_found(previous)
 
 
@@ -88,12 +88,12 @@ def recorded_items(rec: TurnRecord, ids: responses.ItemIds, seal: Sealer, *,
 async def opened(gw: Gateway, ex: Exchange) -> tuple[Sealer, dict[str, dict[str, JSON]]]:
     """The tenant's sealer and the items the request body's bare references name (by id; a body that is not JSON:
     none, its decoder answers it)."""
-    seal = sealer_of(gw.settings, ex.tenant)
+    seal = sealer_of(gw.settings, ex.identity.tenant)
     try:
-        body = orjson.loads(ex.raw_body)
+        body = orjson.loads(ex.client.raw_body)
     except orjson.JSONDecodeError:
         return seal, {}
-    return seal, await resolve(gw.store, ex.tenant, seal, responses.references_of(body))
+    return seal, await resolve(gw.store, ex.identity.tenant, seal, responses.references_of(body))
 
 
 async def resolve(store: Store | None, tenant: str | None, seal: Sealer, refs: list[str]) -> dict[str, dict[str, JSON]]:

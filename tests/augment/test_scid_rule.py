@@ -7,7 +7,8 @@ import uuid
 import httpx
 
 from gateway.dialects.canonical import Message, Request, TextBlock, ToolUseBlock
-from gateway.pipeline.stages import Exchange, _plan_record
+from gateway.pipeline.exchange import ClientRequest, Exchange, Identity
+from gateway.pipeline.stages import _plan_record
 from tests.e2e.helpers import WEATHER_TOOL
 from tests.process_fixtures import ServerProcess, Sim
 
@@ -15,26 +16,26 @@ CLIENT_SCID = "c0ffee00-0000-4000-8000-000000000002"
 
 
 def exchange(*messages: Message, header_scid: str | None, via: str = "none") -> Exchange:
-    ex = Exchange(endpoint="messages", dialect="anthropic", request_id="r", headers={}, query="", raw_body=b"",
-                  request=Request("claude-opus-4-5", list(messages)), header_scid=header_scid, via=via,
-                  stateful=True)
+    ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="r", headers={}, query="",
+                                raw_body=b""), request=Request("claude-opus-4-5", list(messages)),
+                  identity=Identity(header_scid=header_scid, via=via, stateful=True))
     return ex
 
 
 def test_first_turn_uses_the_client_scid() -> None:
     ex = exchange(Message("user", [TextBlock("hi")]), header_scid=CLIENT_SCID)
     _plan_record(ex, {}, None)
-    assert (ex.scid, ex.expected_position) == (CLIENT_SCID, 0)
+    assert (ex.identity.scid, ex.identity.expected_position) == (CLIENT_SCID, 0)
 
 
 def test_unmatched_replayed_history_still_gets_a_fresh_scid() -> None:
     ex = exchange(Message("user", [TextBlock("hi")]), Message("assistant", [ToolUseBlock("t", "x", {})]),
                   Message("user", [TextBlock("more")]), header_scid=CLIENT_SCID)
     _plan_record(ex, {}, None)
-    assert ex.scid not in (None, CLIENT_SCID) and ex.expected_position == 0
+    assert ex.identity.scid not in (None, CLIENT_SCID) and ex.identity.expected_position == 0
     nameless = exchange(Message("user", [TextBlock("hi")]), header_scid=None)
     _plan_record(nameless, {}, None)
-    assert nameless.scid is not None and nameless.expected_position == 0
+    assert nameless.identity.scid is not None and nameless.identity.expected_position == 0
 
 
 def test_anthropic_client_names_a_new_thread_then_replays_nothing(sim: Sim, gateway: ServerProcess) -> None:

@@ -20,6 +20,7 @@ from gateway.app.settings import Settings
 from gateway.continuation.replay_memo import Ticket
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import ClientRequest
 from gateway.pipeline.identify import paths
 from gateway.pipeline.repair import records
 
@@ -76,7 +77,7 @@ async def step_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pipel
     got, want = plan(ex), plan(reference)
     assert got[1:4] + got[5:] == want[1:4] + want[5:], f"{got[1:]} != {want[1:]}"
     assert got[0] == want[0]
-    assert (ex.scid is None) == (reference.scid is None)
+    assert (ex.identity.scid is None) == (reference.scid is None)
     tickets = ex.continuation.ticket, reference.continuation.ticket
     answer = await relay_and_record(on, ex, headers)
     await pipeline.record(reference, off, anthropic.decode_turn(answer))
@@ -90,8 +91,9 @@ _request_ids = itertools.count()
 def exchange_of(body: dict[str, Any], *, endpoint: str, dialect: str,
                 headers: dict[str, str]) -> Callable[[], pipeline.Exchange]:
     """A fresh exchange of ``body`` on each call (``prepare_both_ways`` prepares it twice)."""
-    return lambda: pipeline.Exchange(endpoint=endpoint, dialect=dialect, request_id=f"req_memo_{next(_request_ids)}",
-                                     headers=dict(headers), query="", raw_body=orjson.dumps(body))
+    return lambda: pipeline.Exchange(ClientRequest(endpoint=endpoint, dialect=dialect,
+                                                   request_id=f"req_memo_{next(_request_ids)}", headers=dict(headers),
+                                                   query="", raw_body=orjson.dumps(body)))
 
 
 def shared_blocks_unchanged(*workers: Gateway) -> int:
@@ -106,11 +108,13 @@ def shared_blocks_unchanged(*workers: Gateway) -> int:
 
 def plan(ex: pipeline.Exchange) -> tuple[Any, ...]:
     """What the pipeline decided (a conversation it starts gets a random id: only a found one counts)."""
-    fresh_id = ex.expected_position == 0 and ex.scid != ex.header_scid
+    fresh_id = ex.identity.expected_position == 0 and ex.identity.scid != ex.identity.header_scid
     assert ex.request is not None
     canonical = orjson.dumps(anthropic.encode_request(ex.request))  # the messages as the stages left them
-    return (ex.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.actions], ex.continuation.changed,
-            None if fresh_id else ex.scid, ex.via, ex.expected_position, ex.fork, ex.prefix_fp)
+    ident = ex.identity
+    return (ex.plan.outgoing, canonical, [(a.kind, a.message_index, a.detail) for a in ex.plan.actions],
+            ex.continuation.changed, None if fresh_id else ident.scid, ident.via, ident.expected_position, ident.fork,
+            ident.prefix_fp)
 
 
 async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pipeline.Exchange],
@@ -124,8 +128,8 @@ async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pi
     await prepare(ex, with_memo)
     got, want = plan(ex), plan(reference)
     assert got[1:] == want[1:] and got[0] == want[0], f"{got[1:]} != {want[1:]}"
-    if ex.continuation.changed and ex.upstream == "anthropic":
-        assert ex.outgoing == got[1]  # spliced (``gateway.continuation.splice``) or not: the bytes encoding it all
+    if ex.continuation.changed and ex.route.upstream == "anthropic":
+        assert ex.plan.outgoing == got[1]  # spliced (``gateway.continuation.splice``) or not: the bytes encoding it all
         # gives
     return ex
 
@@ -133,12 +137,12 @@ async def prepare_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pi
 async def relay_and_record(gw: Gateway, ex: pipeline.Exchange, headers: dict[str, str]) -> dict[str, Any]:
     """Send the prepared request to the simulator, record its answer; the recorded path fingerprint must be
     the whole history's (a replay hashes only its new messages, to the same). Returns the answer."""
-    resp = await gw.upstreams["anthropic"].post("/v1/messages", ex.outgoing, headers, "")
+    resp = await gw.upstreams["anthropic"].post("/v1/messages", ex.plan.outgoing, headers, "")
     answer: dict[str, Any] = orjson.loads(await resp.read())
     assert resp.status == 200, answer
     await pipeline.record(ex, gw, anthropic.decode_turn(answer))
-    assert ex.recorded and gw.store is not None and ex.tenant and ex.scid and ex.request
-    conv = await gw.store.get_conversation(ex.tenant, ex.scid)
+    assert ex.plan.recorded and gw.store is not None and ex.identity.tenant and ex.identity.scid and ex.request
+    conv = await gw.store.get_conversation(ex.identity.tenant, ex.identity.scid)
     assert conv is not None and conv.turns[-1].prefix_fingerprint == paths.path_fingerprint(ex.request.messages)
     return answer
 

@@ -358,7 +358,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
             # a mangled message was restored by a new message in its place, and no stage built a replayed
             # message's blocks in place: the memo hands every message it kept to this request as it is
             assert ticket.redecoded == 0, (step, ticket.redecoded)
-        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.client.headers))
         if answer["stop_reason"] != "tool_use":
             break
         answered(history_, answer, f"sunny {step}")
@@ -369,7 +369,7 @@ async def test_the_pipeline_prepares_the_same_request_with_and_without_the_memo(
         assert with_memo.replay_memo.hits >= 5, with_memo.replay_memo.hits
         assert checked > 0 or scenario.endswith(("drop_redacted", "drop_empty_signed_thinking"))
     if scenario == "params fixed every request":
-        fixes = [a.kind.value for a in ex.actions if a.kind.value != "kept_verified"]
+        fixes = [a.kind.value for a in ex.plan.actions if a.kind.value != "kept_verified"]
         assert with_memo.replay_memo.hits >= 5 and fixes and set(fixes) == {"params_fixed"}, fixes
     if scenario == "faithful":
         assert with_memo.replay_memo.hits >= 5
@@ -398,7 +398,7 @@ async def test_repair_and_sanitize_look_again_at_turns_no_longer_recorded(sim: A
             ex = await prepare_both_ways(pair, _exchange({**params, "messages": history_}), pipeline.prepare)
             continued.append(ex.continuation.ticket.continued if ex.continuation.ticket is not None else -1)
             resumed.append(ex.continuation.ticket.resumed if ex.continuation.ticket is not None else -1)
-            answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+            answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.client.headers))
             answered(history_, answer, f"sunny {step}")
         # while every turn is still recorded, it continues; then it judges the whole history again (later requests
         # change a turn in place, so the memo does not keep them: -1)
@@ -431,7 +431,7 @@ async def test_an_invalid_new_message_in_a_replay_is_the_same_400_as_without_the
               "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}
     sent = [{"role": "user", "content": "[[sim:tools=2]] weather (bad replay)"}]
     ex = await prepare_both_ways(gateways, _exchange({**params, "messages": sent}), pipeline.prepare)
-    answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+    answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.client.headers))
     assert len(with_memo.replay_memo) == 1
     replay = {**params, "messages": [*sent, {"role": "assistant", "content": answer["content"]}, bad]}
     errors = []

@@ -256,7 +256,7 @@ async def test_the_pipeline_prepares_the_same_openai_request_with_and_without_th
             ticket, splice = ex.continuation.ticket, ex.continuation.splice
             assert ticket is not None and ticket.continued == len(sent) - 2, (step, ticket)
             assert ticket.resumed >= 1 and splice is not None and splice.prefix is not None, (step, ticket)
-        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.client.headers))
         if answer["stop_reason"] != "tool_use":
             break
         turn = anthropic.decode_turn(answer)
@@ -277,5 +277,5 @@ async def test_a_responses_shaped_body_is_served_and_not_kept(gateways: tuple[Ga
     ex = _exchange({"model": "claude-opus-4-5", "max_output_tokens": 1024, "input": "hello"})()
     await _prepare(ex, with_memo)
     assert ex.continuation.ticket is None
-    await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
+    await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.client.headers))
     assert len(with_memo.replay_memo) == 0

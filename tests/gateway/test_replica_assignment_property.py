@@ -65,9 +65,9 @@ async def play(sim_url: str, redis_url: str, scenario: str, header: bool, assign
             got, want = plan(ex), plan(cold)
             assert got[1:] == want[1:], f"step {step} on replica {k}: {got[1:]} != {want[1:]}"
             assert got[0] == want[0], f"step {step} on replica {k}: the upstream bytes differ"
-            answer = await relay_and_record(replicas[k], ex, forward_request_headers(ex.headers))
-            if header and ex.scid:
-                headers["x-ag-conversation-id"] = ex.scid
+            answer = await relay_and_record(replicas[k], ex, forward_request_headers(ex.client.headers))
+            if header and ex.identity.scid:
+                headers["x-ag-conversation-id"] = ex.identity.scid
             if answer["stop_reason"] != "tool_use":
                 return
             answered(history, answer, f"sunny {step}")

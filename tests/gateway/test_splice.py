@@ -170,12 +170,12 @@ async def test_a_mangled_tool_loop_encodes_only_its_new_messages(
         ex = await prepare_both_ways(gateways, exchange_of({**PARAMS, "messages": sent}, endpoint="messages",
                                                             dialect="anthropic", headers=HEADERS), prepare)
         if step >= 1:
-            assert ex.continuation.changed and "restored" in [a.kind.value for a in ex.actions]
+            assert ex.continuation.changed and "restored" in [a.kind.value for a in ex.plan.actions]
         if step >= 2:
             # the last answer (restored) and its tool results: encoded, and the only messages looked at (the
             # others are the previous request's body's JSON, as it carried them)
             assert counted[-2:] == [2, 2], counted
-        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, forward_request_headers(ex.client.headers))
         assert answer["stop_reason"] == "tool_use"
         answered(history, answer, f"result {step} " * 200)
 
@@ -206,10 +206,10 @@ async def test_an_openai_tool_loop_to_anthropic_encodes_only_its_new_messages(
     for step in range(6):
         ex = await prepare_both_ways(gateways, exchange_of({**params, "messages": history}, endpoint="chat_completions",
                                                             dialect="openai", headers=headers), prepare)
-        assert ex.continuation.changed and ex.upstream == "anthropic"
+        assert ex.continuation.changed and ex.route.upstream == "anthropic"
         if step >= 2:
             assert ex.continuation.ticket is not None and counted[-1] == 2, counted
-        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.headers))
+        answer = await relay_and_record(with_memo, ex, dialects.anthropic_headers(ex.client.headers))
         message = openai_chat.encode_completion(anthropic.decode_turn(answer), created=0)["choices"][0]["message"]
         history.append({k: v for k, v in message.items() if v is not None})
         history += [{"role": "tool", "tool_call_id": c["id"], "content": f"result {step} " * 200}

@@ -71,9 +71,9 @@ async def test_a_warm_worker_plans_as_a_cold_one(
         ex = await prepare_both_ways(pair, make, pipeline.prepare)
         trips.append(load_trips() - before)  # both ways: the worker's trips plus the cold one's
         timed.append(timed_loads() - timed_before)
-        answer = await relay_and_record(worker, ex, forward_request_headers(ex.headers))
-        if scid_header and ex.scid:
-            headers["x-ag-conversation-id"] = ex.scid
+        answer = await relay_and_record(worker, ex, forward_request_headers(ex.client.headers))
+        if scid_header and ex.identity.scid:
+            headers["x-ag-conversation-id"] = ex.identity.scid
         if answer["stop_reason"] != "tool_use":
             break
         answered(history, answer, f"sunny {step}")

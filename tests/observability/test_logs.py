@@ -15,15 +15,16 @@ from gateway.app import cli
 from gateway.app.settings import Settings, SettingsError
 from gateway.dialects.canonical import Request
 from gateway.ops import logs
-from gateway.pipeline.stages import Exchange
+from gateway.pipeline.exchange import ClientRequest, Exchange
 
 
 def _observation() -> logs.Observation:
-    ex = Exchange(endpoint="messages", dialect="anthropic", request_id="req_gw_1",
-                  headers={"x-api-key": "sk-ant-api03-secretsecret"}, query="", raw_body=b'{"secret": 1}')
+    ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="req_gw_1",
+                                headers={"x-api-key": "sk-ant-api03-secretsecret"}, query="",
+                                raw_body=b'{"secret": 1}'))
     ex.request = Request(model="claude-opus-4-5", messages=[], stream=True)
-    ex.tenant, ex.scid, ex.via = "t" * 32, "s" * 22, "tool_id"
-    ex.actions = [Action(ActionKind.KEPT_VERIFIED, 1), Action(ActionKind.KEPT_VERIFIED, 3),
+    ex.identity.tenant, ex.identity.scid, ex.identity.via = "t" * 32, "s" * 22, "tool_id"
+    ex.plan.actions = [Action(ActionKind.KEPT_VERIFIED, 1), Action(ActionKind.KEPT_VERIFIED, 3),
                   Action(ActionKind.DROPPED, 5, "thinking")]
     return logs.Observation("messages", "req_gw_1", 0.0, upstream="anthropic", upstream_status=400, status=400,
                             ttfb=0.0123, duration=0.5, upstream_error="invalid_signature", exchange=ex)

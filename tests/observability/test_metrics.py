@@ -20,7 +20,7 @@ from gateway.app.settings import Settings
 from gateway.dialects.canonical import Message, Request, TextBlock
 from gateway.ops import metrics, metrics_store, metrics_workers
 from gateway.pipeline import stages as pipeline
-from gateway.pipeline.stages import Exchange
+from gateway.pipeline.exchange import ClientRequest, Exchange, Identity
 from state.breaker import CircuitBreaker
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, LoadResult, RecordResult, StoreHealth, StoreUnavailable, TurnWrite
@@ -130,7 +130,8 @@ async def test_load_stage_counts_another_tenants_scid_as_foreign_and_serves_a_mi
     a = await store.record("tenant-a", TurnWrite(turn(0)))
 
     def exchange(tenant: str) -> Exchange:
-        ex = Exchange("messages", "anthropic", "req_1", {}, "", b"", tenant=tenant, header_scid=a.scid)
+        ex = Exchange(ClientRequest("messages", "anthropic", "req_1", {}, "", b""),
+                      identity=Identity(tenant=tenant, header_scid=a.scid))
         ex.request = Request(model="m", messages=[Message("user", [TextBlock("hi")])])
         return ex
 
@@ -138,10 +139,10 @@ async def test_load_stage_counts_another_tenants_scid_as_foreign_and_serves_a_mi
     ex_b = exchange("tenant-b")
     result = await pipeline.load(ex_b, gw, pipeline.load_query(ex_b, gw))
     assert result is not None and result.foreign and not result.conversations
-    assert ex_b.via == "none" and ex_b.scid is None
+    assert ex_b.identity.via == "none" and ex_b.identity.scid is None
     ex_a = exchange("tenant-a")
     await pipeline.load(ex_a, gw, pipeline.load_query(ex_a, gw))
-    assert ex_a.via == "header" and ex_a.scid == a.scid
+    assert ex_a.identity.via == "header" and ex_a.identity.scid == a.scid
     after = {r: value("gateway_scid_lookups_total", via="header", result=r) for r in before}
     assert {r: after[r] - before[r] for r in before} == {"hit": 1, "foreign": 1, "miss": 0}
 
