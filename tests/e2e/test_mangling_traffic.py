@@ -33,8 +33,8 @@ from tests.reliability.recording_proxy import RecordingProxy
 from tests.reliability.stream_cuts import CUT_CLASSES
 
 PER_CELL = 4
-WORKERS = 12
-MIN_IN_FLIGHT = 8
+WORKERS = 16  # (issue 36: "two replicas, 16 in flight")
+MIN_IN_FLIGHT = 12
 CELL_IDS = [c.id for c in CELLS]
 RESPONSES_CELLS = [c for c in CELLS if c.surface == "responses"]
 

@@ -77,11 +77,11 @@ async def step_both_ways(pair: tuple[Gateway, Gateway], make: Callable[[], pipel
     got, want = plan(ex), plan(reference)
     assert got[1:4] + got[5:] == want[1:4] + want[5:], f"{got[1:]} != {want[1:]}"
     assert got[0] == want[0]
-    assert (ex.identity.scid is None) == (reference.scid is None)
+    assert (ex.identity.scid is None) == (reference.identity.scid is None)
     tickets = ex.continuation.ticket, reference.continuation.ticket
     answer = await relay_and_record(on, ex, headers)
     await pipeline.record(reference, off, anthropic.decode_turn(answer))
-    assert reference.recorded
+    assert reference.plan.recorded
     return tickets, answer
 
 
