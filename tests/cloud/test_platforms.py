@@ -10,8 +10,9 @@ platform: docs/upstream-rules.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 import httpx
@@ -32,6 +33,7 @@ from tests.cloud.helpers import (
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 
 pytestmark = pytest.mark.timeout(120)
+T = TypeVar("T")
 TOOLS: Any = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}]
 OPENAI_TOOLS: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
@@ -42,6 +44,25 @@ CLAUDES = {"bedrock": BEDROCK_CLAUDE, "bedrock-converse": CONVERSE_CLAUDE, "vert
 @pytest.fixture(scope="module")
 def cloud_gateway(sim: Sim, gateways: GatewayFactory, tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
     return gateways.start(sim.url, cloud_env(sim, tmp_path_factory.mktemp("cloud")))
+
+
+OPEN: list[Any] = []  # the clients a test made: closed after it (their connection pools)
+
+
+def _closed_after(client: T) -> T:
+    OPEN.append(client)
+    return client
+
+
+def _anthropic(url: str, key: str) -> anthropic.Anthropic:
+    return _closed_after(anthropic.Anthropic(base_url=url, api_key=key, max_retries=0))
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while OPEN:
+        OPEN.pop().close()
 
 
 def _dropped(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,7 +107,7 @@ def test_a_messages_client_that_drops_thinking_completes_on_claudes_platform(
         sim: Sim, cloud_gateway: ServerProcess, platform: str, stream: bool) -> None:
     """The Messages surface sends a routed Claude model to its platform (signed, in the platform's body and
     framing); the client drops every thinking block, the gateway restores them, the platform accepts them."""
-    client = anthropic.Anthropic(base_url=cloud_gateway.url, api_key=f"sk-ant-cloud-{platform}", max_retries=0)
+    client = _anthropic(cloud_gateway.url, f"sk-ant-cloud-{platform}")
     before = sim.stats()
     _, stop = _messages_loop(client, CLAUDES[platform], f"[[sim:tools=2]] [[sim:conv=cloud-{platform}-{stream}]] "
                              "weather?", stream=stream, drop=True)
@@ -122,13 +143,13 @@ def test_straight_to_the_platform_the_same_loop_fails_with_its_own_error(sim: Si
     envelope)."""
     client: anthropic.Anthropic
     if platform == "bedrock":
-        client = anthropic.AnthropicBedrock(aws_region="us-east-1", aws_access_key=KEY_ID, aws_secret_key=SECRET,
-                                            base_url=sim.url, max_retries=0)  # type: ignore[assignment]
+        client = _closed_after(anthropic.AnthropicBedrock(  # type: ignore[assignment]
+            aws_region="us-east-1", aws_access_key=KEY_ID, aws_secret_key=SECRET, base_url=sim.url, max_retries=0))
     else:
         token = httpx.post(sim.url + "/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
                                                      "assertion": _assertion()}).json()["access_token"]
-        client = anthropic.AnthropicVertex(region=REGION, project_id=PROJECT, access_token=token,
-                                           base_url=sim.url + "/v1", max_retries=0)  # type: ignore[assignment]
+        client = _closed_after(anthropic.AnthropicVertex(  # type: ignore[assignment]
+            region=REGION, project_id=PROJECT, access_token=token, base_url=sim.url + "/v1", max_retries=0))
     # (the SDK's default body version, 2026-10-21, is Bedrock's for Claude 4.7 and later only: Sonnet 4.5 takes its own)
     extra = {"anthropic_version": "bedrock-2023-05-31"} if platform == "bedrock" else None
     with pytest.raises(anthropic.BadRequestError) as refused:
@@ -161,7 +182,7 @@ def test_an_openai_client_tool_loop_keeps_thinking_on_each_platform(
     """An OpenAI chat client (which replays no thinking at all) on every new upstream: zero upstream 4xx, and every
     replayed turn reaches the platform with its thinking (Claude: signed thinking first; Gemini: the signature on
     the call)."""
-    client = openai.OpenAI(base_url=cloud_gateway.url + "/v1", api_key="sk-cloud-openai", max_retries=0)
+    client = _closed_after(openai.OpenAI(base_url=cloud_gateway.url + "/v1", api_key="sk-cloud-openai", max_retries=0))
     before = sim.stats()
     messages: list[Any] = [{"role": "user", "content": f"[[sim:tools=2]] [[sim:conv=oa-{model}-{stream}]] weather?"}]
     for _ in range(4):
@@ -206,7 +227,7 @@ def test_a_loop_that_falls_back_from_the_claude_api_to_bedrock_keeps_its_thinkin
     the Claude API with the thinking Bedrock minted; zero upstream 4xx, thinking on every replayed turn."""
     env = cloud_env(sim, tmp_path, GATEWAY_FALLBACKS=f"claude-sonnet-4-5={BEDROCK_CLAUDE}")
     gw = gateways.start(sim.url, env)
-    client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-cloud-fallback", max_retries=0)
+    client = _anthropic(gw.url, "sk-ant-cloud-fallback")
     before = sim.stats()
     seen: list[tuple[str, list[bool]]] = []
     original = client.messages.create
@@ -232,7 +253,7 @@ def test_a_platform_that_refuses_the_credential_is_the_clients_error_not_a_500(
         sim: Sim, gateways: GatewayFactory, tmp_path: Path) -> None:
     """A wrong AWS secret: Bedrock's 403 (``InvalidSignatureException``) in the client's own envelope."""
     gw = gateways.start(sim.url, cloud_env(sim, tmp_path, AWS_SECRET_ACCESS_KEY="not-the-secret"))
-    client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-cloud-badkey", max_retries=0)
+    client = _anthropic(gw.url, "sk-ant-cloud-badkey")
     with pytest.raises(anthropic.PermissionDeniedError) as refused:
         client.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
     assert refused.value.body["error"]["type"] == "permission_error"  # type: ignore[index]
@@ -272,8 +293,8 @@ def test_straight_to_converse_the_official_aws_client_meets_bedrocks_error(sim: 
     import boto3
     from botocore.exceptions import ClientError
 
-    client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=sim.url,
-                          aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
+    client = _closed_after(boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=sim.url,
+                          aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET))
     kw: Any = {"modelId": CONVERSE_CLAUDE, "inferenceConfig": {"maxTokens": 2048},
                "additionalModelRequestFields": {"thinking": THINKING},
                "toolConfig": {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {}}}}]}}
@@ -321,7 +342,7 @@ def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: G
     env = cloud_env(sim, tmp_path, GATEWAY_CLOUD_WITHOUT_KEYS="false", GATEWAY_ADMIN_TOKEN=admin)
     gw = gateways.start(sim.url, env)
     before = sim.stats()["requests"]
-    own = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-own-key", max_retries=0)
+    own = _anthropic(gw.url, "sk-ant-own-key")
     with pytest.raises(anthropic.AuthenticationError, match="serves requests with a gateway key only"):
         own.messages.create(model=BEDROCK_CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
     assert sim.stats()["requests"] == before
@@ -330,7 +351,7 @@ def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: G
     made = httpx.post(f"{gw.url}/admin/keys", json={"name": "cloud-team"}, timeout=10,
                       headers={"authorization": f"Bearer {admin}"})
     assert made.status_code == 201, made.text
-    keyed = anthropic.Anthropic(base_url=gw.url, api_key=made.json()["key"], max_retries=0)
+    keyed = _anthropic(gw.url, made.json()["key"])
     for model in (BEDROCK_CLAUDE, VERTEX_CLAUDE):
         assert keyed.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}]).content
         seen = sim.last()["headers"]
@@ -341,7 +362,7 @@ def test_by_default_a_cloud_route_serves_gateway_keys_only(sim: Sim, gateways: G
 def test_count_tokens_is_counted_by_claudes_platform(sim: Sim, cloud_gateway: ServerProcess, platform: str) -> None:
     """``/v1/messages/count_tokens`` for a Claude model on a platform: Bedrock's CountTokens (the InvokeModel body,
     or a Converse input), Vertex's ``count-tokens:rawPredict``; the answer is the Messages API's."""
-    client = anthropic.Anthropic(base_url=cloud_gateway.url, api_key="sk-ant-cloud-count", max_retries=0)
+    client = _anthropic(cloud_gateway.url, "sk-ant-cloud-count")
     counted = client.messages.count_tokens(model=CLAUDES[platform], messages=[{"role": "user", "content": "hello"}],
                                            tools=TOOLS)
     assert counted.input_tokens > 0
