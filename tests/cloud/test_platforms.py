@@ -373,3 +373,17 @@ def test_count_tokens_is_counted_by_claudes_platform(sim: Sim, cloud_gateway: Se
     else:
         assert last["path"] == f"/model/{CLAUDES[platform]}/count-tokens"
         assert set(last["body"]["input"]) == {"converse" if platform == "bedrock-converse" else "invokeModel"}
+
+
+def test_a_block_converse_has_no_form_for_is_the_clients_400(sim: Sim, cloud_gateway: ServerProcess) -> None:
+    """A Messages request with a block Bedrock's Converse API cannot carry (an image), routed there: 400 in the
+    Messages API's envelope naming it, nothing sent upstream, never a 500."""
+    client = _anthropic(cloud_gateway.url, "sk-ant-cloud-image")
+    before = sim.stats()["requests"]
+    image: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model=CONVERSE_CLAUDE, max_tokens=64,
+                               messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "no form in Bedrock's Converse API" in refused.value.body["error"]["message"]  # type: ignore[index]
+    assert sim.stats()["requests"] == before
