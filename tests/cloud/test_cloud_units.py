@@ -5,6 +5,7 @@ reader, the simulator's stream read by the gateway's translator)."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import orjson
@@ -176,3 +177,29 @@ def test_a_gemini_signature_goes_back_only_to_the_platform_that_minted_it() -> N
     assert origin_of(on_vertex, "gemini-3-pro-preview") != origin_of(on_studio, "gemini-3-pro-preview")
     assert reads_thinking("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5-20250929")
     assert reads_thinking("claude-sonnet-4-5@20250929", "global.anthropic.claude-sonnet-4-5-20250929-v1:0")
+
+
+async def test_temporary_credentials_near_expiry_are_refreshed_off_the_event_loop() -> None:
+    """IRSA's and instance roles' credentials are refreshed by botocore with a blocking call: a signer whose
+    credentials are due refreshes them in a thread, and signs with the new ones."""
+    import threading
+    from datetime import datetime, timedelta
+
+    from botocore.credentials import RefreshableCredentials
+
+    from gateway.dialects.bedrock.sigv4 import SigV4
+
+    refreshed_in: list[str] = []
+
+    def refresh() -> dict[str, str]:
+        refreshed_in.append(threading.current_thread().name)
+        expiry = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        return {"access_key": "AKIDREFRESHED", "secret_key": SECRET, "token": "session", "expiry_time": expiry}
+
+    stale = (datetime.now(UTC) + timedelta(seconds=30)).isoformat()
+    signer = SigV4("us-east-1")
+    signer._credentials = RefreshableCredentials.create_from_metadata(
+        {"access_key": KEY_ID, "secret_key": SECRET, "token": "old", "expiry_time": stale}, refresh, "test")
+    headers = await signer("POST", URL, {"content-type": "application/json"}, b"{}")
+    assert refreshed_in and refreshed_in[0] != threading.main_thread().name
+    assert "Credential=AKIDREFRESHED/" in headers["Authorization"] and headers["X-Amz-Security-Token"] == "session"

@@ -30,7 +30,12 @@ class SigV4:
             self._credentials = await asyncio.to_thread(self._session.get_credentials)
             if self._credentials is None:
                 raise MissingExtra("no AWS credentials found (AWS_ACCESS_KEY_ID, a profile, IRSA or an instance role)")
-        frozen = self._credentials.get_frozen_credentials()  # (refreshed by botocore when near expiry)
+        creds = self._credentials
+        # temporary credentials (IRSA, instance roles) near their expiry are refreshed by botocore with a blocking call
+        # to STS or the metadata endpoint: then off the loop; otherwise they are read as they are
+        due = getattr(creds, "refresh_needed", None)
+        frozen = (await asyncio.to_thread(creds.get_frozen_credentials) if due is not None and due()
+                  else creds.get_frozen_credentials())
         return sign(frozen, self.region, method, url, headers, body, self._signer)
 
 
