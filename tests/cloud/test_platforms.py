@@ -387,3 +387,23 @@ def test_a_block_converse_has_no_form_for_is_the_clients_400(sim: Sim, cloud_gat
     assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
     assert "no form in Bedrock's Converse API" in refused.value.body["error"]["message"]  # type: ignore[index]
     assert sim.stats()["requests"] == before
+
+
+@pytest.mark.parametrize("model", ["us.anthropic.claude-opus-5-5-v1:0", "claude-opus-5-5@20261101"],
+                         ids=["bedrock", "vertex"])
+def test_a_model_that_binds_its_thinking_keeps_its_prefix_on_a_platform(
+        sim: Sim, gateways: GatewayFactory, tmp_path: Path, model: str) -> None:
+    """A bound model (Opus 5.5) on Bedrock and Vertex, a client that rewrites its system prompt on every request:
+    the gateway keeps the recorded prefix (the client's new prompt as a mid-conversation system message, the beta
+    in the platform's form), every earlier thinking block reaches the platform, zero 4xx."""
+    from tests.e2e.test_binding_gateway import loop, rewrites_system, thinking_blocks
+
+    routes = f"us.anthropic.=bedrock@us-east-1,claude-opus-5-5@=vertex@{PROJECT}/{REGION}"
+    gw = gateways.start(sim.url, cloud_env(sim, tmp_path, GATEWAY_ROUTES=routes))
+    before = sim.stats()["rejections"]
+    seen: list[dict[str, Any]] = []
+    replies = loop([gw.url], rewrites_system, stream=False, seen=seen, sim=sim, model=model)
+    assert len(replies) == 4 and sim.stats()["rejections"] == before
+    assert [thinking_blocks(b) for b in seen] == [0, 1, 2, 3]
+    assert all(b["system"] == seen[0]["system"] for b in seen[1:])
+    assert [m for m in seen[-1]["messages"] if m["role"] == "system"], "the client's new prompts, as system messages"
