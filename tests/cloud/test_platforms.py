@@ -407,3 +407,20 @@ def test_a_model_that_binds_its_thinking_keeps_its_prefix_on_a_platform(
     assert [thinking_blocks(b) for b in seen] == [0, 1, 2, 3]
     assert all(b["system"] == seen[0]["system"] for b in seen[1:])
     assert [m for m in seen[-1]["messages"] if m["role"] == "system"], "the client's new prompts, as system messages"
+
+
+def test_a_platform_credential_that_cannot_be_had_is_a_502_naming_the_upstream(
+        sim: Sim, gateways: GatewayFactory, tmp_path: Path) -> None:
+    """No Google credentials where ADC looks, no AWS keys: each platform's request is a 502 in the client's envelope
+    naming the upstream and why (never the credential, never a traceback), and nothing reaches the platform."""
+    env = cloud_env(sim, tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "missing.json"),
+                    AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="")
+    gw = gateways.start(sim.url, env)
+    client = _anthropic(gw.url, "sk-ant-cloud-nocreds")
+    before = sim.stats()["requests"]
+    for model, upstream in ((VERTEX_CLAUDE, "vertex"), (BEDROCK_CLAUDE, "bedrock")):
+        with pytest.raises(anthropic.InternalServerError) as failed:
+            client.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+        assert failed.value.status_code == 502
+        assert f"could not sign the request to upstream {upstream}" in str(failed.value.body), failed.value.body
+    assert sim.stats()["requests"] == before and "Traceback" not in gw.log()
