@@ -424,3 +424,18 @@ def test_a_platform_credential_that_cannot_be_had_is_a_502_naming_the_upstream(
         assert failed.value.status_code == 502
         assert f"could not sign the request to upstream {upstream}" in str(failed.value.body), failed.value.body
     assert sim.stats()["requests"] == before and "Traceback" not in gw.log()
+
+
+@pytest.mark.parametrize("model", [BEDROCK_CLAUDE, CONVERSE_CLAUDE], ids=["invoke", "converse"])
+def test_an_exception_inside_bedrocks_event_stream_reaches_the_client_as_an_error_event(
+        sim: Sim, cloud_gateway: ServerProcess, model: str) -> None:
+    """Bedrock fails a started stream with an ``exception`` frame (throttling): the client's stream ends with the
+    Messages API's ``error`` event (overloaded) read through each API's framing; the next request is served."""
+    client = _anthropic(cloud_gateway.url, "sk-ant-cloud-midstream")
+    prompt = f"[[sim:conv=midstream-{model}]] [[sim:fault=midstream]] [[sim:fault_times=1]] hello"
+    with pytest.raises(anthropic.APIStatusError) as failed, client.messages.stream(
+            model=model, max_tokens=256, messages=[{"role": "user", "content": prompt}]) as s:
+        s.get_final_message()
+    assert "overloaded" in str(failed.value.body) or "throttlingException" in str(failed.value.body), failed.value.body
+    again = client.messages.create(model=model, max_tokens=256, messages=[{"role": "user", "content": prompt}])
+    assert again.stop_reason == "end_turn"  # (the fault was the first request's only)
