@@ -3,10 +3,11 @@
 An ``UpstreamDialect`` holds what differs per upstream protocol: its path, the headers it takes from the client's,
 the request encoder, the turn decoder, the stream translator (None: its stream is canonical already) and the error
 reader; a cloud platform adds the body rewrite it takes after encoding (``finish``), its stream framing (Bedrock's
-event stream), its answer as the Messages API's (Converse) and its token counting (``Counting``). The request
-signature of a platform is its ``Upstream``'s (``gateway.dialects.cloud``). ``route`` is the one place that decides whether a model can be served from a surface: the routing table
-names its upstream (``gateway.dialects.routing``), and that upstream must be configured and of a kind the surface calls.
-Surfaces (``gateway.surfaces``) call upstreams through this table only; no endpoint imports another.
+event stream), its answer as the Messages API's (Converse) and its token counting (``Counting``). A platform's
+request signature is its ``Upstream``'s (``gateway.dialects.cloud``). ``route`` is the one place that decides
+whether a model can be served from a surface: the routing table names its upstream (``gateway.dialects.routing``),
+and that upstream must be configured and of a kind the surface calls. Surfaces (``gateway.surfaces``) call upstreams
+through this table only; no endpoint imports another.
 """
 
 from __future__ import annotations
