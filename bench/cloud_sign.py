@@ -56,8 +56,8 @@ def main() -> None:
         data = request(kb)
         body = orjson.dumps(data)
         repeats = max(5, args.repeats // max(1, kb // 100))
-        encode = median_us(lambda data=data: orjson.dumps(data), repeats)  # type: ignore[misc]
-        signing = median_us(lambda body=body: sign(CREDS, "us-east-1", "POST", URL,  # type: ignore[misc]
+        encode = median_us(lambda data=data: orjson.dumps(data), repeats)
+        signing = median_us(lambda body=body: sign(CREDS, "us-east-1", "POST", URL,
                                                    {"content-type": "application/json"}, body), repeats)
         print(f"| {len(body) / 1024:,.0f} KB | {encode:,.0f} us | {signing:,.0f} us | {signing / encode:.2f} |")
     events = [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "word " * 8}}] * 2000
