@@ -203,3 +203,14 @@ async def test_temporary_credentials_near_expiry_are_refreshed_off_the_event_loo
     headers = await signer("POST", URL, {"content-type": "application/json"}, b"{}")
     assert refreshed_in and refreshed_in[0] != threading.main_thread().name
     assert "Credential=AKIDREFRESHED/" in headers["Authorization"] and headers["X-Amz-Security-Token"] == "session"
+
+
+def test_the_signing_benchmark_runs_its_short_form(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/cloud_sign.py`` (BENCHMARKS.md "What a cloud platform adds to a request") in its short form."""
+    from bench import cloud_sign
+
+    monkeypatch.setattr("sys.argv", ["cloud_sign.py", "--repeats", "5"])
+    cloud_sign.main()
+    out = capsys.readouterr().out
+    assert out.count(" KB | ") == 4 and "event-stream read (botocore, base64)" in out
