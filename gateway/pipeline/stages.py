@@ -489,6 +489,12 @@ def _finish(ex: Exchange, gw: Gateway, result: LoadResult | None, encoder: Encod
             ex.plan.outgoing = encoder(ex.request)
 
 
+async def off_loop_if_big(ex: Exchange, gw: Gateway, work: Callable[[], T]) -> T:
+    """``work()`` off the event loop when ``ex``'s body is big (``GATEWAY_OFFLOAD_BODY_KB``): a surface's own pass
+    over the whole body (a cloud platform's body rewrite) keeps the loop as free as the stages do."""
+    return await off_loop(gw, _big(ex, gw), work)
+
+
 def _big(ex: Exchange, gw: Gateway) -> bool:
     """A request whose body is worked on off the event loop (``GATEWAY_OFFLOAD_BODY_KB``)."""
     kb = gw.settings.offload_body_kb

@@ -266,7 +266,7 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     # the upstream call's span (a stream's until its headers), whose W3C traceparent the upstream gets
     with gw.tracing.span("upstream", {"thinkgate.upstream": ex.route.upstream, "url.path": path}, client=True) as span:
         gw.tracing.inject(headers)
-        call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=codec.outgoing())
+        call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=await _body(codec))
         # a client that goes away before the upstream answers (a stream's: before its first byte) cancels the call;
         # once a stream is relayed, the relay notices it and stops reading the upstream's stream
         resp, body = await while_client_waits(request, call)
@@ -280,7 +280,8 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
             metrics.observe_retry(retried, False)
         else:
             ex.plan.outgoing = retry
-            call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=codec.outgoing())
+            outgoing = await _body(codec)
+            call = call_upstream(ex, gw, ex.route.upstream, path, headers, query, stream=stream, body=outgoing)
             resp, body = await while_client_waits(request, call)
             metrics.observe_retry(retried, resp.status < 400)
     if body is not None and resp.status in FALLBACK_STATUSES and (again := await _fallback(request, codec, resp)):
@@ -290,6 +291,13 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     encoder, media_type, snapshot = codec.stream()
     return stream_answer(ex, gw, codec.source(resp), encoder, codec.headers(resp), media_type,
                          lift=lift_turn if codec.lifts else None, snapshot=snapshot)
+
+
+async def _body(codec: Codec) -> bytes:
+    """The body the upstream gets (``Codec.outgoing``); a cloud platform's rewrite of a big body off the event loop."""
+    if not registry.of(codec.call.caps).platform:
+        return codec.outgoing()
+    return await pipeline.off_loop_if_big(codec.ex, codec.gw, codec.outgoing)
 
 
 FALLBACK_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # (the upstream failed before the first byte)

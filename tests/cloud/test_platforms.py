@@ -439,3 +439,17 @@ def test_an_exception_inside_bedrocks_event_stream_reaches_the_client_as_an_erro
     assert "overloaded" in str(failed.value.body) or "throttlingException" in str(failed.value.body), failed.value.body
     again = client.messages.create(model=model, max_tokens=256, messages=[{"role": "user", "content": prompt}])
     assert again.stop_reason == "end_turn"  # (the fault was the first request's only)
+
+
+@pytest.mark.parametrize("model", [BEDROCK_CLAUDE, CONVERSE_CLAUDE, VERTEX_CLAUDE],
+                         ids=["invoke", "converse", "vertex"])
+def test_a_big_body_reaches_its_platform_whole(sim: Sim, cloud_gateway: ServerProcess, model: str) -> None:
+    """A body past ``GATEWAY_OFFLOAD_BODY_KB`` (256 KiB), whose platform rewrite runs in the worker's offload thread
+    as the stages do (``handler._body``): the platform receives the whole history, the answer comes back."""
+    client = _anthropic(cloud_gateway.url, "sk-ant-cloud-big")
+    history: list[Any] = []
+    for n in range(300):
+        history += [{"role": "user", "content": f"line {n}: " + "word " * 200}, {"role": "assistant", "content": "ok"}]
+    answer = client.messages.create(model=model, max_tokens=64, messages=[*history, {"role": "user", "content": "hi"}])
+    assert answer.content
+    assert len(sim.last()["body"]["messages"]) == 601
