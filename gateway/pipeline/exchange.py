@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.actions import Action
 from gateway.continuation.core import Continuation
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.routing import ModelCaps
 from gateway.vocab import ClientDialect, Endpoint, Via
@@ -27,8 +28,7 @@ class ClientRequest:
 
     @property
     def betas(self) -> frozenset[str]:
-        raw = self.headers.get("anthropic-beta", "")
-        return frozenset(b.strip() for b in raw.split(",") if b.strip())
+        return frozenset(anthropic.betas(self.headers))
 
 
 @dataclass(slots=True)

@@ -215,3 +215,44 @@ def test_the_signing_benchmark_runs_its_short_form(monkeypatch: pytest.MonkeyPat
     cloud_sign.main()
     out = capsys.readouterr().out
     assert out.count(" KB | ") == 2 and "event-stream read (botocore, base64)" in out
+
+
+async def test_a_platforms_rewrite_of_a_big_body_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler hands a cloud platform's body rewrite (``UpstreamDialect.finish``) of a body past
+    ``GATEWAY_OFFLOAD_BODY_KB`` to the worker's offload thread, as the stages are; a small one stays on the loop."""
+    import dataclasses
+    import threading
+
+    import httpx
+
+    from gateway.app.factory import create_app
+    from gateway.surfaces import upstreams
+    from state.memory_store import MemoryStore
+    from tests.gateway.test_handler import FakeUpstream
+    from tests.gateway.test_route_once import ANTHROPIC_ANSWER
+
+    rewritten_in: list[str] = []
+    row = upstreams.UPSTREAM_DIALECTS["bedrock"]
+    assert row.finish is not None
+    finish = row.finish
+
+    def recording(body: bytes, client: Any) -> bytes:
+        rewritten_in.append(threading.current_thread().name)
+        return finish(body, client)
+
+    monkeypatch.setitem(upstreams.UPSTREAM_DIALECTS, "bedrock", dataclasses.replace(row, finish=recording))
+    settings = Settings(routes="us.anthropic.=bedrock@us-east-1", cloud_without_keys=True, offload_body_kb=64)
+    bedrock = FakeUpstream("bedrock", body=ANTHROPIC_ANSWER)
+    app = create_app(settings, store=MemoryStore(), upstreams={"bedrock": bedrock})  # type: ignore[dict-item]
+    model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        for words in (10, 40_000):  # a few bytes, then about 200 KB
+            body = {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "word " * words}]}
+            answer = await client.post("/v1/messages", content=orjson.dumps(body),
+                                       headers={"x-api-key": "sk-ant-own", "anthropic-version": "2023-06-01"})
+            assert answer.status_code == 200, answer.text
+    loop_thread = threading.current_thread().name
+    assert rewritten_in[0] == loop_thread and rewritten_in[1] != loop_thread, rewritten_in
+    assert all("model" not in sent and sent["anthropic_version"] == "bedrock-2023-05-31"
+               for _, sent, _, _ in bedrock.sent)

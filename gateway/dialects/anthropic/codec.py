@@ -7,7 +7,7 @@ forwarded untouched for the upstream to judge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -254,6 +254,11 @@ def _rest(raw: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
 
 
 # ---------------------------------------------------------------- streams
+
+def betas(headers: Mapping[str, str]) -> list[str]:
+    """The betas an ``anthropic-beta`` header names, in order (comma-separated, the lines joined)."""
+    return [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+
 
 def is_error_body(body: bytes) -> bool:
     """Whether an error body is the Messages API's own envelope (``{"type": "error", "error": {...}}``)."""

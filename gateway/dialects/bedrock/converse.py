@@ -20,7 +20,8 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.bedrock.wire import betas, model_path
+from gateway.dialects.anthropic.codec import betas
+from gateway.dialects.bedrock.wire import model_path
 from gateway.errors import ClientError
 
 _INFERENCE = {"max_tokens": "maxTokens", "temperature": "temperature", "top_p": "topP",

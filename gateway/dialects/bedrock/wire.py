@@ -14,13 +14,11 @@ from urllib.parse import quote
 
 import orjson
 
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.errors import GatewayError
 
 VERSION = "bedrock-2023-05-31"
 STREAM_TYPE = "application/vnd.amazon.eventstream"
-# Bedrock's exceptions by status -> the error type the client's dialect names (Anthropic's vocabulary)
-_TYPES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error", 408: "timeout_error",
-          413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 
 
 def model_path(model: str, action: str) -> str:
@@ -32,10 +30,6 @@ def path(model: str, stream: bool) -> str:
     return model_path(model, "invoke-with-response-stream" if stream else "invoke")
 
 
-def betas(client: Mapping[str, str]) -> list[str]:
-    return [b.strip() for b in client.get("anthropic-beta", "").split(",") if b.strip()]
-
-
 def finish(body: bytes, client: Mapping[str, str]) -> bytes:
     """A Messages request body as InvokeModel takes it."""
     data = orjson.loads(body)
@@ -44,7 +38,7 @@ def finish(body: bytes, client: Mapping[str, str]) -> bytes:
     data.pop("model", None)
     data.pop("stream", None)
     data["anthropic_version"] = VERSION
-    asked = betas(client)
+    asked = anthropic.betas(client)
     if asked:
         had = data.get("anthropic_beta")
         data["anthropic_beta"] = list(dict.fromkeys([*(had if isinstance(had, list) else []), *asked]))
@@ -79,7 +73,8 @@ def error(status: int, body: bytes) -> GatewayError:
     message = data.get("message") or data.get("Message") if isinstance(data, dict) else None
     if not isinstance(message, str):
         message = body.decode("utf-8", "replace").strip()[:500] or f"Bedrock answered HTTP {status}"
-    return GatewayError(status, message, _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error"))
+    # (the type by status is the error renderer's; Bedrock's 503 is ServiceUnavailableException: overloaded)
+    return GatewayError(status, message, "overloaded_error" if status == 503 else None)
 
 
 class Event:
