@@ -67,8 +67,9 @@ class Admission:
     @classmethod
     def parse(cls, reply: list[Any]) -> Admission:
         status = _text(reply[0]) if reply else "unknown"
-        if status == "ok":
-            return cls(status, _text(reply[1]), _text(reply[2]), bool(int(reply[3])))
+        if len(reply) == 4:  # ok, or unknown parsed alike (a wrong secret is answered no sooner than a right one)
+            name, models, held = _text(reply[1]), _text(reply[2]), bool(int(reply[3]))
+            return cls(status, name, models, held) if status == "ok" else cls(status)
         return cls(status, retry_ms=int(reply[1]) if len(reply) > 1 else 0,
                    limit=int(reply[2]) if len(reply) > 2 else 0)
 

@@ -180,10 +180,29 @@ class MemoryStore(EngineStore):
         return "ok"
 
     def _admit_script(self, names: Sequence[str], secret_hash: str, args: list[int]) -> list[Any]:
+        """The ADMIT script's twin (``state.scripts``): a wrong secret goes the right one's way up to the first
+        write."""
         now = args[0]
-        rec = self._ks.get(names[0])
-        if rec is None or rec.get("hash") != secret_hash:
-            return ["unknown"]
+        rec = self._ks.get(names[0]) or {}
+        wrong = rec.get("hash") != secret_hash
+        verdict = self._admit_verdict(names, rec, now, args)
+        if wrong:
+            return ["unknown", "", "", 0]
+        if isinstance(verdict, list):
+            return verdict
+        cc = int(rec.get("concurrency") or 0)
+        if cc > 0:
+            held = int(self._ks.get(names[2]) or 0) + 1
+            if held > cc:
+                return ["concurrency", 1000, cc]
+            self._ks.put(names[2], held, 600)
+        if verdict is not None:
+            self._ks.put(names[1], round(verdict, 3), 60)
+        return ["ok", rec.get("name", ""), rec.get("models", ""), int(cc > 0)]
+
+    def _admit_verdict(self, names: Sequence[str], rec: dict[str, str], now: int,
+                       args: list[int]) -> list[Any] | float | None:
+        """ADMIT's reads: a refusal, or the rate's next theoretical arrival time to write (None: no rpm limit)."""
         if rec.get("revoked") == "1":
             return ["revoked"]
         expires = int(rec.get("expires") or 0)
@@ -197,22 +216,13 @@ class MemoryStore(EngineStore):
         if tpm > 0 and int(self._ks.get(names[3]) or 0) >= tpm:
             return ["tpm", 60000 - now % 60000, tpm]
         rpm = int(rec.get("rpm") or 0)
-        tat: float | None = None
-        if rpm > 0:
-            step = 60000 / rpm
-            tat = max(float(self._ks.get(names[1]) or 0), now)
-            if tat - now > 60000 - step:
-                return ["rpm", math.ceil(tat - now - (60000 - step)), rpm]
-            tat += step
-        cc = int(rec.get("concurrency") or 0)
-        if cc > 0:
-            held = int(self._ks.get(names[2]) or 0) + 1
-            if held > cc:
-                return ["concurrency", 1000, cc]
-            self._ks.put(names[2], held, 600)
-        if tat is not None:
-            self._ks.put(names[1], round(tat, 3), 60)
-        return ["ok", rec.get("name", ""), rec.get("models", ""), int(cc > 0)]
+        if rpm <= 0:
+            return None
+        step = 60000 / rpm
+        tat = max(float(self._ks.get(names[1]) or 0), now)
+        if tat - now > 60000 - step:
+            return ["rpm", math.ceil(tat - now - (60000 - step)), rpm]
+        return tat + step
 
     def _release_script(self, names: Sequence[str], args: list[str]) -> int:
         held, tokens, cost = args[0] == "1", int(args[1]), int(args[2])

@@ -261,34 +261,38 @@ return out
 # The budget: what the key spent in its budget period (day, week or month: KEYS[5..7]) is below its budget.
 # KEYS: record, rate, concurrency, tokens of the current minute, spend of this day, week, month.
 # ARGV: secret hash, now (ms), ms until the end of this day, week, month.
-# Reply: {'ok', name, models, 1 when a concurrency slot was taken} | {'unknown'} | {'revoked'} | {'expired'}
+# Reply: {'ok', name, models, 1 when a concurrency slot was taken} | {'unknown', '', '', 0} | {'revoked'} | {'expired'}
 #        | {'rpm' | 'tpm' | 'concurrency' | 'budget', retry after (ms)[, the limit]}
 ADMIT = LuaScript("admit", """
 local r = redis.call('HMGET', KEYS[1], 'hash', 'revoked', 'expires', 'rpm', 'tpm', 'concurrency', 'name', 'models',
                      'budget_micros', 'budget_period')
-if not r[1] or r[1] ~= ARGV[1] then return {'unknown'} end
-if r[2] == '1' then return {'revoked'} end
+-- a wrong secret goes the right one's way up to the first write and is answered then: no sooner, no later
+local wrong = not r[1] or r[1] ~= ARGV[1]
+local verdict = nil
+if r[2] == '1' then verdict = {'revoked'} end
 local now = tonumber(ARGV[2])
 local expires = tonumber(r[3] or '0') or 0
-if expires > 0 and now >= expires then return {'expired'} end
+if not verdict and expires > 0 and now >= expires then verdict = {'expired'} end
 local budget = tonumber(r[9] or '0') or 0
-if budget > 0 then
+if not verdict and budget > 0 then
   local at = ({day = 5, week = 6})[r[10]] or 7
-  if (tonumber(redis.call('GET', KEYS[at]) or '0') or 0) >= budget then return {'budget', tonumber(ARGV[at - 2])} end
+  if (tonumber(redis.call('GET', KEYS[at]) or '0') or 0) >= budget then verdict = {'budget', tonumber(ARGV[at - 2])} end
 end
 local tpm = tonumber(r[5] or '0') or 0
-if tpm > 0 and (tonumber(redis.call('GET', KEYS[4]) or '0') or 0) >= tpm then
-  return {'tpm', 60000 - (now % 60000), tpm}
+if not verdict and tpm > 0 and (tonumber(redis.call('GET', KEYS[4]) or '0') or 0) >= tpm then
+  verdict = {'tpm', 60000 - (now % 60000), tpm}
 end
 local rpm = tonumber(r[4] or '0') or 0
 local tat = nil
-if rpm > 0 then
+if not verdict and rpm > 0 then
   local step = 60000 / rpm
   tat = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if tat < now then tat = now end
-  if tat - now > 60000 - step then return {'rpm', math.ceil(tat - now - (60000 - step)), rpm} end
+  if tat - now > 60000 - step then verdict = {'rpm', math.ceil(tat - now - (60000 - step)), rpm} end
   tat = tat + step
 end
+if wrong then return {'unknown', '', '', 0} end
+if verdict then return verdict end
 local cc = tonumber(r[6] or '0') or 0
 if cc > 0 then
   local n = redis.call('INCR', KEYS[3])
