@@ -115,12 +115,13 @@ class _State:
         """Count an incoming request and keep it as ``last`` (``/_sim/last``); its JSON body (None: not JSON, which
         the profile's own rules answer)."""
         self.stats.requests += 1
+        raw = await request.body()
         try:
-            body = orjson.loads(await request.body())
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
         self.last = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
-                     "query": request.url.query, "path": request.url.path}
+                     "query": request.url.query, "path": request.url.path, "raw": raw}
         return body
 
     def observe(self, flavor: str, conversation: str | None, body: Any) -> None:
@@ -246,11 +247,14 @@ def create_sim_app(config: SimConfig) -> Starlette:
         return _json(200, state.stats.as_json(), new_id("req_01"))
 
     async def last(request: Request) -> Response:
-        """The last request as received; an Anthropic request's exact body bytes as ``raw_sha256``."""
+        """The last request as received; its exact body bytes as ``raw_sha256`` (and as text, ``raw``, with
+        ``?raw=1``)."""
         last = dict(state.last)
         raw = last.pop("raw", None)
         if isinstance(raw, bytes):
             last["raw_sha256"] = hashlib.sha256(raw).hexdigest()
+            if request.query_params.get("raw") == "1":
+                last["raw"] = raw.decode(errors="replace")
         return _json(200, last, new_id("req_01"))
 
     async def release(request: Request) -> Response:

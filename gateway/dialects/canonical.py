@@ -341,7 +341,8 @@ class SurfaceOptions:
 
     include_usage: bool = False
     exclude_reasoning: bool = False
-    # a chat completions client's top-level fields, in order, values as received (``messages`` None)
+    # a chat completions client's top-level fields, in order, values as received (``messages`` None; the
+    # ``dropped_params`` too: their readers skip them)
     client_params: dict[str, JSON] | None = None
     # a Responses client's top-level fields, in order, values as received (``input`` None)
     responses_params: dict[str, JSON] | None = None
@@ -350,6 +351,14 @@ class SurfaceOptions:
     # Responses reasoning item's ``encrypted_content``: authenticated, byte-exact as relayed). Repair's verdict
     # aside, sanitize takes them as verified, as it takes a record's.
     sealed: frozenset[int] = frozenset()
+
+    def kept_client_params(self) -> dict[str, JSON] | None:
+        """A chat client's top-level fields but those ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped (values as
+        received, the same objects)."""
+        client, dropped = self.client_params, self.dropped_params
+        if client is None or not dropped:
+            return client
+        return {k: v for k, v in client.items() if k not in dropped}
 
 
 @dataclass(slots=True)

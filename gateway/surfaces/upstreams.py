@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.app.deps import Gateway
-from gateway.dialects import registry
+from gateway.dialects import client_json, registry
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
@@ -121,6 +121,15 @@ def _gemini_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
     return orjson.dumps(gemini.encode_request(c.req))
 
 
+def _same_dialect_body(body: dict[str, JSON], ex: Exchange, client: dict[str, JSON] | None, history: str) -> bytes:
+    """A body for an upstream of the client's own dialect (``client``: its top-level fields as parsed, ``history``
+    the one thinkgate always writes) keeps the client's bytes of every value thinkgate passed as received
+    (``gateway.dialects.client_json``)."""
+    if client is None:
+        return orjson.dumps(body)
+    return client_json.splice(ex.client.raw_body, client, body, history)
+
+
 def _gemini_turn(body: Any, c: Call) -> Turn:
     return gemini.decode_turn(body, origin=c.origin, mint=c.mint, model=c.req.model)
 
@@ -164,12 +173,14 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         _gemini_translator, upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
-        lambda c, ex, gw: orjson.dumps(openai_compat.encode_request(c.req, c.caps)),
+        lambda c, ex, gw: _same_dialect_body(openai_compat.encode_request(c.req, c.caps), ex,
+                                             c.req.surface.client_params, "messages"),
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
     "responses": UpstreamDialect(
         lambda c: "/responses", openai_compat.upstream_headers,
-        lambda c, ex, gw: orjson.dumps(responses_upstream.encode_request(c.req, c.caps)),
+        lambda c, ex, gw: _same_dialect_body(responses_upstream.encode_request(c.req, c.caps), ex,
+                                             c.req.surface.responses_params, "input"),
         lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }

@@ -5,6 +5,7 @@ gateway and the simulator: what the upstream received (``Sim.last()``) for each 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -148,3 +149,39 @@ def _dropped(gw: ServerProcess, param: str, route: str) -> float:
     found = re.search(rf'^gateway_params_dropped_total\{{(?=[^}}]*param="{param}")(?=[^}}]*route="{route}")[^}}]*\}} '
                       r"(\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+# ---------------------------------------------------------------- byte for byte (issue 33 item 3)
+
+# the client's own formatting of fields thinkgate passes: a number form orjson would not write, ASCII escapes,
+# spacing, a key order of its own inside an object (raw bytes: an SDK writes its own canonical JSON)
+ODD_FIELDS = (b'"temperature" : 0.50, "metadata": {"z": "\\u00e9t\\u00e9", "a": 1E2}, '
+              b'"logit_bias": { "50256" : -100 }')
+
+
+def _raw_chat(gw: ServerProcess, model: str, messages: list[Any], fields: bytes) -> dict[str, Any]:
+    body = b'{"model": "' + model.encode() + b'", ' + fields + b', "messages": ' + json.dumps(messages).encode() + \
+        b', "tools": ' + json.dumps([TOOL]).encode() + b'}'
+    r = httpx.post(gw.url + "/v1/chat/completions", content=body, timeout=30,
+                   headers={"authorization": "Bearer sk-test-bytes", "content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("flavor", ["openrouter", "deepseek"])
+def test_a_same_dialect_loop_sends_the_clients_fields_byte_for_byte(gw: ServerProcess, sim: Sim, flavor: str) -> None:
+    """A mangled chat loop to an upstream of the client's own dialect: the repaired messages are spliced in, the
+    client's other fields reach the upstream as the bytes the client wrote."""
+    messages: list[Any] = [{"role": "user", "content": "[[sim:tools=2]] weather in Paris?"}]
+    first = _raw_chat(gw, COMPAT[flavor], messages, ODD_FIELDS)["choices"][0]["message"]
+    assert first.get("tool_calls"), first
+    mangled = {"role": "assistant", "content": first.get("content"), "tool_calls": first["tool_calls"]}
+    messages += [mangled, *({"role": "tool", "tool_call_id": c["id"], "content": "sunny"} for c in first["tool_calls"])]
+    _raw_chat(gw, COMPAT[flavor], messages, ODD_FIELDS)  # the strict upstream accepted the repaired history
+    last = httpx.get(sim.url + "/_sim/last", params={"raw": "1"}).json()
+    for field in ODD_FIELDS.split(b", "):
+        if field.startswith(b'"metadata"'):
+            field = ODD_FIELDS[ODD_FIELDS.index(b'{"z"'):ODD_FIELDS.index(b"}") + 1]
+        assert field.split(b":", 1)[1].strip().decode() in last["raw"], field
+    sent = last["body"]["messages"][1]
+    assert any(k in sent for k in ("reasoning_details", "reasoning_content")), "the dropped reasoning is restored"

@@ -117,3 +117,31 @@ def test_a_responses_upstream_s_own_reasoning_ids_handed_out_before_still_resolv
         assert again.response["status"] == "completed" and not again.calls, again.response
         sent = sim.last()["body"]["input"]
         assert sent[1] == minted[0] and sent[2]["type"] == "function_call" and sent[2]["call_id"] == call["call_id"]
+
+
+def test_a_responses_loop_sends_the_clients_fields_byte_for_byte(sim: Sim, provider_pair: Any) -> None:
+    """A Responses client in front of a Responses upstream (issue 33 item 3): the rebuilt input is spliced into the
+    client's own JSON, the fields thinkgate passes reach the upstream as the bytes the client wrote (raw bytes: the
+    SDK writes its own canonical JSON)."""
+    odd = (b'"metadata" : {"z": "\\u00e9t\\u00e9", "a": "1"}, "text": { "verbosity" : "low" }, '
+           b'"reasoning": ' + json.dumps(REASONING).encode() + b', "include": ' + json.dumps(INCLUDE).encode())
+    user = {"role": "user", "content": "[[sim:tools=1]] bytes"}
+
+    def post(url: str, items: list[Any]) -> dict[str, Any]:
+        body = b'{"model": "' + RESPONSES.encode() + b'", ' + odd + b', "tools": ' + json.dumps([WEATHER]).encode() + \
+            b', "store": false, "input": ' + json.dumps(items).encode() + b'}'
+        r = httpx.post(url + "/v1/responses", content=body, timeout=30,
+                       headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    with Rejections(sim):
+        first = post(provider_pair.a.url, [user])
+        (call,) = [i for i in first["output"] if i["type"] == "function_call"]
+        mangled = [i for i in first["output"] if i["type"] != "reasoning"]  # the client dropped its reasoning
+        post(provider_pair.b.url, [user, *mangled,
+                                   {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}])
+    last = httpx.get(sim.url + "/_sim/last", params={"raw": "1"}).json()
+    assert '"metadata" : {"z": "\\u00e9t\\u00e9", "a": "1"}' not in last["raw"]  # the key is thinkgate's: compact
+    assert '{"z": "\\u00e9t\\u00e9", "a": "1"}' in last["raw"] and '{ "verbosity" : "low" }' in last["raw"]
+    assert any(i.get("type") == "reasoning" for i in last["body"]["input"]), "the dropped reasoning is restored"

@@ -111,8 +111,7 @@ def _output(req: Request) -> dict[str, JSON]:
     """Structured output (``output_config.format`` -> ``responseJsonSchema``, a chat client's ``response_format``
     json_object -> ``responseMimeType``) and the chat client's sampling fields Gemini has (``params.PARAMS``)."""
     gen: dict[str, JSON] = {}
-    client = req.surface.client_params
-    client = client if isinstance(client, dict) else {}
+    client = req.surface.kept_client_params() or {}
     for src, dst in _CHAT_GENERATION:
         if client.get(src) is not None:
             gen[dst] = client[src]

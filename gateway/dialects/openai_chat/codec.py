@@ -142,7 +142,7 @@ def _surface(body: dict[str, JSON], dropped: list[str]) -> SurfaceOptions:
     return SurfaceOptions(
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
         exclude_reasoning=isinstance(reasoning, dict) and reasoning.get("exclude") is True,
-        client_params={k: (None if k == "messages" else v) for k, v in body.items() if k not in dropped},
+        client_params={k: (None if k == "messages" else v) for k, v in body.items()},
         dropped_params=tuple(dropped))
 
 

@@ -9,7 +9,8 @@ and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoni
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
 A request from a chat completions client (``Request.surface.client_params``) keeps every other
 top-level field as the client sent it, in its order, its own reasoning fields included
-(``same_dialect``; the table is ``gateway.dialects.params``).
+(``same_dialect``; the table is ``gateway.dialects.params``), as the client's bytes of it
+(``gateway.dialects.client_json``, at the call table).
 
 Answers (``decode_turn``): reasoning text (``reasoning_content`` / ``reasoning`` /
 ``reasoning_text``) -> a ``ThoughtBlock``; content -> text; tool calls -> tool_use
@@ -84,7 +85,7 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    client = req.surface.client_params
+    client = req.surface.kept_client_params()
     return same_dialect(body, client, req, caps) if isinstance(client, dict) else body
 
 
