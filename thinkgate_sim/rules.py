@@ -1,7 +1,8 @@
 """The strict Anthropic validator: a pure function over the raw request JSON.
 
-Rule numbers and message texts are those of ``protocols.md`` ("Rules a strict
-upstream simulator must enforce", Anthropic 1-13), byte for byte (including the
+Rule numbers and message texts are those of the reference's "Rules a strict upstream simulator must enforce"
+(Anthropic 1-13, each with the public source of its text; the simulator's additions: docs/upstream-rules.md), byte
+for byte (including the
 API's own "preceeding"). Basic-shape errors (missing ``model`` ...) are reported
 pydantic-style with rule number ``SHAPE`` (0).
 

@@ -1,8 +1,9 @@
 """The one model -> upstream table and per-model capabilities.
 
-No other module inspects model names. Capabilities come from the reference's
-model matrix (protocols.md 1.2 and 1.8): some Claude models accept only adaptive
-thinking and cannot disable it.
+No other module inspects model names. Capabilities come from the vendors' model
+matrix (https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-adaptive-thinking.html,
+https://platform.claude.com/docs/en/build-with-claude/adaptive-thinking; binding models: docs/upstream-rules.md,
+"thinking-block binding"): some Claude models accept only adaptive thinking and cannot disable it.
 
 Four kinds of upstream: ``anthropic`` (Messages API), ``gemini`` (generateContent),
 ``responses`` (the OpenAI Responses API, ``PREFIX=responses@BASE_URL`` only)

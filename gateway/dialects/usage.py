@@ -1,7 +1,8 @@
 """Token usage, from each upstream dialect's report into the canonical (Anthropic-shaped) usage, and out again as the
 token counts the metrics count.
 
-Canonical usage has Anthropic's meaning (protocols.md; Anthropic's Messages API ``usage``): ``input_tokens`` are the
+Canonical usage has Anthropic's meaning (the Messages API's ``usage``, https://docs.claude.com/en/api/messages; what
+each upstream reports: docs/upstream-rules.md, "Usage"): ``input_tokens`` are the
 prompt tokens that were neither read from nor written to the cache, ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens`` the cached ones, ``output_tokens`` everything generated (thinking included). The
 reasoning share of the output, which Anthropic does not report and OpenAI-compatible and Gemini upstreams do, rides

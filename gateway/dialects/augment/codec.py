@@ -2,7 +2,8 @@
 
 The wire format follows Augment-BYOK (``AnkRoot/Augment-BYOK``
 ``payload/extension/out/byok/core/augment-protocol.js``, ``augment-chat.*.js``), which patches the
-real extension, so it is what the extension parses (reference protocols.md section 6, rule 24).
+real extension, so it is what the extension parses (no first-party specification exists; the node and stop-reason
+numbering are that file's).
 
 Request (keys also accepted in camelCase, as the extension's own normaliser does)::
 

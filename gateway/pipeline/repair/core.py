@@ -15,7 +15,8 @@ with the original ids and inputs (and any provider data: per-part signatures, th
 blocks, message-level reasoning fields); tool ids the client regenerated are mapped back
 in the tool_results that follow. Unmatched thinking blocks are checked against the
 strict exact-text index (Layer 2): a signature is attached only to the exact text it
-was issued for, never to other text (seed invariant 4.1.1).
+was issued for, never to other text (a signature is bound to its thinking's exact bytes:
+https://platform.claude.com/docs/en/build-with-claude/extended-thinking, docs/upstream-rules.md).
 
 The client's user messages define the path: repair never removes turns. Where the client changed a recorded turn's
 message boundaries (dropped it but kept its tool results, merged consecutive turns, split one) and the tool ids name
