@@ -11,10 +11,15 @@ import functools
 import socket
 import ssl
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.tiers import SPLIT
+
+pytest.register_assert_rewrite("tests.support")  # the shared test modules (``tests.tiers``) are test modules too
+TESTS = Path(__file__).resolve().parent
 pytest_plugins = ["tests.redis_fixtures", "tests.process_fixtures", "tests.gemini.fixtures"]
 
 
@@ -60,13 +65,38 @@ PROCESS_BACKENDS = frozenset({"redis", "cluster", "tls"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier; a test of a shared module (``tests.tiers``) is kept only in its own tier's
+    directory, any other test in the other tier's directory is a collection error."""
+    kept, dropped, misplaced = [], [], []
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        process = (item.get_closest_marker("process") is not None
-                   or item.get_closest_marker("slow") is not None  # a soak: never in the unit tier
-                   or not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-                   or params.get("backend") in PROCESS_BACKENDS)
-        item.add_marker(pytest.mark.process if process else pytest.mark.unit)
+        tier = _tier(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        where = _directory_tier(item)
+        if where is None or where == tier:
+            kept.append(item)
+        elif getattr(getattr(item, "module", None), SPLIT, False):
+            dropped.append(item)
+        else:
+            misplaced.append(f"{item.nodeid} is a {tier} test in tests/{where}/")
+    if misplaced:
+        raise pytest.UsageError("tests in the other tier's directory (move them):\n  " + "\n  ".join(misplaced))
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _tier(item: pytest.Item) -> str:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    process = (item.get_closest_marker("process") is not None
+               or item.get_closest_marker("slow") is not None  # a soak: never in the unit tier
+               or not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+               or params.get("backend") in PROCESS_BACKENDS)
+    return "process" if process else "unit"
+
+
+def _directory_tier(item: pytest.Item) -> str | None:
+    parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
+    return parts[0] if parts and parts[0] in ("unit", "process") else None
 
 
 class UnitTierViolation(AssertionError):
