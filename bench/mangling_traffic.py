@@ -5,10 +5,11 @@
                                      [--json out.json]
 
 Starts real processes on loopback only: a redis-server, the strict simulator (``thinkgate sim``), a recording
-proxy in front of it (``tests/reliability/recording_proxy.py``: it relays every answer as it arrives, cut into small
+proxy in front of it (``tests/support/reliability/recording_proxy.py``: it relays every answer as it arrives, cut into
+small
 pieces at offsets drawn from ``--split-seed``) and, per state-machine mode, two gateway
 replicas (``thinkgate serve``) on that one redis-server, every upstream kind routed to the simulator. Then plays
-``tests/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
+``tests/support/e2e/traffic.py``'s plan: every case of every cell (``CELLS``: 25 surface x upstream pairs; ``--cells``:
 those whose id contains one of the given strings) in each of the four stream x header combinations, ``--repeat``
 times, all cells mixed, ``--workers`` conversations in flight at once, two tenants, every request on the other
 replica than the one before. With ``GATEWAY_STATE_MACHINE_ENABLED`` on, then off; ``store-down``: on, but
@@ -36,10 +37,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.traffic import CELLS, SPLIT_SEED, plan, replica_env, run
 from tests.process_fixtures import GatewayFactory, Sim, free_port, start_process
 from tests.redis_fixtures import RedisServer
-from tests.reliability.recording_proxy import RecordingProxy
+from tests.support.e2e.traffic import CELLS, SPLIT_SEED, plan, replica_env, run
+from tests.support.reliability.recording_proxy import RecordingProxy
 
 SECRET = "bench-mangling-traffic-0123456789abcdef"
 # what each mode sets over the replicas' environment
@@ -75,7 +76,7 @@ def main() -> int:
     sim = Sim(sim_process)
     proxy = RecordingProxy(sim.url, split_seed=None if args.split_seed < 0 else args.split_seed).start()
     gateways = GatewayFactory()
-    creds = tempfile.TemporaryDirectory()  # (the cloud platforms' credentials: tests/cloud/helpers.py)
+    creds = tempfile.TemporaryDirectory()  # (the cloud platforms' credentials: tests/support/cloud/helpers.py)
     env = replica_env(sim, proxy, redis_server.url, SECRET, Path(creds.name))
     failed = False
     reports = []

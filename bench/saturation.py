@@ -5,7 +5,7 @@
 
 Starts real processes on loopback only: a redis-server, the simulator and two replicas (``thinkgate serve
 --workers 2`` each) on that Redis with the default store settings. ``--conversations`` slots play mangled
-tool-loop conversations back to back with the official anthropic SDK (``tests/cluster/roundrobin.py``:
+tool-loop conversations back to back with the official anthropic SDK (``tests/support/cluster/roundrobin.py``:
 thinking on, every thinking block dropped from the replayed history, so only a replica that loads the
 records can restore it; every request of a conversation goes to the next replica, so only the shared Redis
 connects its turns; streamed and not) for ``--duration`` seconds, saturating the cores. With
@@ -39,9 +39,9 @@ import anthropic
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cluster.roundrobin import KEY, SECRET, Conversation, RoundRobin, step
 from tests.process_fixtures import ServerProcess, metric_sum, start_process, wait_for_workers
 from tests.redis_fixtures import RedisServer
+from tests.support.cluster.roundrobin import KEY, SECRET, Conversation, RoundRobin, step
 
 STORE_REASONS = ("store_timeout", "store_unavailable", "breaker_open")
 ROUNDS = 3  # tool rounds: 4 turns per conversation

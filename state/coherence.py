@@ -23,7 +23,7 @@ Two ways an entry goes through the rule:
 
 Everything else a worker keeps is not conversation state, and is registered as such in ``CACHES`` with the
 reason: content-addressed (a function of immutable bytes or objects), a hint the store verifies in the round
-trip, or not about conversations at all. ``tests/state/test_coherence.py`` fails when a module builds a cache
+trip, or not about conversations at all. ``tests/support/state/coherence_tests.py`` fails when a module builds a cache
 (an ``OrderedDict``, ``Lru``, ``ObjectLru``, ``lru_cache``...) that is not registered here.
 """
 

@@ -210,7 +210,7 @@ class RedisStore(EngineStore):
         for op in ops:
             if isinstance(op, Exists):
                 # through the method, not execute_command("EXISTS", ...): on a Cluster the latter timed out
-                # during a failover (tests/reliability/test_cluster_failover_store.py; cause not pinned down)
+                # during a failover (tests/process/reliability/test_cluster_failover_store.py; cause not pinned down)
                 pipe.exists(op.key)
             else:
                 pipe.execute_command(*_command(op))

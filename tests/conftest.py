@@ -2,7 +2,7 @@
 
 - ``tests/redis_fixtures.py``: real ``redis-server`` (single node and 3-master Cluster).
 - ``tests/process_fixtures.py``: real ``thinkgate sim`` / ``thinkgate serve`` child processes.
-- ``tests/gemini/fixtures.py``: the gateways the Gemini / OpenAI-compatible suites share.
+- ``tests/support/gemini/fixtures.py``: the gateways the Gemini / OpenAI-compatible suites share.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.tiers import SPLIT
 
 pytest.register_assert_rewrite("tests.support")  # the shared test modules (``tests.tiers``) are test modules too
 TESTS = Path(__file__).resolve().parent
-pytest_plugins = ["tests.redis_fixtures", "tests.process_fixtures", "tests.gemini.fixtures"]
+pytest_plugins = ["tests.redis_fixtures", "tests.process_fixtures", "tests.support.gemini.fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

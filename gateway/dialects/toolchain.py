@@ -107,7 +107,7 @@ def chain_intact(msgs: list[Message]) -> bool:
     case (a replayed history the gateway already sent upstream) and costs one look at each message,
     the assistant side answered from the client's undecoded JSON. Anything else takes the walk.
     A rule changed in ``repair_tool_chain`` must be changed here too (the property test
-    tests/gateway/test_repair_sanitize_property.py and the mangling matrices hold the two together)."""
+    tests/unit/gateway/test_repair_sanitize_property.py and the mangling matrices hold the two together)."""
     return fold_intact(chain_fold(msgs))
 
 

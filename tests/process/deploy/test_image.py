@@ -1,0 +1,6 @@
+"""The process-tier tests of ``tests.support.deploy.image_tests``
+(which holds both tiers': ``tests/tiers.py``)."""
+
+from tests.tiers import share
+
+share(globals(), "tests.support.deploy.image_tests")

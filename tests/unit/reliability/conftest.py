@@ -1,0 +1,5 @@
+"""The reliability tests' fixtures (``tests.support.reliability.fixtures``)."""
+
+from tests.tiers import share
+
+share(globals(), "tests.support.reliability.fixtures")
