@@ -25,5 +25,14 @@ def estimate(body: bytes) -> int:
     return BYTE_COST * len(body) + OBJECT_COST * body.count(b"{")
 
 
+# the most a byte can cost: a body of nothing but ``{}`` (a JSON object in every two bytes)
+MOST_PER_BYTE = BYTE_COST + OBJECT_COST // 2
+
+
 def too_costly(body: bytes, budget: int) -> bool:
-    return budget > 0 and estimate(body) > budget
+    """Whether the estimate passes ``budget``. A body that would fit even if it were all ``{}`` is not counted (the
+    count is one pass over the body at about 0.25 ns a byte: 0.1 ms for a 100-turn tool loop's 400 KB, which most
+    requests need not pay)."""
+    if budget <= 0 or MOST_PER_BYTE * len(body) <= budget:
+        return False
+    return estimate(body) > budget

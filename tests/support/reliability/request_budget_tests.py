@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -41,6 +42,27 @@ def test_the_estimate_counts_bytes_and_objects() -> None:
     assert request_cost.too_costly(body, 1 << 20) and not request_cost.too_costly(body, 8 << 20)
     assert not request_cost.too_costly(body, 0)  # no budget
     assert request_cost.byte_limit(60) == 10 and request_cost.byte_limit(0) == 0
+
+
+class _Counted(bytes):
+    """A body that says whether its objects were counted."""
+
+    counted = 0
+
+    def count(self, *args: Any) -> int:  # type: ignore[override]
+        type(self).counted += 1
+        return super().count(*args)
+
+
+@pytest.mark.unit
+def test_a_body_that_fits_even_as_all_objects_is_not_counted() -> None:
+    body = _Counted(json.dumps({"messages": tiny(1000)}).encode())
+    fits = request_cost.MOST_PER_BYTE * len(body)
+    assert not request_cost.too_costly(body, fits) and _Counted.counted == 0
+    assert not request_cost.too_costly(body, fits - 1) and _Counted.counted == 1  # counted: 1001 objects fit
+    worst = b"{}" * 1000  # the most a byte can cost: the bound is exact for it
+    assert request_cost.estimate(worst) == request_cost.MOST_PER_BYTE * len(worst)
+    assert request_cost.too_costly(worst, request_cost.MOST_PER_BYTE * len(worst) - 1)
 
 
 @pytest.mark.parametrize(("path", "headers", "shape"), [
