@@ -118,7 +118,9 @@ def _anthropic_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
 
 
 def _gemini_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
-    return orjson.dumps(gemini.encode_request(c.req))
+    native = c.req.params.get(gemini.NATIVE)  # a Gemini client's own fields: the same dialect
+    return _same_dialect_body(gemini.encode_request(c.req), ex, native if isinstance(native, dict) else None,
+                              "contents")
 
 
 def _same_dialect_body(body: dict[str, JSON], ex: Exchange, client: dict[str, JSON] | None, history: str) -> bytes:

@@ -2,7 +2,9 @@
 
 Upstream requests (``encode_request``): messages -> ``contents`` (``user`` / ``model``
 roles; tool results -> ``functionResponse`` parts named after their call), and either
-the native top-level fields a Gemini client sent (kept whole under ``params[NATIVE]``)
+the native top-level fields a Gemini client sent (kept whole under ``params[NATIVE]``, in the
+client's order, ``contents`` held as None: the call table forwards them as the client's bytes,
+``gateway.dialects.client_json``)
 or a translation of the Anthropic-shaped params: ``system`` -> ``systemInstruction``,
 tools -> ``functionDeclarations``, ``tool_choice`` -> ``toolConfig``, ``max_tokens``,
 ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``, ``output_config.format`` (structured
@@ -78,7 +80,9 @@ def encode_request(req: Request) -> dict[str, JSON]:
     contents = encode_contents(req.messages)
     native = req.params.get(NATIVE)
     if isinstance(native, dict):
-        return {"contents": contents, **native}
+        same = dict(native)
+        same["contents"] = contents  # (where the client put it)
+        return same
     body: dict[str, JSON] = {"contents": contents}
     p = req.params
     system = _system_text(p.get("system"))
@@ -178,7 +182,7 @@ def decode_request(body: Any, model: str, *, stream: bool) -> Request:
             raise bad_request(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.")
         msgs.append(_native_message(c["parts"], role, msgs, before))
         before.add(msgs[-1])
-    native = {k: v for k, v in body.items() if k != "contents"}
+    native = {k: (None if k == "contents" else v) for k, v in body.items()}
     return Request(model, msgs, None, stream, {NATIVE: native})
 
 

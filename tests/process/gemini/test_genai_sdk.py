@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -137,3 +138,41 @@ def test_a_thought_part_in_the_users_turn_is_answered_and_recorded(gw: ServerPro
                     headers={**headers, "x-ag-conversation-id": scid})
     assert r2.status_code == 200, r2.text
     assert r2.headers["x-ag-conversation-id"] == scid, "the recorded turn was found again"
+
+
+def test_a_native_loop_sends_the_clients_fields_byte_for_byte(gw: ServerProcess, sim: Sim) -> None:
+    """A Gemini client in front of the Gemini upstream is the same dialect (issue 33 item 3): the repaired contents are
+    spliced into the client's own JSON, its other fields reach the upstream as the bytes it wrote (raw bytes: the SDK
+    writes its own canonical JSON). The second request drops the model turn's thought signature, which repair puts
+    back from the record."""
+    tools = b'[ {"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "object"}}]} ]'
+    odd = (b'"generationConfig" : {"temperature": 0.50, "thinkingConfig": {"includeThoughts": true}}, '
+           b'"safetySettings": [ {"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"} ], '
+           b'"labels": {"team": "\\u00e9t\\u00e9"}, "tools": ' + tools)
+    url = f"{gw.url}/v1beta/models/{GEMINI}:generateContent"
+    headers = {"x-goog-api-key": "gk-test-bytes", "content-type": "application/json"}
+    user = {"role": "user", "parts": [{"text": "[[sim:tools=2]] weather in Paris?"}]}
+
+    def post(contents: list[dict[str, object]]) -> dict[str, object]:
+        r = httpx.post(url, content=b'{"contents": ' + json.dumps(contents).encode() + b", " + odd + b"}",
+                       headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    with Rejections(sim):
+        first = post([user])
+        model = first["candidates"][0]["content"]  # type: ignore[index]
+        calls = [p["functionCall"] for p in model["parts"] if "functionCall" in p]
+        assert calls, model
+        stripped = {"role": "model", "parts": [{k: v for k, v in p.items() if k != "thoughtSignature"}
+                                               for p in model["parts"] if not p.get("thought")]}
+        results = {"role": "user", "parts": [{"functionResponse": {"name": c["name"], "response": {"ok": True}}}
+                                             for c in calls]}
+        post([user, stripped, results])
+    last = httpx.get(sim.url + "/_sim/last", params={"raw": "1"}).json()
+    for field in (b'{"temperature": 0.50, "thinkingConfig": {"includeThoughts": true}}',
+                  b'[ {"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"} ]',
+                  b'{"team": "\\u00e9t\\u00e9"}', tools):
+        assert field.decode() in last["raw"], field
+    sent = last["body"]["contents"][1]["parts"]
+    assert any("thoughtSignature" in p for p in sent), "the dropped signature is restored"
