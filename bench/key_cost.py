@@ -66,6 +66,10 @@ async def run(samples: int, turns: int) -> None:
             async with session.post(gw.url + "/admin/keys", headers={"authorization": f"Bearer {ADMIN}"},
                                     json={"name": "timing"}) as r:  # no limits: nothing held across the rounds
                 plain = (await r.json())["key"]
+            async with session.post(gw.url + "/admin/keys", headers={"authorization": f"Bearer {ADMIN}"}, json={
+                    "name": "timing-limited", "rpm": 100_000_000, "tpm": 1_000_000_000,
+                    "budget_usd": "1000000/month"}) as r:  # limits that read and write, none reached, no slot held
+                limited = (await r.json())["key"]
             own = "sk-ant-bench-client"
             bodies = {"client key": (await history(session, gw.url, own, turns), own),
                       "gateway key": (await history(session, gw.url, key, turns), key)}
@@ -86,14 +90,15 @@ async def run(samples: int, turns: int) -> None:
         print(f"  added by the gateway key: p50 {p50['gateway key'] - p50['client key']:+.2f} ms, "
               f"p90 {p90['gateway key'] - p90['client key']:+.2f} ms "
               f"(ratio {p50['gateway key'] / p50['client key']:.3f})")
-        await timing(redis.url, plain)
+        await timing(redis.url, plain, "a key without limits")
+        await timing(redis.url, limited, "a key with rpm, tpm and a budget")
     finally:
         gw.stop()
         sim.stop()
         redis.stop()
 
 
-async def timing(url: str, key: str, rounds: int = 2000) -> None:
+async def timing(url: str, key: str, what: str, rounds: int = 2000) -> None:
     """The admission of the right secret and of a wrong one of the same length, alternately, on the same store
     (``key``: one without limits, so that nothing is held across the rounds)."""
     from gateway.access import keys
@@ -116,7 +121,7 @@ async def timing(url: str, key: str, rounds: int = 2000) -> None:
     finally:
         await store.close()
     med = {n: statistics.median(v) for n, v in times.items()}
-    print(f"admission of the same key id, {rounds} each, alternately: right secret p50 {med['right']:.1f} us, "
+    print(f"admission of {what}, {rounds} each, alternately: right secret p50 {med['right']:.1f} us, "
           f"wrong secret p50 {med['wrong']:.1f} us (difference {med['wrong'] - med['right']:+.1f} us)")
 
 

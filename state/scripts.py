@@ -291,9 +291,15 @@ if not verdict and rpm > 0 then
   if tat - now > 60000 - step then verdict = {'rpm', math.ceil(tat - now - (60000 - step)), rpm} end
   tat = tat + step
 end
-if wrong then return {'unknown', '', '', 0} end
-if verdict then return verdict end
 local cc = tonumber(r[6] or '0') or 0
+if wrong then  -- reads where a right secret writes, about as long
+  if not verdict and cc > 0 then redis.call('GET', KEYS[3]); redis.call('PTTL', KEYS[3]) end
+  if not verdict and tat then  -- (a SET with an expiry costs about two reads)
+    redis.call('PTTL', KEYS[2]); redis.call('GET', KEYS[2]); tat = string.format('%.3f', tat)
+  end
+  return {'unknown', '', '', 0}
+end
+if verdict then return verdict end
 if cc > 0 then
   local n = redis.call('INCR', KEYS[3])
   redis.call('PEXPIRE', KEYS[3], 600000)

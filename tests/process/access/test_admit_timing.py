@@ -1,7 +1,7 @@
 """A wrong secret is answered no sooner than a right one (issue 35: "no timing difference measurable between a wrong
 key and a right one of the same length"): on a real redis-server, ADMIT with a wrong secret runs the same commands
-as with the right one up to the first write, and writes nothing. The measured medians are in BENCHMARKS.md
-(``bench/key_cost.py``)."""
+as with the right one up to the first write, then reads where the right one writes, and writes nothing. The
+measured medians are in BENCHMARKS.md (``bench/key_cost.py``)."""
 
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ async def test_a_wrong_secret_reads_what_a_right_one_reads_and_writes_nothing(st
     finally:
         await r.aclose()
     assert (wrong_status, right_status) == ("unknown", "ok")
-    reads = ("hmget", "get")
-    assert {k: wrong.get(k, 0) for k in reads} == {k: right.get(k, 0) for k in reads}
-    assert wrong.get("get", 0) == (3 if limits else 0)  # the budget, tokens and rate were read either way
     writes = ("set", "incr", "decr", "pexpire", "incrby")
     assert not any(wrong.get(k) for k in writes)
     assert any(right.get(k) for k in writes) == bool(limits)
+    assert wrong.get("hmget") == right.get("hmget") == 1
+    assert wrong.get("get", 0) >= right.get("get", 0) == (3 if limits else 0)  # the budget, tokens and rate, both
+    assert sum(wrong.values()) >= sum(right.values()), (wrong, right)  # reads where a right secret writes
