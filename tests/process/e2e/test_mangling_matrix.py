@@ -1,7 +1,7 @@
 """The acceptance matrix: (client surface, upstream, mangling), with the official SDKs.
 
 Every route (a client surface in front of an upstream dialect, ``ROUTES``) plays tool loops whose replayed
-history a client mangles in one way (``tests/manglings/``: one module per wire shape) on every request, stream
+history a client mangles in one way (``tests/support/manglings/``: one module per wire shape) on every request, stream
 and non-stream, with and without the SCID header. Every request of a conversation alternates between two real
 gateway processes that share one real redis-server, in front of the strict simulator. In every cell the
 simulator rejects nothing and every response carries the conversation id; then each route checks what its

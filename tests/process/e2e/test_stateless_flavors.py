@@ -1,5 +1,6 @@
 """The stateless path on every OpenAI-compatible flavor (issue 23 item 1): the openai SDK -> a gateway process -> the
-strict simulator process, each flavor's tool loop replayed by a client that mangles it (``tests/manglings/openai``).
+strict simulator process, each flavor's tool loop replayed by a client that mangles it
+(``tests/support/manglings/openai``).
 
 - With ``GATEWAY_STATE_MACHINE_ENABLED=false`` (the sanitizer alone) every mangling on every flavor gets no upstream
   4xx: what is whole goes as the client sent it, what is not is degraded the way the flavor's upstream accepts

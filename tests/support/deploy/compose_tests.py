@@ -202,7 +202,7 @@ def upstream_families() -> dict[str, str]:
     from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
 
     # (the cloud platforms, Bedrock and Vertex AI, are opt-in routes: they need the pod's cloud identity and the
-    # [aws]/[gcp] extras, so compose leaves them to GATEWAY_ROUTES; tests/cloud runs them)
+    # [aws]/[gcp] extras, so compose leaves them to GATEWAY_ROUTES; tests/*/cloud run them)
     families = [k for k in UPSTREAM_DIALECTS if k != "openai" and not registry.dialect(k).platform] + [
         f for f in FLAVORS if f != "generic"]
     models = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview", "openrouter": "x-ai/grok-4",

@@ -4,7 +4,7 @@ Every client surface x upstream pair the gateway serves (``CELLS``, 25: the Anth
 Anthropic; OpenAI chat and Augment chat-stream in front of Anthropic, Gemini, OpenRouter- (a Gemini and a Claude
 model), Copilot-, DeepSeek- and Gemini-compat-style upstreams and an OpenAI Responses upstream; the OpenAI Responses
 surface in front of the same upstreams but its own dialect (that pair is another branch's); the Gemini surface in
-front of Gemini) plays the manglings of its wire shape (``tests/manglings/``, and the Responses replay styles of
+front of Gemini) plays the manglings of its wire shape (``tests/support/manglings/``, and the Responses replay styles of
 ``tests/support/responses/helpers.py``: the same tables the acceptance matrix
 ``tests/process/e2e/test_mangling_matrix.py`` plays one
 at a time, with its Anthropic flows: thinking switched mid-loop, a retry, a rewind, an edited first message) as

@@ -1,5 +1,6 @@
 """The Responses suites' clients: the official openai SDK, one per replica of the shared pair
-(``tests/gemini/fixtures.provider_pair``: two gateways on one redis-server, every upstream kind at the simulator)."""
+(``tests.support.gemini.fixtures.provider_pair``: two gateways on one redis-server, every upstream kind at the
+simulator)."""
 
 from __future__ import annotations
 

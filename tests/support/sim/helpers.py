@@ -17,7 +17,7 @@ HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
 INTERLEAVED = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 Event = tuple[str, dict[str, Any]]
 
-# thinking-block binding (bound models, tests/sim/test_binding*.py)
+# thinking-block binding (bound models, tests/*/sim/test_binding*.py)
 BOUND_MODEL = "claude-opus-5-5"
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather for a city",
