@@ -11,9 +11,7 @@ every assistant message), with tools, sampling and stream fields; thinkgate's de
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.latency import median_us
 from gateway.dialects.client_json import splice
 
 
@@ -36,21 +35,10 @@ def body(turns: int) -> dict[str, Any]:
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
 
 
-def per_call(fn: Any, repeat: int) -> float:
-    """Median of five timings of ``repeat`` calls, in microseconds per call."""
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        runs.append((time.perf_counter() - t0) / repeat * 1e6)
-    return statistics.median(runs)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", default="10,100,500")
-    ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=1000)
     args = ap.parse_args()
     print("| turns | body | encode whole (baseline) | splice | ratio |")
     print("|---:|---:|---:|---:|---:|")
@@ -61,8 +49,8 @@ def main() -> None:
         out = {**client, "messages": sent["messages"], "stream_options": {"include_usage": True}}
         assert orjson.loads(splice(raw, client, out, "messages")) == orjson.loads(orjson.dumps(out))
         repeat = max(10, args.repeat * 10 // max(turns, 10))
-        base = per_call(lambda: orjson.dumps(out), repeat)  # noqa: B023
-        spliced = per_call(lambda: splice(raw, client, out, "messages"), repeat)  # noqa: B023
+        base = median_us(lambda: orjson.dumps(out), repeat)  # noqa: B023
+        spliced = median_us(lambda: splice(raw, client, out, "messages"), repeat)  # noqa: B023
         print(f"| {turns} | {len(raw) / 1024:.0f} KB | {base:.0f} us | {spliced:.0f} us | {spliced / base:.2f}x |")
 
 

@@ -9,10 +9,7 @@ of the parsed request, which every request pays) measured in the same run; and t
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -20,6 +17,7 @@ from botocore.credentials import Credentials
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.latency import median_us
 from gateway.dialects.bedrock import wire
 from gateway.dialects.bedrock.sigv4 import sign
 from gateway.transport.streaming.sse import SSEDecoder
@@ -28,15 +26,6 @@ from thinkgate_sim.wire import encode_event
 
 URL = "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
 CREDS = Credentials("AKIDBENCH", "bench-secret", "bench-session-token")
-
-
-def median_us(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e6
 
 
 def request(kb: int) -> dict[str, object]:

@@ -244,6 +244,16 @@ async def in_process_loop(rounds: int, title: str, *, redis: bool = True,
             store.stop()
 
 
+def median_us(fn: Callable[[], object], repeats: int) -> float:
+    """The median of ``repeats`` timed calls of ``fn``, in microseconds (in-process benchmarks)."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
