@@ -14,6 +14,9 @@ and the fields before it from the start, each by its canonical JSON (what orjson
 the client wrote it that way, else by the standard library's scanner over that one value; a field found from the
 end is checked to end where the next one begins. What lies between is the gap. A body read otherwise (a key written
 with escapes, a field the client sent twice) is encoded whole, as before.
+
+The scanner's reads are bounded, so a hostile body cannot make the search cost more than the body: at most
+``SCANS`` values of one body, each within ``WINDOW`` bytes; past that the body is encoded whole.
 """
 
 from __future__ import annotations
@@ -30,6 +33,30 @@ _WS = b" \t\n\r"
 _scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 Spans = dict[str, tuple[int, int]]
+SCANS = 8          # values of one body the scanner may read
+WINDOW = 1 << 20   # bytes a scanned value may span
+
+
+class _Scanner:
+    """The standard library's scanner over windows of one body, ``SCANS`` reads at most."""
+
+    def __init__(self) -> None:
+        self.left = SCANS
+
+    def read(self, raw: bytes, start: int, stop: int) -> tuple[Any, int] | None:
+        """The value at ``start`` (within ``raw[start:stop]``) and the byte offset it ends at; None when there is
+        none, or no reads are left."""
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        while stop < len(raw) and raw[stop] & 0xC0 == 0x80:  # (a window ends on a character's first byte)
+            stop -= 1
+        try:
+            text = raw[start:stop].decode()
+            parsed, end = _scan(text, 0)
+        except (ValueError, StopIteration):
+            return None
+        return parsed, start + (end if text.isascii() else len(text[:end].encode()))
 
 
 def splice(raw: bytes, client: Mapping[str, Any], out: Mapping[str, Any], gap: str) -> bytes:
@@ -56,9 +83,10 @@ def value_spans(raw: bytes, client: Mapping[str, Any], gap: str) -> Spans | None
     if raw[start:start + 1] != b"{" or raw[end - 1:end] != b"}":
         return None
     spans: Spans = {}
+    reads = _Scanner()
     p = _rskip(raw, end - 1)  # the end of the last value
     for key in reversed(keys[g + 1:]):
-        found = _from_end(raw, p, key, client[key])
+        found = _from_end(raw, p, key, client[key], reads)
         if found is None:
             return None
         spans[key] = (found[0], p)
@@ -71,7 +99,7 @@ def value_spans(raw: bytes, client: Mapping[str, Any], gap: str) -> Spans | None
         if key == gap:
             spans[key] = (pos, p)
             return spans if p > pos else None
-        value_end = _value_end(raw, pos, client[key])
+        value_end = _value_end(raw, pos, client[key], reads)
         if value_end < 0:
             return None
         spans[key] = (pos, value_end)
@@ -92,39 +120,31 @@ def _key(raw: bytes, pos: int, key: str) -> int:
     return _skip(raw, pos + 1) if raw[pos:pos + 1] == b":" else -1
 
 
-def _value_end(raw: bytes, pos: int, value: Any) -> int:
+def _value_end(raw: bytes, pos: int, value: Any, reads: _Scanner) -> int:
     """The end of the value at ``pos``, which parses to ``value``, or -1."""
     canonical = orjson.dumps(value)
     end = pos + len(canonical)
     if raw.startswith(canonical, pos) and raw[_skip(raw, end):_skip(raw, end) + 1] in (b",", b"}"):  # not 0.7 of 0.70
         return end
-    try:
-        text = raw[pos:].decode()
-        parsed, end = _scan(text, 0)
-    except (ValueError, StopIteration):
-        return -1
-    return pos + len(text[:end].encode()) if _same(parsed, value) else -1
+    got = reads.read(raw, pos, pos + WINDOW)
+    return got[1] if got is not None and _same(got[0], value) else -1
 
 
-def _from_end(raw: bytes, p: int, key: str, value: Any) -> tuple[int, int] | None:
+def _from_end(raw: bytes, p: int, key: str, value: Any, reads: _Scanner) -> tuple[int, int] | None:
     """``,"key": value`` ending at ``p``: where the value starts, and where the value before it ends; None when the
     body does not end that way."""
     canonical = orjson.dumps(value)
     if raw.endswith(canonical, 0, p) and (found := _member(raw, p - len(canonical), key)) is not None:
         return p - len(canonical), found
     name = orjson.dumps(key)
-    at = p
-    while (at := raw.rfind(name, 0, at)) > 0:  # the key's text, nearest first: is the rest up to p its value?
-        q = _skip(raw, at + len(name))
+    at, lowest = p, max(0, p - WINDOW)
+    while reads.left > 0 and (at := raw.rfind(name, lowest, at)) > 0:  # the key's text, nearest first: is the rest
+        q = _skip(raw, at + len(name))                                   # up to p its value?
         if raw[q:q + 1] != b":":
             continue
         q = _skip(raw, q + 1)
-        try:
-            text = raw[q:p].decode()
-            parsed, end = _scan(text, 0)
-        except (ValueError, StopIteration):
-            continue
-        if end == len(text) and _same(parsed, value) and (found := _member(raw, q, key)) is not None:
+        got = reads.read(raw, q, p)
+        if got is not None and got[1] == p and _same(got[0], value) and (found := _member(raw, q, key)) is not None:
             return q, found
     return None
 

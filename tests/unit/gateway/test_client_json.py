@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects import client_json
 from gateway.dialects.client_json import splice, value_spans
 
 HISTORY = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "reasoning_content": "x"}]
@@ -103,3 +104,32 @@ def test_any_body_splices_to_what_was_decided(fields: dict[str, Any], at: int, i
         for key, value in fields.items():
             a, b = spans[key]
             assert raw[a:b] in got and orjson.loads(raw[a:b]) == orjson.loads(orjson.dumps(value))
+
+
+def test_a_hostile_body_costs_a_bounded_number_of_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of the key's text inside the history, and the field's own key written with an escape, so that every
+    one of them is a candidate: the scanner reads at most ``SCANS`` values (3,000 without the bound), then the body is
+    encoded whole (still what was decided)."""
+    calls = []
+    real = client_json._scan
+
+    def counted(text: str, at: int) -> Any:
+        calls.append(len(text))
+        return real(text, at)
+
+    monkeypatch.setattr(client_json, "_scan", counted)
+    history = [{"role": "user", "content": [{"type": "tool_result", "temperature": 0.5}]} for _ in range(3000)]
+    raw = b'{"model":"m","messages":' + orjson.dumps(history) + b',"temp\\u0065rature":0.50}'
+    client = _parsed(raw)
+    out = _decided(client)
+    assert orjson.loads(splice(raw, client, out, "messages")) == out
+    assert 0 < len(calls) <= client_json.SCANS
+
+
+def test_a_value_longer_than_the_window_is_not_scanned_past_it() -> None:
+    big = [1.50] * (client_json.WINDOW // 4)  # written as 1.50: not orjson's form, longer than the window
+    raw = b'{"model":"m","extra":' + json.dumps(big).replace("1.5", "1.50").encode() + b',"messages":[]}'
+    client = _parsed(raw)
+    assert value_spans(raw, client, "messages") is None
+    out = _decided(client, model="n")
+    assert orjson.loads(splice(raw, client, out, "messages")) == orjson.loads(orjson.dumps(out))
