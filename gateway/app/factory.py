@@ -14,7 +14,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.access import admission
 from gateway.access import http as admin
@@ -24,7 +23,7 @@ from gateway.app.settings import Settings
 from gateway.continuation.record_retry import RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
 from gateway.dialects import prices
-from gateway.errors import GatewayError, dialect_headers, new_request_id, render_error
+from gateway.errors import GatewayError, dialect_headers, render_error
 from gateway.ops import metrics, metrics_workers
 from gateway.ops.metrics_store import instrument_store
 from gateway.ops.tracing import TraceMiddleware, Tracing, trace_store
@@ -65,18 +64,6 @@ def default_upstreams(settings: Settings) -> dict[str, Upstream]:
                                          max(0.0, settings.upstream_retry_max_delay_s)), auth=auths.get(name))
         for name, url in settings.upstream_urls().items()
     }
-
-
-class RequestIdMiddleware:
-    """Gives every request an id (``scope['state']['request_id']``) before routing."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope.setdefault("state", {})["request_id"] = new_request_id()
-        await self.app(scope, receive, send)
 
 
 def _error_response(request: HTTPRequest, err: GatewayError) -> Response:
@@ -207,8 +194,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestIdMiddleware), Middleware(metrics.ObserveMiddleware),
-                    Middleware(TraceMiddleware, tracing=tracing)],
+        # the request span only when traces are on: off, a request crosses one layer fewer
+        middleware=[Middleware(metrics.ObserveMiddleware),
+                    *([Middleware(TraceMiddleware, tracing=tracing)] if tracing.enabled else [])],
         exception_handlers={
             GatewayError: _on_gateway_error,
             HTTPException: _on_http_error,

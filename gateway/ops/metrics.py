@@ -23,6 +23,7 @@ from gateway.actions import Action, ActionKind, action_kind
 from gateway.dialects import classify, registry, routing
 from gateway.dialects.params import REFUSABLE, metric_label
 from gateway.dialects.usage import TOKEN_KEYS, token_counts
+from gateway.errors import new_request_id
 from gateway.ops import logs
 from gateway.ops.logs import Observation
 from gateway.pipeline.identify import identity
@@ -245,17 +246,23 @@ KEY_ADMISSIONS = _counter("gateway_key_admissions_total",
 
 
 class ObserveMiddleware:
-    """Times every client request and tracks streams in flight; at the end counts it and logs it."""
+    """The outermost of the app's own layers: gives every HTTP request its id (``scope['state']['request_id']``,
+    which error envelopes and the access line carry), times every client request and tracks streams in flight; at
+    the end counts it and logs it."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = endpoint_of(scope.get("path", ""), scope.get("method")) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = scope.setdefault("state", {})["request_id"] = new_request_id()
+        endpoint = endpoint_of(scope.get("path", ""), scope.get("method"))
         if endpoint is None:
             await self.app(scope, receive, send)
             return
-        obs = Observation(endpoint, str(scope.get("state", {}).get("request_id", "")), time.perf_counter())
+        obs = Observation(endpoint, request_id, time.perf_counter())
         token = logs.current.set(obs)
 
         async def observed_send(message: Message) -> None:

@@ -212,18 +212,3 @@ def map_responses(calls: Sequence[ToolUseBlock], parts: Iterable[dict[str, Any]]
         else:
             out.append(f"call_unmatched_{n}")
     return out
-
-
-# ---------------------------------------------------------------- OpenAI clients
-
-def openai_extra(sig: ProviderSig | None) -> dict[str, JSON] | None:
-    """``extra_content`` for an OpenAI client: ``{"google": {"thought_signature": ...}}``."""
-    if sig is None or not isinstance(sig.value, str):
-        return None
-    return {"google": {"thought_signature": sig.value}}
-
-
-def signature_from_openai_extra(extra: Any) -> str | None:
-    google = extra.get("google") if isinstance(extra, dict) else None
-    value = google.get("thought_signature") if isinstance(google, dict) else None
-    return value if isinstance(value, str) and value else None

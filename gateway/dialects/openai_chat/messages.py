@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -56,7 +57,6 @@ from gateway.dialects.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.gemini.parts import openai_extra, signature_from_openai_extra
 from gateway.dialects.provider_seal import SEAL_KEY
 from gateway.errors import bad_request
 
@@ -404,3 +404,21 @@ def assistant_message(content: Sequence[Block], *, exclude_reasoning: bool = Fal
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+# ---------------------------------------------------------------- Gemini's signature on the OpenAI wire
+# Google's OpenAI compatibility carries a Gemini thought signature in a message's or a tool call's ``extra_content``
+# (https://ai.google.dev/gemini-api/docs/thought-signatures): read and written here for OpenAI clients and for
+# OpenAI-compatible upstreams alike.
+
+def openai_extra(sig: ProviderSig | None) -> dict[str, JSON] | None:
+    """``extra_content`` for an OpenAI client: ``{"google": {"thought_signature": ...}}``."""
+    if sig is None or not isinstance(sig.value, str):
+        return None
+    return {"google": {"thought_signature": sig.value}}
+
+
+def signature_from_openai_extra(extra: Any) -> str | None:
+    google = extra.get("google") if isinstance(extra, dict) else None
+    value = google.get("thought_signature") if isinstance(google, dict) else None
+    return value if isinstance(value, str) and value else None

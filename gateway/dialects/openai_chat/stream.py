@@ -34,9 +34,8 @@ from typing import Any
 import orjson
 
 from gateway.dialects.canonical import JSON, ProviderSig
-from gateway.dialects.gemini.parts import openai_extra
 from gateway.dialects.openai_chat.codec import completion_id, finish_reason, usage
-from gateway.dialects.openai_chat.messages import encrypted_entry, text_entry
+from gateway.dialects.openai_chat.messages import encrypted_entry, openai_extra, text_entry
 from gateway.dialects.provider_seal import Seal
 from gateway.errors import openai_error_body
 from gateway.transport.streaming.accumulate import Snapshot

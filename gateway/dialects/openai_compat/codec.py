@@ -41,7 +41,7 @@ from gateway.dialects.canonical import (
     Turn,
 )
 from gateway.dialects.credentials import credential_of
-from gateway.dialects.gemini.parts import openai_extra, signature_from_openai_extra
+from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra
 from gateway.dialects.provider_seal import unsealed
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
