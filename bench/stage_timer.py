@@ -77,6 +77,15 @@ async def run(args: argparse.Namespace) -> float:
     timed(identity, "identify_conversation")
     timed(ReplayMemo, "take")
     timed(ReplayMemo, "keep")
+    # inside repair_and_sanitize, besides repair and sanitize
+    from gateway.continuation import core as continuation
+    from gateway.pipeline.repair import context_edits, model_switch
+    timed(context_edits, "apply", "context_edits")
+    timed(model_switch, "apply", "model_switch")
+    timed(pipeline, "keep_prefix")
+    timed(continuation, "carry")
+    timed(continuation, "admit", "continuation.admit")
+    timed(pipeline, "_policy")
     send: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = mangle if args.mangled else list
     settings = dict(s.split("=", 1) for s in args.set)
     async with in_process_loop(args.turns + args.requests + 5, "stages", **settings) as (history, step):
