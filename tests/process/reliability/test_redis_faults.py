@@ -56,6 +56,12 @@ def snapshot(server: RedisServer) -> dict[bytes, list[bytes]]:
         return {k: c.lrange(k, 0, -1) for k in c.scan_iter(match="tg:*:tids", count=1000)}
 
 
+def kept_in_place(before: list[bytes], after: list[bytes]) -> bool:
+    """Every turn id of ``before`` is in ``after`` at the same position (the lists are of one conversation, which
+    no test here trims); a gap (an empty id) may have been filled meanwhile."""
+    return len(after) >= len(before) and all(not tid or after[i] == tid for i, tid in enumerate(before))
+
+
 def store_errors(url: str) -> float:
     text = client().get(url + "/metrics").text
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
@@ -109,11 +115,13 @@ def test_loops_survive_redis_stop_restart_and_pause(sim: Sim, gw: ServerProcess,
     assert sum(sim.stats()["rejections"].values()) == rejections
     assert sum(w.finished for w in workers) >= THREADS
 
-    # 2. nothing recorded before a fault is lost
+    # 2. nothing recorded before a fault is lost: each turn id is still at its place. An empty id is a gap (a turn
+    # served while the store was away, not received yet) that a late record fills in place (``RECORD``'s
+    # 'filled'): no turn, so nothing to lose (a whole-list comparison once counted a filled gap as lost)
     for name, snap in (("stop", before_stop), ("pause", before_pause)):
         assert snap, f"nothing was recorded before the {name}"
-        lost = {k: v for k, v in snap.items() if not set(v) <= set(final.get(k, []))}
-        assert not lost, f"turns recorded before the {name} are gone: {list(lost)[:3]}"
+        lost = {k: (v, final.get(k)) for k, v in snap.items() if not kept_in_place(v, final.get(k, []))}
+        assert not lost, f"turns recorded before the {name} are gone: {list(lost.items())[:3]}"
 
     # 3. the access log: all 200; recording stopped during the faults and resumed after them
     deadline = time.monotonic() + 5
