@@ -124,3 +124,19 @@ async def test_augment_relays_an_upstream_error_with_its_advice_and_refuses_an_a
     assert (answer.headers["retry-after"], answer.headers["request-id"]) == ("3", "req_1")
     answer = await _post({"anthropic": FakeUpstream("anthropic", body={"content": []})}, "/gateway/chat-stream", body)
     assert answer.status_code == 502 and "without streaming" in answer.text
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("POST", "/v1/messages", 400), ("GET", "/v1/nowhere", 404)])
+async def test_a_gateway_error_names_one_request_id_in_its_header_envelope_and_access_line(
+        method: str, path: str, status: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The observing layer gives every HTTP request its id (an endpoint's and a path no surface serves alike): the
+    error envelope, its ``request-id`` header and the access line name the same one."""
+    app = create_app(Settings(), store=None, upstreams={})
+    caplog.set_level("INFO", logger="thinkgate.access")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        answer = await client.request(method, path, content=b"{not json", headers={"x-api-key": "sk-test"})
+    rid = answer.headers.get("request-id", "")
+    assert answer.status_code == status and rid.startswith("req_gw_"), (answer.status_code, answer.headers)
+    assert answer.json()["request_id"] == rid
+    access = [getattr(r, "fields", {}) for r in caplog.records if r.name == "thinkgate.access"]
+    assert [f["request_id"] for f in access] == [rid] and access[0]["status"] == status, access
