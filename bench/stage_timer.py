@@ -61,8 +61,8 @@ def timed(owner: Any, name: str, label: str | None = None) -> None:
 async def run(args: argparse.Namespace) -> float:
     from gateway.continuation import splice
     from gateway.continuation.replay_memo import ReplayMemo
+    from gateway.pipeline import identify
     from gateway.pipeline import stages as pipeline
-    from gateway.pipeline.identify import identity
     from gateway.pipeline.repair import core as repair
     from gateway.pipeline.sanitize import core as sanitize
 
@@ -73,8 +73,8 @@ async def run(args: argparse.Namespace) -> float:
     timed(repair, "run", "repair")
     timed(sanitize, "run", "sanitize_from")
     timed(splice, "run", "splice")
-    timed(identity, "build_query")
-    timed(identity, "identify_conversation")
+    timed(identify, "build_query")
+    timed(identify, "identify_conversation")
     timed(ReplayMemo, "take")
     timed(ReplayMemo, "keep")
     # inside repair_and_sanitize, besides repair and sanitize

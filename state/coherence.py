@@ -79,7 +79,7 @@ CACHES: dict[str, tuple[str, Kind]] = {
     "state/lru.py": ("the bounded LRU the other caches are built on", Kind.CONTENT),
     "gateway/pipeline/repair/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
     "gateway/app/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),
-    "gateway/pipeline/identify/hints.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
+    "gateway/pipeline/identify.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
     "gateway/continuation/journal.py": (
         "the exact thinking a worker relayed, by its text's hash, with its signature (a faithful replay verified while "
         "the store is away)", Kind.CONTENT),

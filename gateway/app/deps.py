@@ -17,7 +17,7 @@ from gateway.dialects.prices import Price
 from gateway.dialects.routing import Router
 from gateway.ops.metrics import TenantLabels
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.identify.hints import ConversationHints
+from gateway.pipeline.identify import ConversationHints
 from gateway.pipeline.repair.records import RecordCaches
 from gateway.surfaces.model_lists import ModelLists
 from gateway.transport.upstream import Upstream

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from gateway.ops import metrics
-from gateway.pipeline.identify import identity
+from gateway.pipeline import identify
 from state.store import LoadQuery, Store, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.record_retry")
@@ -114,7 +114,7 @@ class RecordRetry:
         """The write, in the conversation its load finds now (one round trip), for a turn served without one."""
         if item.placed_by is None:
             return item.write
-        found = identity.identify_conversation(await self.store.load(item.tenant, item.placed_by), item.placed_by)
+        found = identify.identify_conversation(await self.store.load(item.tenant, item.placed_by), item.placed_by)
         return dataclasses.replace(item.write, scid=found.scid or item.write.scid)
 
     async def _attempt(self, item: _Pending, now: float) -> None:

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.dialects.canonical import Message
-from gateway.pipeline.identify.paths import Known, PathHash
+from gateway.pipeline.identify import Known, PathHash
 from state.coherence import Head, serves
 from state.sizing import held
 

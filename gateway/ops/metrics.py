@@ -26,7 +26,7 @@ from gateway.dialects.usage import TOKEN_KEYS, token_counts
 from gateway.errors import new_request_id
 from gateway.ops import logs
 from gateway.ops.logs import Observation
-from gateway.pipeline.identify import identity
+from gateway.pipeline import identify
 from gateway.surfaces.table import SURFACES, surface_for_path
 from state.store import (
     CircuitOpen,
@@ -57,7 +57,7 @@ TOOL_REPAIRS: dict[ActionKind, str] = {
     ActionKind.TOOL_ID_MAPPED: "id_mapped"}
 TOOL_REPAIR_KINDS = frozenset(TOOL_REPAIRS.values()) | {"other"}
 # via: the identification method that found the conversation (a hit), or the first one tried (a
-# miss, ``identity.first_method``).
+# miss, ``identify.first_method``).
 VIAS = frozenset({"header", "tool_id", "fingerprint", "other"})
 # "foreign" = the header names a SCID this tenant does not hold but another one does (the store's
 # tenant-less SCID marker, ``LoadResult.foreign``); the client just gets a miss. "expired" = the
@@ -391,7 +391,7 @@ def observe_lookup(via: str, query: LoadQuery, result: LoadResult) -> None:
     if via != "none":
         child(SCID_LOOKUPS, label(via, VIAS), "hit").inc()
         return
-    tried = identity.first_method(query)
+    tried = identify.first_method(query)
     if tried is None:
         return
     outcome = ("foreign" if result.foreign else "ambiguous" if result.ambiguous

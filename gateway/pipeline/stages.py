@@ -37,9 +37,9 @@ from gateway.dialects.entry import Dialect
 from gateway.dialects.routing import ModelCaps
 from gateway.errors import bad_request
 from gateway.ops import metrics
+from gateway.pipeline import identify
 from gateway.pipeline.exchange import Exchange
-from gateway.pipeline.identify import identity, paths
-from gateway.pipeline.identify.hints import edge_tool_ids
+from gateway.pipeline.identify import edge_tool_ids
 from gateway.pipeline.repair import context_edits, model_switch, prefix
 from gateway.pipeline.repair import core as repair
 from gateway.pipeline.repair.core import rebuild_history
@@ -113,14 +113,14 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:
-    ex.identity.tenant = identity.tenant_of(gw.settings.secret, ex.client.headers)
+    ex.identity.tenant = identify.tenant_of(gw.settings.secret, ex.client.headers)
     if gw.settings.previous_secret:
-        ex.identity.previous_tenant = identity.tenant_of(gw.settings.previous_secret, ex.client.headers)
+        ex.identity.previous_tenant = identify.tenant_of(gw.settings.previous_secret, ex.client.headers)
 
 
-def identify(ex: Exchange) -> None:
+def header_conversation(ex: Exchange) -> None:
     # The header wins; else keep an id the surface decoder found in the body (Augment conversation_id).
-    ex.identity.header_scid = identity.scid_from_header(ex.client.headers)[0] or ex.identity.header_scid
+    ex.identity.header_scid = identify.scid_from_header(ex.client.headers)[0] or ex.identity.header_scid
 
 
 def load_query(ex: Exchange, gw: Gateway) -> LoadQuery | None:
@@ -130,7 +130,7 @@ def load_query(ex: Exchange, gw: Gateway) -> LoadQuery | None:
         return None
     assert ex.request is not None
     ticket = ex.continuation.ticket
-    query = identity.build_query(ex.request.messages, ex.identity.header_scid, ticket.known if ticket else None)
+    query = identify.build_query(ex.request.messages, ex.identity.header_scid, ticket.known if ticket else None)
     ex.identity.prefix_fp = query.fingerprints[0] if query.fingerprints else None  # reused by _plan_record
     return query
 
@@ -149,7 +149,7 @@ async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult
             result, found = await _load_rotating(ex, gw, query)
         else:
             result = await gw.store.load(ex.identity.tenant, query)
-            found = identity.identify_conversation(result, query)
+            found = identify.identify_conversation(result, query)
     except StoreError as e:
         log.warning("store load failed (%s); serving statelessly", type(e).__name__)
         ex.identity.stateless = metrics.stateless_reason(e)
@@ -165,15 +165,15 @@ async def load(ex: Exchange, gw: Gateway, query: LoadQuery | None) -> LoadResult
     return result
 
 
-async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[LoadResult, identity.Identified]:
+async def _load_rotating(ex: Exchange, gw: Gateway, query: LoadQuery) -> tuple[LoadResult, identify.Identified]:
     """During a secret rotation, a conversation recorded under the previous secret's tenant prefix
     continues there (both loads run concurrently); everything new lives under the current one."""
     assert gw.store is not None and ex.identity.tenant is not None and ex.identity.previous_tenant is not None
     current, previous = await asyncio.gather(gw.store.load(ex.identity.tenant, query),
                                              gw.store.load(ex.identity.previous_tenant, query))
-    found = identity.identify_conversation(current, query)
+    found = identify.identify_conversation(current, query)
     if found.scid is None:
-        old = identity.identify_conversation(previous, query)
+        old = identify.identify_conversation(previous, query)
         if old.scid is not None:
             ex.identity.tenant = ex.identity.previous_tenant
             return previous, old
@@ -362,7 +362,7 @@ def _left_path(ex: Exchange, msgs: list[Message], last: int, turn: RecordedTurn,
         return False
     if sum(1 for m in msgs[:last] if m.role == "assistant") != turn.position:
         return False
-    return paths.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
+    return identify.path_fingerprint(msgs[:last]) != rec.prefix_fingerprint
 
 
 _BOUND_AT = re.compile(r"messages\.(\d+)\.content\.(\d+): Invalid `signature` in `thinking` block\. The block is bound")
@@ -475,7 +475,7 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
 
 def _decoded(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> LoadQuery | None:
     decode(ex, gw, decoder)
-    identify(ex)
+    header_conversation(ex)
     return load_query(ex, gw)
 
 

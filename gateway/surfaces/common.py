@@ -22,7 +22,7 @@ from gateway.ops import metrics
 from gateway.pipeline import request_cost
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
-from gateway.pipeline.identify.identity import SCID_HEADER
+from gateway.pipeline.identify import SCID_HEADER
 from gateway.surfaces.table import Surface
 from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.streaming.relay import StreamEncoder, relay_sse

@@ -8,7 +8,7 @@ from starlette.responses import Response
 
 from gateway.access import admission
 from gateway.errors import ClientError, GatewayError, bad_request
-from gateway.pipeline.identify import identity
+from gateway.pipeline import identify
 from gateway.surfaces.common import gateway_of
 from gateway.surfaces.export import FORMATS, export_conversation
 from state.keys import is_valid_scid
@@ -22,7 +22,7 @@ async def conversation_export(request: HTTPRequest) -> Response:
     gw = gateway_of(request)
     headers = {k.lower(): v for k, v in request.headers.items()}
     await admission.release(await admission.admit(headers, gw), None, gw)  # (a gateway key: valid, within limits)
-    tenant = identity.tenant_of(gw.settings.secret, headers)
+    tenant = identify.tenant_of(gw.settings.secret, headers)
     if tenant is None:
         raise ClientError(401, "an API key (x-api-key or Authorization: Bearer) is required",
                           "authentication_error")

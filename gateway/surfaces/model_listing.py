@@ -18,7 +18,7 @@ from gateway.app.deps import Gateway
 from gateway.dialects import registry
 from gateway.dialects.canonical import JSON
 from gateway.errors import ClientError, Dialect, GatewayError
-from gateway.pipeline.identify import identity
+from gateway.pipeline import identify
 from gateway.surfaces.model_lists import (
     Listed,
     anthropic_list,
@@ -88,7 +88,7 @@ async def model_list(gw: Gateway, path: str, headers: Mapping[str, str], query: 
     it (404 in the client's protocol when the list has none); no client key: a 401."""
     lowered = {k.lower(): v for k, v in headers.items()}
     dialect = _dialect(path, lowered, query, model_id)
-    tenant = identity.tenant_of(gw.settings.secret, lowered)
+    tenant = identify.tenant_of(gw.settings.secret, lowered)
     if tenant is None:
         raise ClientError(401, "an API key (x-api-key, x-goog-api-key or Authorization: Bearer) is required",
                           "authentication_error")

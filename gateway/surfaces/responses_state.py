@@ -18,7 +18,7 @@ from gateway.dialects.canonical import JSON
 from gateway.dialects.responses import codec as responses
 from gateway.errors import ClientError, GatewayError
 from gateway.pipeline.exchange import Exchange
-from gateway.pipeline.identify.identity import tenant_of
+from gateway.pipeline.identify import tenant_of
 from gateway.pipeline.repair.records import load_block, load_fields
 from gateway.surfaces.reasoning_seal import Sealer, sealer
 from state.records import ConversationState, TurnRecord

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gateway.dialects.canonical import Message, ToolUseBlock
-from gateway.pipeline.identify.lookup import block_hashes, lookup_hashes
+from gateway.pipeline.identify import block_hashes, lookup_hashes
 from gateway.pipeline.repair.recorded import ConversationView, RecordedTurn, tool_ids
 from gateway.pipeline.repair.repair_state import RepairResult, Restoration, restoration
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gateway.dialects.canonical import JSON, Block, Message, ProviderFields, ThinkingBlock, ToolUseBlock
-from gateway.pipeline.identify.paths import PathHash
+from gateway.pipeline.identify import PathHash
 from state.hashing import exact_hash
 
 

@@ -31,7 +31,7 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.pipeline.identify import paths
+from gateway.pipeline import identify
 from gateway.pipeline.repair.recorded import ConversationView, RecordedTurn, Records, one_each
 from state import codec
 from state.hashing import replay_digest
@@ -290,10 +290,10 @@ def records_from(result: LoadResult, scid: str | None, caches: RecordCaches | No
 
 
 def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, dialect: str,
-                path: paths.PathHash | None = None, prefix: dict[str, JSON] | None = None) -> TurnRecord:
+                path: identify.PathHash | None = None, prefix: dict[str, JSON] | None = None) -> TurnRecord:
     """``path``: the running path hash over ``request_messages`` when the caller has it; ``prefix``: the prefix the
     turn was produced under (``gateway.pipeline.repair.prefix``)."""
-    fp = path.hexdigest() if path is not None else paths.path_fingerprint(request_messages)
+    fp = path.hexdigest() if path is not None else identify.path_fingerprint(request_messages)
     last = next((i for i in range(len(request_messages) - 1, -1, -1) if request_messages[i].role == "assistant"), -1)
     content = [store_block(b) for b in turn.content]
     provider = store_fields(turn.provider)

@@ -2,7 +2,7 @@
 
 A client that sends no conversation header (Cursor's servers, generic OpenAI clients) is recognised
 by the index entries of its replayed turns. Each replica remembers which conversation the tool ids
-it has seen belong to (``gateway.pipeline.identify.hints``), so once it has served a conversation its loads take one
+it has seen belong to (``gateway.pipeline.identify``), so once it has served a conversation its loads take one
 round trip again; a replica seeing the conversation for the first time takes two. Recording is one.
 Requests go round robin over three replicas, as behind a load balancer without affinity.
 """

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from gateway.app.factory import Gateway, create_app
 from gateway.app.settings import Settings
 from gateway.pipeline import stages as pipeline
-from gateway.pipeline.identify.hints import ConversationHints
+from gateway.pipeline.identify import ConversationHints
 from gateway.transport.upstream import forward_request_headers
 from tests.redis_fixtures import RedisServer, fresh_url
 from tests.support.gateway.memo_equivalence import answered, exchange_of, plan, relay_and_record

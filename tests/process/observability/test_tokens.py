@@ -13,7 +13,7 @@ import pytest
 from gateway.app.factory import default_upstreams
 from gateway.app.settings import Settings
 from gateway.ops import metrics, metrics_workers
-from gateway.pipeline.identify.identity import tenant_of
+from gateway.pipeline.identify import tenant_of
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, scrape
 from tests.support.gemini.helpers import DEEPSEEK, GEMINI, gateway_env
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gateway.ops.metrics import STATELESS_REASONS
-from gateway.pipeline.identify.identity import SCID_HEADER as SCID
+from gateway.pipeline.identify import SCID_HEADER as SCID
 from state.keys import new_scid
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum, scrape
 from tests.redis_fixtures import RedisServer, running

@@ -19,9 +19,9 @@ from gateway.app.factory import Gateway, create_app
 from gateway.app.settings import Settings
 from gateway.continuation.replay_memo import Ticket
 from gateway.dialects.anthropic import codec as anthropic
+from gateway.pipeline import identify
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest
-from gateway.pipeline.identify import paths
 from gateway.pipeline.repair import records
 
 Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
@@ -143,7 +143,7 @@ async def relay_and_record(gw: Gateway, ex: pipeline.Exchange, headers: dict[str
     await pipeline.record(ex, gw, anthropic.decode_turn(answer))
     assert ex.plan.recorded and gw.store is not None and ex.identity.tenant and ex.identity.scid and ex.request
     conv = await gw.store.get_conversation(ex.identity.tenant, ex.identity.scid)
-    assert conv is not None and conv.turns[-1].prefix_fingerprint == paths.path_fingerprint(ex.request.messages)
+    assert conv is not None and conv.turns[-1].prefix_fingerprint == identify.path_fingerprint(ex.request.messages)
     return answer
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of conversation identification (pure functions of gateway/pipeline/identify/identity.py).
+"""Unit tests of conversation identification (pure functions of gateway/pipeline/identify.py).
 
 Order of evidence, all within one tenant: the X-AG-Conversation-Id header > tool_use ids > the prefix
 fingerprint. Text hashes never pick a conversation. A malformed or unknown header is a miss; tool ids that
@@ -11,15 +11,17 @@ from typing import Any
 
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message
-from gateway.pipeline.identify.hints import EDGE_TURNS, edge_tool_ids
-from gateway.pipeline.identify.identity import (
+from gateway.pipeline.identify import (
+    EDGE_TURNS,
     RECENT_TURNS,
+    PathHash,
     build_query,
+    edge_tool_ids,
     identify_conversation,
+    path_fingerprint,
     scid_from_header,
     tenant_of,
 )
-from gateway.pipeline.identify.paths import PathHash, path_fingerprint
 from state.records import ConversationState, Location
 from state.store import LoadQuery, LoadResult
 

@@ -16,9 +16,8 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from gateway.dialects.routing import caps_for
 from gateway.dialects.toolchain import NO_RESULT
-from gateway.pipeline.identify import lookup as lookup_module
-from gateway.pipeline.identify.lookup import lookup_hashes
-from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline import identify
+from gateway.pipeline.identify import lookup_hashes, path_fingerprint
 from gateway.pipeline.repair.core import rebuild_history, repair
 from gateway.pipeline.repair.core import run as repair_run
 from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
@@ -238,8 +237,8 @@ def test_a_replayed_turns_lookup_hashes_are_read_once_per_json(monkeypatch: pyte
     """The load query looks up a replay's latest turns by their hashes on every request; an undecoded
     message's are computed once (``lookup_hashes``), a decoded one's from its blocks each time."""
     calls: list[int] = []
-    real = lookup_module.block_hashes
-    monkeypatch.setattr(lookup_module, "block_hashes", lambda blocks: calls.append(1) or real(blocks))
+    real = identify.block_hashes
+    monkeypatch.setattr(identify, "block_hashes", lambda blocks: calls.append(1) or real(blocks))
     m = anthropic.decode_message({"role": "assistant", "content": [
         {"type": "thinking", "thinking": TEXT, "signature": SIG}, {"type": "text", "text": "<think>x</think> y"}]}, 1)
     hashes = lookup_hashes(m)

@@ -5,8 +5,8 @@ Several conversations of ONE tenant are recorded in the embedded store the way t
 conversation, only the thinking (and the upstream's tool ids) differ; some conversations share their first user
 message too (then nothing the client sends tells them apart). A request replays one conversation's history,
 mangled as IDE clients do (thinking dropped, tool ids renumbered per conversation or per message, a tool round
-dropped, the first message edited, a header or none), and goes through ``identity.build_query`` ->
-``Store.load`` -> ``identity.identify_conversation`` -> ``records.records_from`` -> ``repair``. Whatever the
+dropped, the first message edited, a header or none), and goes through ``identify.build_query`` ->
+``Store.load`` -> ``identify.identify_conversation`` -> ``records.records_from`` -> ``repair``. Whatever the
 history and the mangling: every turn repair matches is the identified conversation's, and is exactly the turn the
 client's message stands for (the conversation it came from, at its position there). And it is not vacuous: a
 client that keeps its tool ids, or names its conversation, gets every turn back.
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Turn
-from gateway.pipeline.identify import identity
-from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline import identify
+from gateway.pipeline.identify import path_fingerprint
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.records import records_from, turn_record
 from state.keys import new_scid
@@ -118,9 +118,9 @@ async def _replay(store: MemoryStore, convs: list[Recorded], source: int, upto: 
     history, positions = _mangle(rec.history[:1 + 2 * upto], how)
     msgs = anthropic.decode_request({"model": "claude-opus-4-5", "max_tokens": 1, "messages": history}).messages
     scid = {"none": None, "own": rec.scid, "fresh": new_scid()}[header]
-    query = identity.build_query(msgs, scid)
+    query = identify.build_query(msgs, scid)
     result = await store.load(TENANT, query)
-    found = identity.identify_conversation(result, query)
+    found = identify.identify_conversation(result, query)
     paths_before = [path_fingerprint(msgs[:i]) for i in range(len(msgs))]
     client_ids = [m.tool_use_ids() for m in msgs]
     res = repair(msgs, records_from(result, found.scid))

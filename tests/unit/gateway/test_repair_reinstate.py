@@ -16,7 +16,7 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, Request
 from gateway.dialects.routing import caps_for
 from gateway.dialects.toolchain import dropped_result_ids
-from gateway.pipeline.identify.identity import build_query, identify_conversation
+from gateway.pipeline.identify import build_query, identify_conversation
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.recorded import Records
 from gateway.pipeline.repair.records import records_from

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.routing import caps_for
-from gateway.pipeline.identify.identity import RECENT_TURNS
-from gateway.pipeline.identify.paths import path_fingerprint
+from gateway.pipeline.identify import RECENT_TURNS, path_fingerprint
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
 from gateway.pipeline.sanitize.core import Policy, sanitize

@@ -1,1 +1,0 @@
-"""Identify: the tenant, the conversation (header, tool ids, fingerprints) and where each replayed message sits."""
