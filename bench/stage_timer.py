@@ -79,9 +79,9 @@ async def run(args: argparse.Namespace) -> float:
     timed(ReplayMemo, "keep")
     # inside repair_and_sanitize, besides repair and sanitize
     from gateway.continuation import core as continuation
-    from gateway.pipeline.repair import context_edits, model_switch
-    timed(context_edits, "apply", "context_edits")
-    timed(model_switch, "apply", "model_switch")
+    from gateway.pipeline.repair import edits
+    timed(edits, "apply_context_edits", "context_edits")
+    timed(edits, "apply_model_switch", "model_switch")
     timed(pipeline, "keep_prefix")
     timed(continuation, "carry")
     timed(continuation, "admit", "continuation.admit")

@@ -35,7 +35,7 @@ from gateway.actions import ActionKind
 from gateway.continuation.replay_memo import Carried, Ticket
 from gateway.continuation.splice import SplicePrior
 from gateway.dialects.canonical import Message
-from gateway.pipeline.repair.repair_state import RepairPrior, RepairResult, put_restored
+from gateway.pipeline.repair.core import RepairPrior, RepairResult, put_restored
 from gateway.pipeline.sanitize.core import Sanitized, SanitizeResult
 from state.coherence import Head
 from state.store import LoadResult

@@ -69,7 +69,7 @@ from state.sizing import held
 
 if TYPE_CHECKING:
     from gateway.continuation.splice import SplicePrior
-    from gateway.pipeline.repair.repair_state import Repaired, Restoration
+    from gateway.pipeline.repair.core import Repaired, Restoration
     from gateway.pipeline.sanitize.core import Sanitized
 
 DecodeOne = Callable[[Any, int], Message]

@@ -124,7 +124,7 @@ Block: TypeAlias = (
 )
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 # Anthropic server-side compaction: an opaque, signed summary block that leads the answer it opens and must come
-# back byte-exact (``gateway.pipeline.repair.context_edits``); the thinking rules read past a leading one
+# back byte-exact (``gateway.pipeline.repair.edits``); the thinking rules read past a leading one
 COMPACTION = "compaction"
 
 

@@ -40,11 +40,10 @@ from gateway.ops import metrics
 from gateway.pipeline import identify
 from gateway.pipeline.exchange import Exchange
 from gateway.pipeline.identify import edge_tool_ids
-from gateway.pipeline.repair import context_edits, model_switch, prefix
 from gateway.pipeline.repair import core as repair
+from gateway.pipeline.repair import edits, prefix
 from gateway.pipeline.repair.core import rebuild_history
-from gateway.pipeline.repair.recorded import RecordedTurn, Records
-from gateway.pipeline.repair.records import records_from, turn_record
+from gateway.pipeline.repair.records import RecordedTurn, Records, records_from, turn_record
 from gateway.pipeline.sanitize import core as sanitize
 from gateway.pipeline.sanitize.core import Policy
 from state.codec import encode_turn
@@ -202,8 +201,8 @@ def repair_and_sanitize(ex: Exchange, gw: Gateway, result: LoadResult | None) ->
             fixed.actions.insert(0, Action(ActionKind.HISTORY_REBUILT))
             fixed.changed = True
         caps = route_of(ex, gw)
-        fixed.actions += context_edits.apply(req.params, req.messages, client, fixed)
-        fixed.actions += model_switch.apply(req.messages, fixed.matched, req.model, caps)
+        fixed.actions += edits.apply_context_edits(req.params, req.messages, client, fixed)
+        fixed.actions += edits.apply_model_switch(req.messages, fixed.matched, req.model, caps)
     policy = _policy(ex, gw)
     sealed = req.surface.sealed  # blocks the gateway sealed itself: as good as a record's
     verified = fixed.is_verified if not sealed else lambda b: fixed.is_verified(b) or id(b) in sealed

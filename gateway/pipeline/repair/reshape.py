@@ -22,7 +22,7 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
 )
 from gateway.dialects.toolchain import not_answering
-from gateway.pipeline.repair.recorded import ConversationView, RecordedTurn, tool_ids
+from gateway.pipeline.repair.records import ConversationView, RecordedTurn, tool_ids
 
 
 def reshape(msgs: list[Message], conv: ConversationView, start: int) -> dict[int, tuple[RecordedTurn, ActionKind]]:

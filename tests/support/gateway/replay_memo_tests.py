@@ -25,7 +25,7 @@ from gateway.dialects.routing import caps_for
 from gateway.errors import GatewayError
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.repair.core import repair
-from gateway.pipeline.repair.recorded import Records
+from gateway.pipeline.repair.records import Records
 from gateway.pipeline.sanitize.core import NO_LOOP, Policy, Sanitized
 from gateway.transport.upstream import forward_request_headers
 from state.sizing import held

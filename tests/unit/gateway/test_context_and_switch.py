@@ -1,5 +1,5 @@
-"""The pure rules for model switches (``gateway.pipeline.repair.model_switch``), clear_thinking and compaction
-(``gateway.pipeline.repair.context_edits``), the compaction block in sanitize and in the stream accumulator, and
+"""The pure rules for model switches and clear_thinking and compaction (``gateway.pipeline.repair.edits``),
+the compaction block in sanitize and in the stream accumulator, and
 ``routing.reads_thinking``."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from gateway.actions import Action, ActionKind
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for, reads_thinking
-from gateway.pipeline.repair import context_edits, model_switch
-from gateway.pipeline.repair.recorded import RecordedTurn
-from gateway.pipeline.repair.repair_state import RepairResult
+from gateway.pipeline.repair import edits
+from gateway.pipeline.repair.core import RepairResult
+from gateway.pipeline.repair.records import RecordedTurn
 from gateway.pipeline.sanitize.core import Policy, sanitize
 from gateway.transport.streaming.accumulate import Snapshot, accumulate, message_dict
 
@@ -48,7 +48,7 @@ def test_reads_thinking_by_family() -> None:
 def test_model_switch_passes_blocks_to_a_binding_model_and_counts() -> None:
     m = msgs(U, {"role": "assistant", "content": [THINK, tool_use("t1")]}, result("t1"))
     before = m[1]
-    actions = model_switch.apply(m, {1: RecordedTurn("s", 0, model="claude-opus-5-5")}, "claude-sonnet-5-5",
+    actions = edits.apply_model_switch(m, {1: RecordedTurn("s", 0, model="claude-opus-5-5")}, "claude-sonnet-5-5",
                                  caps_for("claude-sonnet-5-5"))
     assert actions == [Action(ActionKind.MODEL_BINDING_MISMATCH, 1)]
     assert m[1] is before and m[1].has_thinking()
@@ -57,8 +57,8 @@ def test_model_switch_passes_blocks_to_a_binding_model_and_counts() -> None:
 def test_model_switch_to_an_older_model_leaves_the_thinking_out() -> None:
     m = msgs(U, {"role": "assistant", "content": [THINK, tool_use("t1")]}, result("t1"))
     client = m[1]
-    actions = model_switch.apply(m, {1: RecordedTurn("s", 0, model="claude-sonnet-4-5-20250929")}, "claude-opus-4-5",
-                                 caps_for("claude-opus-4-5"))
+    actions = edits.apply_model_switch(m, {1: RecordedTurn("s", 0, model="claude-sonnet-4-5-20250929")},
+                                       "claude-opus-4-5", caps_for("claude-opus-4-5"))
     assert actions == [Action(ActionKind.DROPPED, 1, "model_switch")]
     assert not m[1].has_thinking() and client.has_thinking()  # a new message; the client's is untouched
     # then sanitize keeps the thinking configuration consistent: the open loop has no verified thinking
@@ -72,9 +72,9 @@ def test_model_switch_to_an_older_model_leaves_the_thinking_out() -> None:
 def test_same_model_or_unknown_model_is_left_alone() -> None:
     m = msgs(U, {"role": "assistant", "content": [THINK, tool_use("t1")]}, result("t1"))
     caps = caps_for("claude-opus-4-5")
-    assert model_switch.apply(m, {1: RecordedTurn("s", 0, model="claude-opus-4-5-20251101")}, "claude-opus-4-5",
+    assert edits.apply_model_switch(m, {1: RecordedTurn("s", 0, model="claude-opus-4-5-20251101")}, "claude-opus-4-5",
                               caps) == []
-    assert model_switch.apply(m, {1: RecordedTurn("s", 0)}, "claude-opus-4-5", caps) == []
+    assert edits.apply_model_switch(m, {1: RecordedTurn("s", 0)}, "claude-opus-4-5", caps) == []
 
 
 CLEAR = {"context_management": {"edits": [{"type": "clear_thinking_20251015",
@@ -82,10 +82,10 @@ CLEAR = {"context_management": {"edits": [{"type": "clear_thinking_20251015",
 
 
 def test_kept_turns() -> None:
-    assert context_edits.kept_turns(CLEAR) == 1
-    assert context_edits.kept_turns({}) is None
-    assert context_edits.kept_turns({"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}) == 1
-    assert context_edits.kept_turns({"context_management": {"edits": [
+    assert edits.kept_turns(CLEAR) == 1
+    assert edits.kept_turns({}) is None
+    assert edits.kept_turns({"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}) == 1
+    assert edits.kept_turns({"context_management": {"edits": [
         {"type": "clear_thinking_20251015", "keep": "all"}]}}) is None
 
 
@@ -103,14 +103,14 @@ def _turns() -> tuple[list[Message], list[Message], RepairResult]:
 
 def test_cleared_thinking_is_not_restored_but_the_loop_opener_is() -> None:
     full, client, res = _turns()
-    actions = context_edits.apply(CLEAR, full, client, res)
+    actions = edits.apply_context_edits(CLEAR, full, client, res)
     assert actions == [Action(ActionKind.THINKING_CLEARED, 1), Action(ActionKind.THINKING_CLEARED, 3)]
     assert [m.has_thinking() for m in full if m.role == "assistant"] == [False, False, True]
 
 
 def test_without_the_edit_everything_restored_stays() -> None:
     full, client, res = _turns()
-    assert context_edits.apply({}, full, client, res) == []
+    assert edits.apply_context_edits({}, full, client, res) == []
     assert all(m.has_thinking() for m in full if m.role == "assistant")
 
 
@@ -119,11 +119,11 @@ def test_a_restored_compaction_block_is_counted_once_it_differs() -> None:
     full = msgs(U, turn, result("t1"))
     res = RepairResult(actions=[Action(ActionKind.RESTORED, 1)])
     dropped = msgs(U, {"role": "assistant", "content": [THINK, tool_use("t1")]}, result("t1"))
-    assert context_edits.apply({}, full, dropped, res) == [Action(ActionKind.COMPACTION_RESTORED, 1)]
+    assert edits.apply_context_edits({}, full, dropped, res) == [Action(ActionKind.COMPACTION_RESTORED, 1)]
     edited = msgs(U, {"role": "assistant", "content": [{**COMPACTION, "content": "<summary> so far\n</summary>\n"},
                                                        THINK, tool_use("t1")]}, result("t1"))
-    assert context_edits.apply({}, full, edited, res) == [Action(ActionKind.COMPACTION_RESTORED, 1)]
-    assert context_edits.apply({}, full, msgs(U, turn, result("t1")), res) == []
+    assert edits.apply_context_edits({}, full, edited, res) == [Action(ActionKind.COMPACTION_RESTORED, 1)]
+    assert edits.apply_context_edits({}, full, msgs(U, turn, result("t1")), res) == []
 
 
 def test_sanitize_keeps_a_leading_compaction_block_first() -> None:

@@ -16,7 +16,7 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.routing import caps_for
 from gateway.errors import ClientError
 from gateway.pipeline.repair.core import repair
-from gateway.pipeline.repair.recorded import Records
+from gateway.pipeline.repair.records import Records
 from gateway.pipeline.sanitize.core import Policy, sanitize
 
 scalars = st.none() | st.booleans() | st.integers(-2, 5000) | st.floats(allow_nan=False) | st.text(max_size=12)

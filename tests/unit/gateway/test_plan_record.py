@@ -10,7 +10,7 @@ import dataclasses
 from gateway.dialects.canonical import Message, Request, TextBlock
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
-from gateway.pipeline.repair.recorded import RecordedTurn
+from gateway.pipeline.repair.records import RecordedTurn
 from state.records import ConversationState
 from state.store import LoadResult
 from tests.support.state.factories import turn

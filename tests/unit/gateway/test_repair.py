@@ -18,11 +18,9 @@ from gateway.dialects.routing import caps_for
 from gateway.dialects.toolchain import NO_RESULT
 from gateway.pipeline import identify
 from gateway.pipeline.identify import lookup_hashes, path_fingerprint
-from gateway.pipeline.repair.core import rebuild_history, repair
+from gateway.pipeline.repair.core import RepairPrior, rebuild_history, repair
 from gateway.pipeline.repair.core import run as repair_run
-from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
-from gateway.pipeline.repair.records import RecordCaches, records_from
-from gateway.pipeline.repair.repair_state import RepairPrior
+from gateway.pipeline.repair.records import RecordCaches, RecordedTurn, Records, TurnsConversation, records_from
 from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import exact_hash, replay_digest
 from state.records import ConversationState, TurnRecord

@@ -13,11 +13,9 @@ from typing import Any
 from gateway.actions import ActionKind
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message
-from gateway.pipeline.repair.core import repair
+from gateway.pipeline.repair.core import RepairPrior, repair
 from gateway.pipeline.repair.core import run as repair_run
-from gateway.pipeline.repair.recorded import Records
-from gateway.pipeline.repair.records import records_from
-from gateway.pipeline.repair.repair_state import RepairPrior
+from gateway.pipeline.repair.records import Records, records_from
 from state.hashing import replay_digest
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult

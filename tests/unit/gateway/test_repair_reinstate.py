@@ -18,8 +18,7 @@ from gateway.dialects.routing import caps_for
 from gateway.dialects.toolchain import dropped_result_ids
 from gateway.pipeline.identify import build_query, identify_conversation
 from gateway.pipeline.repair.core import repair
-from gateway.pipeline.repair.recorded import Records
-from gateway.pipeline.repair.records import records_from
+from gateway.pipeline.repair.records import Records, records_from
 from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import replay_digest
 from state.keys import new_scid

@@ -17,7 +17,7 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.routing import caps_for
 from gateway.pipeline.identify import RECENT_TURNS, path_fingerprint
 from gateway.pipeline.repair.core import repair
-from gateway.pipeline.repair.recorded import RecordedTurn, Records, TurnsConversation
+from gateway.pipeline.repair.records import RecordedTurn, Records, TurnsConversation
 from gateway.pipeline.sanitize.core import Policy, sanitize
 from state.hashing import exact_hash
 from tests.support.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS

@@ -20,7 +20,7 @@ from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for
 from gateway.dialects.toolchain import chain_fold, chain_intact
 from gateway.pipeline.repair.core import repair
-from gateway.pipeline.repair.recorded import ConversationView, RecordedTurn, Records
+from gateway.pipeline.repair.records import ConversationView, RecordedTurn, Records
 from gateway.pipeline.sanitize.core import (
     Policy,
     Sanitized,
