@@ -101,13 +101,13 @@ async def run(samples: int, turns: int) -> None:
 async def timing(url: str, key: str, what: str, rounds: int = 2000) -> None:
     """The admission of the right secret and of a wrong one of the same length, alternately, on the same store
     (``key``: one without limits, so that nothing is held across the rounds)."""
-    from gateway.access import keys
+    from gateway.access import admission
     from state.factory import open_store
     store = open_store(url)
     await store.start()
-    key_id, right = keys.parse(key) or ("", "")
+    key_id, right = admission.parse(key) or ("", "")
     wrong_key = key[:-1] + ("A" if key[-1] != "A" else "B")
-    _, wrong = keys.parse(wrong_key) or ("", "")
+    _, wrong = admission.parse(wrong_key) or ("", "")
     times: dict[str, list[float]] = {"right": [], "wrong": []}
     try:
         for i in range(rounds):
@@ -115,7 +115,7 @@ async def timing(url: str, key: str, what: str, rounds: int = 2000) -> None:
             for name, digest in order:
                 t0 = time.perf_counter()
                 presented = key if name == "right" else wrong_key
-                keys.parse(presented)  # (the hashing, as a request does it)
+                admission.parse(presented)  # (the hashing, as a request does it)
                 await store.admit(key_id, digest, int(time.time() * 1000))
                 times[name].append((time.perf_counter() - t0) * 1e6)
     finally:

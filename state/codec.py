@@ -37,9 +37,8 @@ import msgpack
 
 from state.errors import CodecError
 from state.keys import is_valid_turn_id
-from state.lru import Lru
+from state.lru import Lru, held
 from state.records import Location, TurnRecord, VerifiedPair
-from state.sizing import held
 
 VERSION_MSGPACK = 0x01
 VERSION_ZLIB = 0x02
@@ -50,7 +49,7 @@ MAX_DECODED_BYTES = 64 * 1024 * 1024
 _TURN_FIELDS = 8
 DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (also bounded by bytes: ``turn_cache``)
 # a decoded record's own object, its turn id and the small fields, beside its content, prompt and provider
-# dicts (``state.sizing.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
+# dicts (``state.lru.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
 TURN_OVERHEAD = 600
 TURN_CACHE_BYTES = 16 << 20  # the most memory a worker's decoded turns hold (with the entries' bound)
 
@@ -113,7 +112,7 @@ TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (store
 
 
 def turn_cost(record: TurnRecord) -> int:
-    """The bytes a decoded turn holds in memory (measured: ``state.sizing``; not its stored size: a stored
+    """The bytes a decoded turn holds in memory (measured: ``state.lru``; not its stored size: a stored
     turn of many tiny blocks is small and compresses well, and its dicts take ten times that decoded)."""
     extra = (held(record.provider) if record.provider else 0) + (held(record.prefix) if record.prefix else 0)
     return TURN_OVERHEAD + held(record.content) + held(record.prompt) + extra

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gateway.access import keys
+from gateway.access import admission
 from gateway.errors import ClientError, bad_request
 from state.gateway_keys import KeyRecord
 from state.store import Store
@@ -62,7 +62,7 @@ async def create(store: Store, body: Any) -> dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(name := body.get("name"), str) or not NAME_RE.fullmatch(name):
         raise bad_request("name: 1-64 letters, digits and ._@- (starting with a letter or digit)")
     limits = _limits({k: v for k, v in body.items() if k != "name"})
-    key_id, digest, key = keys.new_key()
+    key_id, digest, key = admission.new_key()
     record = KeyRecord(key_id, name, digest, created=int(time.time() * 1000), **limits)
     if await store.key_put(record, create=True) == "exists":
         raise ClientError(409, f"a key named {name} exists", "invalid_request_error")

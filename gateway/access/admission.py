@@ -1,6 +1,10 @@
 """A request under a gateway key, from admission to release.
 
-``admit`` reads the request's credential: a gateway key (``keys``) is checked, and its limits taken, in one store
+Gateway keys as clients hold them: ``tgk_<id>_<secret>``, a 12-hex-digit id (public: it names the key's record)
+and 256 random bits (``new_key``). Only the secret's SHA-256 is stored; a presented key is hashed and the store
+compares the hashes (``state.scripts.ADMIT``), so a wrong secret costs what a right one does.
+
+``admit`` reads the request's credential: a gateway key (``parse``) is checked, and its limits taken, in one store
 round trip (``state.scripts.ADMIT``): known, not revoked or expired, its tokens per minute not used up, its requests
 per minute (GCRA: a burst of up to ``rpm`` requests, then one every ``60000/rpm`` ms) and requests in flight within
 bounds. Replicas share the counters, so two or ten of them admit what one would. A refusal is the client's own
@@ -18,8 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import hashlib
 import logging
 import math
+import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
@@ -28,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response, StreamingResponse
 
-from gateway.access import keys
 from gateway.dialects import prices
 from gateway.dialects.credentials import CREDENTIAL_HEADERS, credential_of
 from gateway.dialects.usage import token_counts
@@ -40,8 +46,10 @@ from state.lru import Lru
 
 if TYPE_CHECKING:
     from gateway.app.deps import Gateway
+    from gateway.app.settings import Settings
     from gateway.dialects.canonical import Turn
     from gateway.pipeline.exchange import Exchange
+
 
 log = logging.getLogger("thinkgate.access")
 INVALID = "invalid gateway key"
@@ -82,7 +90,7 @@ class AdmittedKeys:
 async def admit(headers: Mapping[str, str], gw: Gateway) -> Grant | None:
     """The grant of a request under a gateway key; None: it carries none (the client's own key is forwarded)."""
     cred = credential_of(headers)
-    parsed = keys.parse(cred) if cred else None
+    parsed = parse(cred) if cred else None
     if parsed is None:
         if gw.settings.require_gateway_keys:
             metrics.observe_admission("missing")
@@ -139,11 +147,12 @@ def _limit_headers(found: Admission, wait: int) -> dict[str, str]:
 NEEDS_KEY = "the route of model {model} serves requests with a gateway key only"
 
 
-def check_model(grant: Grant | None, model: str, *, needs_key: bool = False) -> None:
-    """A model the key may not use: 403 in the client's dialect. A route that serves gateway keys only
-    (``Settings.needs_gateway_key``: named by the operator, or a cloud platform's, paid with the gateway's own
-    credential), without one: 401."""
-    if grant is None and needs_key:
+def check_model(grant: Grant | None, model: str, settings: Settings, upstream: str, cloud: bool) -> None:
+    """A model the key may not use: 403 in the client's dialect. A route that serves gateway keys only, without one:
+    401. Requests routed to ``upstream`` must carry a gateway key when every request must
+    (``GATEWAY_REQUIRE_GATEWAY_KEYS``), this route's must (``GATEWAY_KEYS_REQUIRED_FOR``), or it is a cloud
+    platform's (``cloud``), paid with the gateway's own credential (unless ``GATEWAY_CLOUD_WITHOUT_KEYS``)."""
+    if grant is None and (upstream in settings.keys_required_for or (cloud and not settings.cloud_without_keys)):
         metrics.observe_admission("missing")
         raise ClientError(401, NEEDS_KEY.format(model=model[:200]), "authentication_error")
     if grant is not None and not grant.allows(model):
@@ -229,3 +238,27 @@ def _later(work: Coroutine[Any, Any, None]) -> None:
     task = asyncio.get_running_loop().create_task(work)
     _PENDING.add(task)
     task.add_done_callback(_PENDING.discard)
+
+
+# --- the key as clients hold it ---
+
+PREFIX = "tgk_"
+_KEY_RE = re.compile(r"tgk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+
+
+def new_key() -> tuple[str, str, str]:
+    """(key id, secret hash, the key as the client gets it: shown once, never stored)."""
+    key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    return key_id, secret_hash(secret), f"{PREFIX}{key_id}_{secret}"
+
+
+def parse(credential: str) -> tuple[str, str] | None:
+    """(key id, secret hash) of a gateway key; None: the credential is not one (a client's upstream key)."""
+    if not credential.startswith(PREFIX):
+        return None
+    m = _KEY_RE.fullmatch(credential)
+    return (m[1], secret_hash(m[2])) if m else ("", "")
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()

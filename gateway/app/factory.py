@@ -39,8 +39,7 @@ from gateway.surfaces import (
     responses,
 )
 from gateway.surfaces.table import SURFACES, dialect_for_request
-from gateway.transport.retry import RetryPolicy
-from gateway.transport.upstream import Upstream
+from gateway.transport.upstream import RetryPolicy, Upstream
 from state.store import Store
 
 log = logging.getLogger("thinkgate")

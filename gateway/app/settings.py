@@ -114,7 +114,7 @@ class Settings:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0          # idle time between upstream bytes
     upstream_retries: int = 0              # retries before the first byte (429/503/529, refused);
-    # gateway.transport.retry
+    # gateway.transport.upstream
     upstream_retry_max_delay_s: float = 10.0  # longest wait before one retry (a longer retry-after is relayed)
     max_body_bytes: int = 32 * 1024 * 1024
     request_memory_mb: int = 512           # estimated peak of one request (``request_cost``): more is a 413
@@ -195,12 +195,6 @@ class Settings:
             urls[name] = (cloud.base_url(route.location, getattr(self, cloud.endpoint_setting)) if cloud is not None
                           else route.base_url or "")
         return urls
-
-    def needs_gateway_key(self, upstream: str, cloud: bool) -> bool:
-        """Whether requests routed to ``upstream`` must carry a gateway key: every request
-        (``GATEWAY_REQUIRE_GATEWAY_KEYS``), this route's (``GATEWAY_KEYS_REQUIRED_FOR``), or a cloud platform's, paid
-        with the gateway's own credential (unless ``GATEWAY_CLOUD_WITHOUT_KEYS``)."""
-        return upstream in self.keys_required_for or (cloud and not self.cloud_without_keys)
 
     def upstream_auths(self) -> dict[str, Auth]:
         """The request signers of the cloud platforms the routes name (upstream name -> signer). A platform whose

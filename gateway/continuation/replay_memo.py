@@ -65,7 +65,7 @@ import orjson
 from gateway.dialects.canonical import Message
 from gateway.pipeline.identify import Known, PathHash
 from state.coherence import Head, serves
-from state.sizing import held
+from state.lru import held
 
 if TYPE_CHECKING:
     from gateway.continuation.splice import SplicePrior
@@ -150,7 +150,7 @@ class Ticket:
     resumed: int = 0           # messages repair did not look at again (``repair_state.Repaired``)
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
-    held: int | None = None    # what the parsed messages hold (``state.sizing.held``), when ``take`` knew it
+    held: int | None = None    # what the parsed messages hold (``state.lru.held``), when ``take`` knew it
 
     @property
     def known(self) -> Known | None:
@@ -175,7 +175,7 @@ class _Entry:
     path: PathHash | None
     carried: Carried
     untouched: int             # its first messages, which no stage changed (see ``keep``)
-    held: int                  # what its parsed messages hold (``state.sizing.held``)
+    held: int                  # what its parsed messages hold (``state.lru.held``)
     cost: int                  # what it holds (``entry_cost``)
     id: int = field(default_factory=itertools.count().__next__)
 

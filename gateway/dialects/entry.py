@@ -1,5 +1,5 @@
 """What an upstream dialect is to the shared code: one entry per upstream kind (``Dialect``; an OpenAI-compatible
-route's flavor is a ``gateway.dialects.openai_compat.flavor.Flavor``), each holding everything that depends on what
+route's flavor is a ``gateway.dialects.openai_compat.Flavor``), each holding everything that depends on what
 that upstream needs.
 
 Shared code (sanitize, model switch, prefix keeping, the binding retry, the surfaces, model listing, metrics) asks

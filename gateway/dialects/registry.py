@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 from gateway.dialects import anthropic, bedrock, copilot, deepseek, gemini, openrouter, responses, vertex
 from gateway.dialects.cloud import CloudTarget
 from gateway.dialects.entry import Dialect
-from gateway.dialects.openai_compat import OpenAICompat
-from gateway.dialects.openai_compat.flavor import GENERIC, Flavor
+from gateway.dialects.openai_compat import GENERIC, Flavor, OpenAICompat
 
 if TYPE_CHECKING:
     from gateway.dialects.routing import ModelCaps

@@ -258,8 +258,8 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
     if admitting is not None:
         codec.grant = await admitting
     assert ex.request is not None
-    needs_key = gw.settings.needs_gateway_key(ex.route.upstream, bool(registry.of(codec.call.caps).platform))
-    admission.check_model(codec.grant, ex.request.model, needs_key=needs_key)
+    admission.check_model(codec.grant, ex.request.model, gw.settings, ex.route.upstream,
+                          bool(registry.of(codec.call.caps).platform))
     pipeline.served(ex)
     path, headers, query = codec.target()
     stream = ex.request.is_stream and codec.may_stream

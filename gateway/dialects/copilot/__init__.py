@@ -3,9 +3,9 @@ assistant message; the model decides how much it thinks (no reasoning parameter 
 
 from __future__ import annotations
 
+from gateway.dialects import openai_compat
 from gateway.dialects.canonical import JSON
-from gateway.dialects.openai_compat import fields
-from gateway.dialects.openai_compat.flavor import Flavor
+from gateway.dialects.openai_compat import Flavor
 
 
 class Copilot(Flavor):
@@ -13,7 +13,7 @@ class Copilot(Flavor):
     own_fields = ("reasoning_opaque", "reasoning_text")
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
-        return fields.text_value(values.get("reasoning_opaque"))
+        return openai_compat.text_value(values.get("reasoning_opaque"))
 
     def signs_calls(self, family: str) -> bool:
         return False  # Copilot carries Gemini's signatures in ``reasoning_opaque``

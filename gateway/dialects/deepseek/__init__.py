@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects import openai_compat
 from gateway.dialects.canonical import JSON, Message, Request
 from gateway.dialects.entry import FieldsContext
-from gateway.dialects.openai_compat import fields
-from gateway.dialects.openai_compat.flavor import Flavor
+from gateway.dialects.openai_compat import Flavor
 from gateway.dialects.toolchain import opens_turn
 
 
@@ -23,7 +23,7 @@ class DeepSeek(Flavor):
         r"`?(reasoning_content|content\[\]\.thinking)`? in the thinking mode must be passed back", re.I)),)
 
     def whole(self, family: str, values: dict[str, JSON]) -> bool:
-        return fields.text_value(values.get("reasoning_content"))
+        return openai_compat.text_value(values.get("reasoning_content"))
 
     def signs_calls(self, family: str) -> bool:
         return False
@@ -36,7 +36,7 @@ class DeepSeek(Flavor):
         when it is off no ``reasoning_content`` is sent."""
         t = req.thinking
         if isinstance(t, dict) and t.get("type") == "disabled":
-            fields.strip(req.messages, self.own_fields, actions)
+            openai_compat.strip(req.messages, self.own_fields, actions)
         else:
             _spans(req.messages, kept, actions)
 
@@ -49,14 +49,14 @@ def _spans(msgs: list[Message], kept: list[bool], actions: list[Action]) -> None
     for end in [*(i for i, m in enumerate(msgs) if m.role == "user" and opens_turn(m)), len(msgs)]:
         span = [i for i in range(start, end) if msgs[i].role == "assistant"]
         lacking = [i for i in span if not kept[i]]
-        if lacking and any(fields.calls(msgs[i]) for i in span):
+        if lacking and any(openai_compat.calls(msgs[i]) for i in span):
             last = lacking[-1]
             for i in span:
                 if i > last:
                     break
-                if fields.calls(msgs[i]):
-                    fields.textualize_step(msgs, i)
-            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, span[0], fields.MISSING))
+                if openai_compat.calls(msgs[i]):
+                    openai_compat.textualize_step(msgs, i)
+            actions.append(Action(ActionKind.TOOL_LOOP_TEXTUALIZED, span[0], openai_compat.MISSING))
         start = end + 1
 
 

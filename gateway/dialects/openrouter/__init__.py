@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects import openai_compat
 from gateway.dialects.canonical import JSON, Request
 from gateway.dialects.entry import FieldsContext
-from gateway.dialects.openai_compat import fields
-from gateway.dialects.openai_compat.flavor import Flavor
+from gateway.dialects.openai_compat import Flavor
 from gateway.dialects.provider_seal import opaque_entry
 
 ANTHROPIC_FORMAT = "anthropic-claude-v1"
@@ -30,7 +30,7 @@ class OpenRouter(Flavor):
         details = values.get("reasoning_details")
         entries = [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
         opaque = any(map(opaque_entry, entries))
-        unsigned = any(d.get("type") == "reasoning.text" and not fields.text_value(d.get("signature"))
+        unsigned = any(d.get("type") == "reasoning.text" and not openai_compat.text_value(d.get("signature"))
                        and (family == "anthropic" or d.get("format") == ANTHROPIC_FORMAT) for d in entries)
         return (opaque or family not in ("gemini", "anthropic")) and not unsigned
 
@@ -54,7 +54,7 @@ class OpenRouter(Flavor):
                 req.thinking = None
                 actions.append(Action(ActionKind.THINKING_DISABLED, first, "loop_start_unverified"))
         if not req.thinking_enabled():
-            fields.strip(req.messages, self.own_fields, actions)
+            openai_compat.strip(req.messages, self.own_fields, actions)
 
 
 FLAVOR = OpenRouter()

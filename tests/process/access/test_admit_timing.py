@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.access import keys
+from gateway.access import admission
 from state.factory import open_store
 from state.gateway_keys import KeyRecord
 from state.store import Store
 
 KEY_ID = "0123456789ab"
-RIGHT = keys.secret_hash("r" * 43)
-WRONG = keys.secret_hash("w" * 43)
+RIGHT = admission.secret_hash("r" * 43)
+WRONG = admission.secret_hash("w" * 43)
 
 
 @pytest.fixture()

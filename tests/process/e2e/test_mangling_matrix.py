@@ -41,7 +41,7 @@ wire shape makes checkable:
 With the records gone the Anthropic surface's manglings and the OpenAI surface's to the OpenAI-compatible upstreams
 are played again, the store flushed before every request (``test_matrix_with_records_expired``) and with Redis
 stopped (``test_matrix_with_redis_stopped``): still zero rejections (the stateless path per flavor,
-``gateway/dialects/openai_compat/fields.py``). Checks that belong to one route only have their own tests at the end.
+``gateway/dialects/openai_compat.py``). Checks that belong to one route only have their own tests at the end.
 
 By default every (route, case) row is played twice, pairwise over stream and header (``tests/pairwise.py``:
 both stream modes and both header modes per row); the records-gone matrices play the two combinations the

@@ -4,7 +4,7 @@ strict simulator process, each flavor's tool loop replayed by a client that mang
 
 - With ``GATEWAY_STATE_MACHINE_ENABLED=false`` (the sanitizer alone) every mangling on every flavor gets no upstream
   4xx: what is whole goes as the client sent it, what is not is degraded the way the flavor's upstream accepts
-  (``gateway/dialects/openai_compat/fields.py``), and each degrade is counted as a sanitize action.
+  (``gateway/dialects/openai_compat.py``), and each degrade is counted as a sanitize action.
 - With a store that holds no record (the shared redis-server flushed before every request), and with the store
   unavailable (Redis not there), the same.
 - A client that turns reasoning off mid-loop: on Gemini flavors the model thinks all the same and its reasoning is kept;

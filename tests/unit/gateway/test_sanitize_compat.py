@@ -1,4 +1,4 @@
-"""The OpenAI-compatible flavors' sanitize rules (``gateway/dialects/openai_compat/fields.py`` and each flavor's
+"""The OpenAI-compatible flavors' sanitize rules (``gateway/dialects/openai_compat.py`` and each flavor's
 subpackage), pure: what a client's reasoning fields look like without a record, and what goes upstream."""
 
 from __future__ import annotations

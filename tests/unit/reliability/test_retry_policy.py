@@ -1,4 +1,4 @@
-"""``gateway.transport.retry``: which answers are retried before the first byte, and after how long (pure)."""
+"""``gateway.transport.upstream``: which answers are retried before the first byte, and after how long (pure)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gateway.app.settings import Settings
-from gateway.transport.retry import RetryPolicy, retry_after_header, retry_after_seconds, retry_delay_in_body
+from gateway.transport.upstream import RetryPolicy, retry_after_header, retry_after_seconds, retry_delay_in_body
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 
