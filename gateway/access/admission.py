@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import Response, StreamingResponse
 
 from gateway.dialects import prices
+from gateway.dialects.canonical import token_counts
 from gateway.dialects.credentials import CREDENTIAL_HEADERS, credential_of
-from gateway.dialects.usage import token_counts
 from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
 from state.errors import StoreError

@@ -19,6 +19,7 @@ from gateway.ops.metrics import TenantLabels
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.identify import ConversationHints
 from gateway.pipeline.repair.records import RecordCaches
+from gateway.pipeline.sanitize.core import Policy
 from gateway.surfaces.model_lists import ModelLists
 from gateway.transport.upstream import Upstream
 from state.codec import DEFAULT_TURN_CACHE_ENTRIES
@@ -78,3 +79,9 @@ class Gateway:
     key_labels: TenantLabels = field(default_factory=lambda: TenantLabels(DEFAULT_METRICS_TENANTS))  # key names
     # the one request at a time whose body is worked on off the event loop (``pipeline.off_loop``)
     offload: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    # sanitize's rules as the settings set them, built once (``stages._policy`` adds the request's tenant's seals)
+    policy: Policy = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.policy = Policy(s.unverifiable_thinking, s.fix_thinking_params, s.gemini_bypass)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.dialects.usage import token_counts
+from gateway.dialects.canonical import token_counts
 
 BILLED = ("input", "output", "cache_read", "cache_write")  # (reasoning is inside output)
 

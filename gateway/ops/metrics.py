@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.dialects import classify, registry, routing
+from gateway.dialects.canonical import TOKEN_KEYS, token_counts
 from gateway.dialects.params import REFUSABLE, metric_label
-from gateway.dialects.usage import TOKEN_KEYS, token_counts
 from gateway.errors import new_request_id
 from gateway.ops import logs
 from gateway.ops.logs import Observation

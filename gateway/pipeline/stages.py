@@ -244,10 +244,9 @@ def route_of(ex: Exchange, gw: Gateway) -> ModelCaps:
 
 
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
-    s = gw.settings
-    tenant = ex.identity.tenant
-    seals = provider_seal.seals_for(s.secret, s.previous_secret, tenant) if tenant is not None else None
-    return Policy(s.unverifiable_thinking, s.fix_thinking_params, s.gemini_bypass, seals)
+    s, tenant = gw.settings, ex.identity.tenant
+    return gw.policy if tenant is None else dataclasses.replace(gw.policy, seals=provider_seal.seals_for(
+        s.secret, s.previous_secret, tenant))
 
 
 def keep_prefix(ex: Exchange, gw: Gateway, result: LoadResult | None, matched: dict[int, RecordedTurn]) -> None:

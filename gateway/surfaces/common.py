@@ -1,5 +1,16 @@
 """Helpers every thin handler shares: the app's dependencies, the request body, the upstream call and the
-relay of its answer (the stream branch, its headers and the record of the finished turn, written once)."""
+relay of its answer (the stream branch, its headers and the record of the finished turn, written once).
+
+The request budget (``read_body``): what one request may cost a worker in memory (``GATEWAY_REQUEST_MEMORY_MB``),
+estimated from its body before it is decoded, so that one request cannot take a replica's memory.
+
+Measured with ``bench/peak_rss.py`` (2026-11-28, every surface): a request's peak is about 3-6 times its body's bytes
+for a body of long strings (the body, its parsed values, the canonical request, what goes upstream and the turn
+record each hold the text once), plus about 1 KiB for each JSON object in it (a tiny message is a dict parsed, a
+canonical message and its blocks, and their encodings: 100,000 of them in a 3.9 MB body peak at 77-116 MB). So the
+estimate is ``BYTE_COST`` per byte plus ``OBJECT_COST`` per ``{`` (one C-level count over the body, before any
+parsing); a declared ``content-length`` whose bytes alone pass the budget is refused before the body is read.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +30,6 @@ from gateway.dialects.canonical import Turn
 from gateway.dialects.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
 from gateway.errors import ClientError
 from gateway.ops import metrics
-from gateway.pipeline import request_cost
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
 from gateway.pipeline.identify import SCID_HEADER
@@ -97,9 +107,9 @@ def check_header_value(name: str, value: str) -> None:
 async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
     gw = gateway_of(request)
     budget = gw.settings.request_memory_mb << 20
-    limit = min(gw.settings.max_body_bytes, request_cost.byte_limit(budget) or gw.settings.max_body_bytes)
+    limit = min(gw.settings.max_body_bytes, byte_limit(budget) or gw.settings.max_body_bytes)
     raw = await read_body(request, limit, gw.settings.body_timeout_s)
-    if request_cost.too_costly(raw, budget):  # (before anything is decoded)
+    if too_costly(raw, budget):  # (before anything is decoded)
         raise ClientError(413, TOO_COSTLY.format(mb=gw.settings.request_memory_mb), "request_too_large")
     headers = client_headers(request)
     if surface.key_query is not None and (key := request.query_params.get(surface.key_query[0])):
@@ -188,3 +198,32 @@ def stream_answer(ex: Exchange, gw: Gateway, source: Any, encoder: StreamEncoder
     relay = relay_sse(source, encoder, on_complete=on_complete, snapshot=snapshot)
     return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.identity.scid, stream=True),
                              media_type=media_type)
+
+
+# --- what a request may cost ---
+
+BYTE_COST = 6
+OBJECT_COST = 1024
+
+
+def byte_limit(budget: int) -> int:
+    """The largest body whose bytes alone fit ``budget`` (0: no budget)."""
+    return budget // BYTE_COST if budget > 0 else 0
+
+
+def estimate(body: bytes) -> int:
+    """The memory a request with this body is expected to need at its peak, in bytes."""
+    return BYTE_COST * len(body) + OBJECT_COST * body.count(b"{")
+
+
+# the most a byte can cost: a body of nothing but ``{}`` (a JSON object in every two bytes)
+MOST_PER_BYTE = BYTE_COST + OBJECT_COST // 2
+
+
+def too_costly(body: bytes, budget: int) -> bool:
+    """Whether the estimate passes ``budget``. A body that would fit even if it were all ``{}`` is not counted (the
+    count is one pass over the body at about 0.25 ns a byte: 0.1 ms for a 100-turn tool loop's 400 KB, which most
+    requests need not pay)."""
+    if budget <= 0 or MOST_PER_BYTE * len(body) <= budget:
+        return False
+    return estimate(body) > budget

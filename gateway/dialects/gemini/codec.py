@@ -37,6 +37,7 @@ from gateway.dialects.canonical import (
     ToolResultBlock,
     ToolUseBlock,
     Turn,
+    from_gemini,
 )
 from gateway.dialects.gemini.parts import (
     Mint,
@@ -47,7 +48,6 @@ from gateway.dialects.gemini.parts import (
     map_responses,
     part_from_block,
 )
-from gateway.dialects.usage import from_gemini
 from gateway.errors import bad_request
 
 NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``

@@ -39,13 +39,13 @@ from gateway.dialects.canonical import (
     ToolResultBlock,
     ToolUseBlock,
     Turn,
+    from_openai,
 )
 from gateway.dialects.credentials import credential_of
 from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra
 from gateway.dialects.provider_seal import unsealed
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
-from gateway.dialects.usage import from_openai
 from gateway.errors import bad_request
 
 PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content")

@@ -20,10 +20,9 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.canonical import JSON
+from gateway.dialects.canonical import JSON, from_openai
 from gateway.dialects.openai_chat.messages import signature_from_openai_extra
 from gateway.dialects.openai_compat.codec import PROVIDER_FIELDS, REASONING_TEXT, STOP_REASONS
-from gateway.dialects.usage import from_openai
 
 Event = dict[str, Any]
 _CONCAT = ("text", "summary", "data")

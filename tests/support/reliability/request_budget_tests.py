@@ -1,5 +1,5 @@
 """Issue 32 item 5: one request may cost a worker at most ``GATEWAY_REQUEST_MEMORY_MB``, estimated from its body
-before it is decoded (``gateway.pipeline.request_cost``: 6 bytes per body byte, 1 KiB per JSON object). More is a 413
+before it is decoded (``gateway.surfaces.common``: 6 bytes per body byte, 1 KiB per JSON object). More is a 413
 in the
 client's own dialect, and nothing reaches the upstream; a ``content-length`` whose bytes alone are too many is
 refused before the body is read."""
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from gateway.pipeline import request_cost
+from gateway.surfaces import common as request_cost
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim
 
 BUDGET_MB = 40

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from gateway.dialects.canonical import REASONING, from_gemini, from_openai, token_counts
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.openai_compat import codec as openai_compat
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.dialects.routing import MODEL_LABELS, model_label
-from gateway.dialects.usage import REASONING, from_gemini, from_openai, token_counts
 
 
 def test_openai_usage_splits_cached_prompt_tokens_and_keeps_the_reasoning_share() -> None:
