@@ -80,7 +80,7 @@ CACHES: dict[str, tuple[str, Kind]] = {
     "gateway/pipeline/repair/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
     "gateway/app/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),
     "gateway/pipeline/identify.py": ("the conversation a tool id was last seen in", Kind.VERIFIED_HINT),
-    "gateway/continuation/journal.py": (
+    "gateway/continuation/outage.py": (
         "the exact thinking a worker relayed, by its text's hash, with its signature (a faithful replay verified while "
         "the store is away)", Kind.CONTENT),
     "gateway/surfaces/model_lists.py": ("upstream model lists per tenant, with a TTL", Kind.NOT_CONVERSATION),

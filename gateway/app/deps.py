@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from gateway.access.admission import AdmittedKeys
 from gateway.app.settings import DEFAULT_METRICS_TENANTS, Settings
-from gateway.continuation.journal import Journal
-from gateway.continuation.record_retry import RecordRetry
+from gateway.continuation.outage import Journal, RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
 from gateway.continuation.splice import RecordedJson
 from gateway.dialects.prices import DEFAULT as DEFAULT_PRICES
@@ -65,7 +64,7 @@ class Gateway:
     extra: dict[str, object] = field(default_factory=dict)
     hints: ConversationHints = field(default_factory=ConversationHints)  # tool id -> conversation (a guess)
     journal: Journal = field(default_factory=Journal)  # the thinking this worker relayed
-    # (``gateway.continuation.journal``)
+    # (``gateway.continuation.outage``)
     replay_memo: ReplayMemo | None = None  # decoded histories of untouched requests (None: off)
     caches: WorkerCaches = field(default_factory=lambda: WorkerCaches.sized(DEFAULT_TURN_CACHE_ENTRIES))
     model_lists: ModelLists = field(default_factory=ModelLists)  # upstreams' model lists (``GET /v1/models``)

@@ -20,7 +20,7 @@ from gateway.access import http as admin
 from gateway.app import allocator
 from gateway.app.deps import Gateway, WorkerCaches
 from gateway.app.settings import Settings
-from gateway.continuation.record_retry import RecordRetry
+from gateway.continuation.outage import RecordRetry
 from gateway.continuation.replay_memo import ReplayMemo
 from gateway.dialects import prices
 from gateway.errors import GatewayError, dialect_headers, render_error

@@ -480,7 +480,7 @@ def observe_stateless(reason: str) -> None:
 
 
 def observe_record_retry(outcome: str, n: int = 1) -> None:
-    """The background record retry (``gateway.continuation.record_retry``)."""
+    """The background record retry (``gateway.continuation.outage``)."""
     if n:
         child(RECORD_RETRIES, label(outcome, RECORD_RETRY_OUTCOMES)).inc(n)
 

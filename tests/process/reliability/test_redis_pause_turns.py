@@ -10,7 +10,7 @@ turned off, were never recorded, and the conversation went on under a new id. No
 - every turn went back to the upstream as it produced it (the last request of each conversation replays every
   turn's signed thinking exactly as the client holds it, and thinking stays on), and every turn produced before the
   pause and after recovery has its thinking; during the pause a replica verifies the thinking it relayed itself
-  (``gateway.continuation.journal``), and degrades (without any upstream 4xx) what the other replica relayed;
+  (``gateway.continuation.outage``), and degrades (without any upstream 4xx) what the other replica relayed;
 - the turns served during the pause are recorded once Redis is back, in their conversation, at their places
   (``record_retry``: placed by their request's load; a place the store never received is filled in place), so
   each conversation has one id and its records hold every turn, with no gap.

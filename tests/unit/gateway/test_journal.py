@@ -1,10 +1,10 @@
-"""``gateway.continuation.journal``: a worker vouches, while the store is away, only for thinking it relayed itself,
+"""``gateway.continuation.outage``: a worker vouches, while the store is away, only for thinking it relayed itself,
 byte for byte,
 signature included, to the same tenant."""
 
 from __future__ import annotations
 
-from gateway.continuation.journal import Journal
+from gateway.continuation.outage import Journal
 from gateway.dialects.canonical import RedactedThinkingBlock, TextBlock, ThinkingBlock
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.continuation.record_retry import RecordRetry
+from gateway.continuation.outage import RecordRetry
 from state.errors import CodecError, StoreTimeout
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, RecordResult, TurnWrite

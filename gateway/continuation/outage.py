@@ -1,16 +1,24 @@
-"""``RecordRetry``: turns whose record failed (the store timed out or was away), recorded again in the
-background so the conversation's next request still finds them.
+"""While the store is away: turns whose record failed, recorded again in the background (``RecordRetry``), and the
+thinking this worker relayed, so that a client's faithful replay of it is still verified (``Journal``).
 
-A bounded queue (``capacity``; a turn that does not fit is dropped and counted ``queue_full``), one task per
-worker started and stopped by the app's lifespan, at most ``len(pauses)`` attempts per turn, each after its
-pause (0.1 s ... 4 s: longer, all told, than the circuit breaker's cooldown, so a Redis restart is outlived).
-Replaying a write is safe: the same turn id at its position is a duplicate, a forking write lands on the same
-fork (``Store.record``). Only ``StoreUnavailable`` is retried; anything else is the turn's own fault.
+``RecordRetry``: turns whose record failed (the store timed out or was away), recorded again in the background so the
+conversation's next request still finds them. A bounded queue (``capacity``; a turn that does not fit is dropped and
+counted ``queue_full``), one task per worker started and stopped by the app's lifespan, at most ``len(pauses)``
+attempts per turn, each after its pause (0.1 s ... 4 s: longer, all told, than the circuit breaker's cooldown, so a
+Redis restart is outlived). Replaying a write is safe: the same turn id at its position is a duplicate, a forking
+write lands on the same fork (``Store.record``). Only ``StoreUnavailable`` is retried; anything else is the turn's
+own fault. A turn served while the store was away (its load failed too) is *placed* when it is recorded: its
+request's load (``placed_by``) is asked again first, and the turn goes into the conversation it finds then (else the
+one the client named, else a new one), at the position the request gave it. Counted in
+``gateway_record_retries_total{outcome}``.
 
-A turn served while the store was away (its load failed too) is *placed* when it is recorded: its request's load
-(``placed_by``) is asked again first, and the turn goes into the conversation it finds then (else the one the
-client named, else a new one), at the position the request gave it.
-Counted in ``gateway_record_retries_total{outcome}``.
+``Journal``: without the store a replayed thinking block cannot be checked against its record, so sanitize degrades
+it; but a block this very worker handed the client is authentic when its bytes are the same. The journal keeps, per
+tenant, the SHA-256 of each relayed thinking text with the signature it came with (and of each redacted block's
+data), in a bounded LRU (``ENTRIES``). It is content-addressed: an entry names exact bytes and the signature the
+upstream minted for them, so it cannot be stale (``state.coherence``); it only vouches, while the store is away or
+has just come back (``pipeline.OUTAGE_GRACE_S``), for blocks no record covers. A turn another replica relayed is not
+in it: that one's thinking is degraded until its deferred record lands (``RecordRetry``).
 """
 
 from __future__ import annotations
@@ -19,10 +27,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.dialects.canonical import Block, RedactedThinkingBlock, ThinkingBlock
 from gateway.ops import metrics
 from gateway.pipeline import identify
+from state.hashing import exact_hash
+from state.lru import Lru
 from state.store import LoadQuery, Store, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.record_retry")
@@ -137,3 +149,36 @@ class RecordRetry:
         self.recorded += 1
         metrics.observe_record_retry("recorded")
         log.info("turn recorded by the background retry (attempt %d)", item.attempt + 1)
+
+
+# --- the journal of relayed thinking ---
+
+ENTRIES = 100_000  # ~150 bytes each: about 15 MB at most per worker
+
+
+class Journal:
+    def __init__(self, entries: int = ENTRIES) -> None:
+        self._seen: Lru[tuple[str, str], str] = Lru(entries)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def note(self, tenant: str, blocks: Iterable[Block]) -> None:
+        """The blocks of a turn this worker relayed to ``tenant``."""
+        for b in blocks:
+            key = _key(b)
+            if key is not None:
+                self._seen.put((tenant, key[0]), key[1])
+
+    def vouches(self, tenant: str, block: Block) -> bool:
+        """``block`` is exactly a thinking block this worker relayed to ``tenant``, signature included."""
+        key = _key(block)
+        return key is not None and self._seen.get((tenant, key[0])) == key[1]
+
+
+def _key(b: Block) -> tuple[str, str] | None:
+    if isinstance(b, ThinkingBlock) and b.thinking is not None and b.signature:
+        return "t" + exact_hash(b.thinking), b.signature
+    if isinstance(b, RedactedThinkingBlock) and b.data:
+        return "r" + exact_hash(b.data), ""
+    return None
