@@ -65,6 +65,23 @@ class ProviderFields:
     fields: dict[str, JSON]
 
 
+# The reserved key under which a translated stream's events carry provider data, typed: a ``BlockProvider`` on a
+# block (``content_block_start``'s block; a ``provider_delta`` completes it), ``ProviderFields`` on the
+# ``message_delta``'s delta. Values parsed from JSON are never these types, so an upstream's or a client's own
+# ``_provider`` key is never read as provider data. (Records keep provider data in their stored form under the same
+# key: ``gateway.pipeline.repair.records``.)
+PROVIDER = "_provider"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockProvider:
+    """Provider data on a block of a translated stream: the family that minted the block (a ``thought`` block's
+    ``ThoughtBlock.origin``) and its per-part signature, if it has one (the block's ``sig``)."""
+
+    origin: str
+    sig: ProviderSig | None = None
+
+
 @dataclass(slots=True)
 class TextBlock:
     text: str

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect
@@ -188,12 +188,11 @@ def relay_headers(headers: Mapping[str, str], scid: str | None, *, stream: bool 
 
 
 def stream_answer(ex: Exchange, gw: Gateway, source: Any, encoder: StreamEncoder, headers: Mapping[str, str],
-                  media_type: str | None, *, lift: Callable[[Turn], Turn] | None = None,
-                  snapshot: Snapshot | None = None) -> StreamingResponse:
+                  media_type: str | None, *, snapshot: Snapshot | None = None) -> StreamingResponse:
     """Relay an upstream stream (``source``: the response, or its translation into canonical events) through the
-    client dialect's ``encoder``; the finished turn is recorded (``lift``: from a translated stream's events)."""
+    client dialect's ``encoder``; the finished turn is recorded."""
     async def on_complete(turn: Turn) -> None:
-        await pipeline.record(ex, gw, lift(turn) if lift is not None else turn)
+        await pipeline.record(ex, gw, turn)
 
     relay = relay_sse(source, encoder, on_complete=on_complete, snapshot=snapshot)
     return StreamingResponse(relay, status_code=200, headers=relay_headers(headers, ex.identity.scid, stream=True),

@@ -34,7 +34,6 @@ from gateway.errors import GatewayError, render_error
 from gateway.ops import metrics
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
-from gateway.pipeline.repair.records import lift_turn
 from gateway.surfaces.common import (
     call_upstream,
     exchange_from,
@@ -65,7 +64,6 @@ class Codec:
     kinds: ClassVar[tuple[str, ...] | None] = tuple(UPSTREAM_DIALECTS)  # None: Anthropic's, whatever the model
     media_type: ClassVar[str | None] = JSON  # of the answers that are not a stream (None: the headers name it)
     hides: ClassVar[frozenset[str] | None] = None  # the client gets the upstream's headers but these (None: none)
-    lifts: ClassVar[bool] = True  # the streamed turn comes as canonical events (``records.lift_turn``)
     raw_events: ClassVar[bool] = False  # the stream encoder wants a translated stream's upstream events too
     may_stream: ClassVar[bool] = True  # False: the answer is read whole, whatever the request's ``stream`` says
     # a surface that does not route (``kinds`` None) calls Claude on a cloud platform when a route puts it there
@@ -290,7 +288,7 @@ async def _handle(request: HTTPRequest, codec: Codec, admitting: asyncio.Future[
         return await codec.answer(resp, body)
     encoder, media_type, snapshot = codec.stream()
     return stream_answer(ex, gw, codec.source(resp), encoder, codec.headers(resp), media_type,
-                         lift=lift_turn if codec.lifts else None, snapshot=snapshot)
+                         snapshot=snapshot)
 
 
 async def _body(codec: Codec) -> bytes:

@@ -20,7 +20,7 @@ class Messages(Codec):
     surface = surfaces.MESSAGES
     kinds = None  # not routed: every model goes to the Anthropic upstream (or Claude's cloud platform)
     platforms = True
-    media_type, hides, lifts = None, frozenset(), False  # the upstream's answer, with all its headers
+    media_type, hides = None, frozenset()  # the upstream's answer, with all its headers
 
     def decoder(self) -> pipeline.ReplayDecoder:
         return pipeline.ANTHROPIC

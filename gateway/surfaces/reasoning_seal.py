@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import orjson
 
-from gateway.dialects.canonical import JSON, Block, ProviderFields
+from gateway.dialects.canonical import Block, ProviderFields
 from gateway.pipeline.repair.records import load_block, load_fields, store_block, store_fields
 
 VERSION = "tg1"  # payload: a JSON list of stored blocks
@@ -72,12 +72,11 @@ class Sealer:
     keys: tuple[bytes, ...]  # the current secret's first
 
     def seal(self, blocks: list[Block], provider: ProviderFields | None = None) -> str:
-        return self.seal_stored([store_block(b) for b in blocks], store_fields(provider))
-
-    def seal_stored(self, blocks: list[dict[str, JSON]], provider: dict[str, JSON] | None = None) -> str:
-        """Blocks in their stored form (a stream's accumulated block dicts are in it already), and a turn's
-        message-level fields in theirs (``records.store_fields``; empty or None: none)."""
-        version, content = (FIELDS_VERSION, {"blocks": blocks, "provider": provider}) if provider else (VERSION, blocks)
+        """Blocks, and a turn's message-level fields (None: none), sealed in their stored form
+        (``records.store_block``, ``records.store_fields``)."""
+        stored = [store_block(b) for b in blocks]
+        version, content = (FIELDS_VERSION, {"blocks": stored, "provider": store_fields(provider)}) if provider \
+            else (VERSION, stored)
         payload = zlib.compress(orjson.dumps(content))
         return f"{version}.{_b64(payload)}.{_b64(_mac(self.keys[0], version, self.tenant, payload))}"
 

@@ -44,7 +44,7 @@ class Responses(Codec):
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
-        encoder = StreamEncoder.answering(self.parsed, snap := Snapshot(), self.item_ids(), self.seal.seal_stored,
+        encoder = StreamEncoder.answering(self.parsed, snap := Snapshot(), self.item_ids(), self.seal.seal,
                                           lambda: (self.item_ids(), self.scid), self.scid)
         return encoder, MEDIA_TYPE, snap
 

@@ -58,6 +58,7 @@ from gateway.dialects.augment.codec import (
     ToolMeta,
     stop_reason_of,
 )
+from gateway.dialects.canonical import PROVIDER, BlockProvider
 from gateway.transport.streaming.sse import SSEEvent
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -86,13 +87,13 @@ def error_line(error_type: str, message: str, *, after_text: bool = False) -> by
 
 def _signature(block: dict[str, Any]) -> str:
     """A reasoning block's signature: Anthropic's ``signature`` (completed by ``signature_delta``), or
-    the opaque per-part value a ``thought`` block carries under ``_provider`` (a Gemini
+    the opaque per-part value a ``thought`` block's ``BlockProvider`` carries (a Gemini
     ``thoughtSignature``); "" when the carrier has none (OpenAI-compatible reasoning text)."""
     sig = block.get("signature")
     if isinstance(sig, str) and sig:
         return sig
-    provider = block.get("_provider")
-    value = provider.get("value") if isinstance(provider, dict) else None
+    provider = block.get(PROVIDER)
+    value = provider.sig.value if isinstance(provider, BlockProvider) and provider.sig is not None else None
     return value if isinstance(value, str) else ""
 
 

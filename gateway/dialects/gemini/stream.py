@@ -4,7 +4,7 @@
 client ``StreamEncoder`` understand: ``message_start`` on the first chunk; unsigned
 text (and ``thought: true`` text, as a ``thought`` block with ``thinking_delta``s)
 appends to the open block of its kind; a part that carries a ``thoughtSignature``
-becomes a block of its own, signature under ``_provider`` (never merged with its
+becomes a block of its own, its signature typed under ``PROVIDER`` (never merged with its
 neighbours, empty text included); each ``functionCall`` is a ``tool_use`` block with
 a minted id and its arguments in one ``input_json_delta``. ``end`` closes the answer
 (``message_delta`` + ``message_stop``) only if a ``finishReason`` arrived, so a
@@ -21,7 +21,16 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.canonical import JSON, OpaqueBlock, ProviderSig, TextBlock, ThoughtBlock, ToolUseBlock
+from gateway.dialects.canonical import (
+    JSON,
+    PROVIDER,
+    BlockProvider,
+    OpaqueBlock,
+    ProviderSig,
+    TextBlock,
+    ThoughtBlock,
+    ToolUseBlock,
+)
 from gateway.dialects.gemini.codec import stop_reason, usage
 from gateway.dialects.gemini.parts import Mint, block_from_part
 from gateway.errors import GatewayError, render_error
@@ -32,9 +41,10 @@ Event = dict[str, Any]
 
 
 def _provider(sig: ProviderSig | None, origin: str | None = None) -> dict[str, JSON]:
+    """A block's provider data: its signature, or a thought's origin (``canonical.BlockProvider``)."""
     if sig is None:
-        return {"_provider": {"origin": origin}} if origin else {}
-    return {"_provider": {"origin": sig.origin, "value": sig.value}}
+        return {PROVIDER: BlockProvider(origin)} if origin else {}
+    return {PROVIDER: BlockProvider(sig.origin, sig)}
 
 
 class GeminiTranslator:

@@ -17,7 +17,7 @@ accumulating twice.
   ``stream_options.include_usage``; a clean end -> ``data: [DONE]``;
 - an ``error`` event (or a relay failure) -> ``data: {"error": {...}}`` and no [DONE].
 
-- provider data of other upstreams (``_provider`` in translated events): a ``thought``
+- provider data of other upstreams (typed, under ``canonical.PROVIDER`` in translated events): a ``thought``
   block streams as ``reasoning_content``; a signed tool call gets
   ``extra_content.google.thought_signature`` on its first fragment, a signed text block
   a delta with ``extra_content`` at its stop; message-level provider fields (except
@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.canonical import JSON, ProviderSig
+from gateway.dialects.canonical import JSON, PROVIDER, BlockProvider, ProviderFields
 from gateway.dialects.openai_chat.codec import completion_id, finish_reason, usage
 from gateway.dialects.openai_chat.messages import encrypted_entry, openai_extra, text_entry
 from gateway.dialects.provider_seal import Seal
@@ -117,7 +117,7 @@ class StreamEncoder:
             return self._chunk({"reasoning_details": [encrypted_entry(block["data"], self._reasoning[idx])]})
         if btype == "thought":
             return self._reasoning_text(block.get("thinking"))
-        extra = _extra_content(block.get("_provider"))
+        extra = _extra_content(block.get(PROVIDER))
         if btype == "text":
             if extra is not None:
                 self._signed[idx] = extra
@@ -168,12 +168,11 @@ class StreamEncoder:
     def _message_delta(self, data: dict[str, Any]) -> bytes:
         delta = data.get("delta")
         stop = delta.get("stop_reason") if isinstance(delta, dict) else None
-        prov = delta.get("_provider") if isinstance(delta, dict) else None
-        fields = prov.get("fields") if isinstance(prov, dict) else None
-        shown = {k: v for k, v in fields.items() if k != "reasoning_content"} if isinstance(fields, dict) else {}
-        origin = prov.get("origin") if isinstance(prov, dict) else None
-        if shown and self.seal is not None and isinstance(origin, str):
-            shown = self.seal(origin, shown)
+        prov = delta.get(PROVIDER) if isinstance(delta, dict) else None
+        shown = {k: v for k, v in prov.fields.items() if k != "reasoning_content"} \
+            if isinstance(prov, ProviderFields) else {}
+        if shown and self.seal is not None and isinstance(prov, ProviderFields):
+            shown = self.seal(prov.origin, shown)
         head = self._chunk(shown) if shown and not self.exclude_reasoning else b""
         return head + self._chunk({}, finish_reason(stop))
 
@@ -199,9 +198,7 @@ class StreamEncoder:
 
 
 def _extra_content(prov: Any) -> dict[str, JSON] | None:
-    if not isinstance(prov, dict) or "value" not in prov:
-        return None
-    return openai_extra(ProviderSig(str(prov.get("origin")), prov["value"]))
+    return openai_extra(prov.sig) if isinstance(prov, BlockProvider) and prov.sig is not None else None
 
 
 _HANDLERS: dict[str, Callable[[StreamEncoder, dict[str, Any]], bytes]] = {

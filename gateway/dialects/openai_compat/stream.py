@@ -1,14 +1,14 @@
 """OpenAI-compatible upstream ``chat.completion.chunk`` SSE -> canonical (Anthropic-shaped) events.
 
 - reasoning text deltas (``reasoning_content`` / ``reasoning`` / ``reasoning_text``, the
-  first kind seen) -> a ``thought`` block (``thinking_delta``), origin under ``_provider``;
+  first kind seen) -> a ``thought`` block (``thinking_delta``), its origin a ``BlockProvider``;
 - ``content`` -> a text block; ``tool_calls`` fragments by ``index`` -> one ``tool_use``
   block each (id and name from the first fragment, arguments as ``input_json_delta``;
-  a Gemini ``extra_content`` signature under ``_provider``);
+  a Gemini ``extra_content`` signature as its ``BlockProvider``);
 - the message-level provider fields accumulate exactly as the official clients merge
   them (strings concatenate; ``reasoning_details`` entries merge by ``index``: text-like
   fields concatenate, the rest is replaced) and are attached to the final
-  ``message_delta`` as ``_provider`` (``Turn.provider`` once lifted);
+  ``message_delta`` as ``ProviderFields`` (``Turn.provider`` once accumulated);
 - ``finish_reason`` and ``usage`` -> ``message_delta``; ``[DONE]`` (or the end of the
   stream after a ``finish_reason``) -> ``message_stop``; an ``{"error": ...}`` chunk ->
   an ``error`` event.
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.canonical import JSON, from_openai
+from gateway.dialects.canonical import JSON, PROVIDER, BlockProvider, ProviderFields, ProviderSig, from_openai
 from gateway.dialects.openai_chat.messages import signature_from_openai_extra
 from gateway.dialects.openai_compat.codec import PROVIDER_FIELDS, REASONING_TEXT, STOP_REASONS
 
@@ -93,7 +93,7 @@ class CompatTranslator:
             fields["reasoning_details"] = [self.details[k] for k in sorted(self.details)]
         delta: dict[str, JSON] = {"stop_reason": STOP_REASONS.get(self.finish, "end_turn"), "stop_sequence": None}
         if fields:
-            delta["_provider"] = {"origin": self.origin, "fields": fields}
+            delta[PROVIDER] = ProviderFields(self.origin, fields)
         return [*self._close(), {"type": "message_delta", "delta": delta, "usage": self.usage},
                 {"type": "message_stop"}]
 
@@ -113,7 +113,7 @@ class CompatTranslator:
     def _text(self, kind: str, text: str) -> list[Event]:
         events: list[Event] = []
         if self.open != kind:
-            block = {"type": "thought", "thinking": "", "_provider": {"origin": self.origin}} if kind == "thought" \
+            block = {"type": "thought", "thinking": "", PROVIDER: BlockProvider(self.origin)} if kind == "thought" \
                 else {"type": "text", "text": ""}
             events += self._open(kind, block)
         key, dtype = ("thinking", "thinking_delta") if kind == "thought" else ("text", "text_delta")
@@ -140,13 +140,15 @@ class CompatTranslator:
             events += self._text("text", content)
         sig = signature_from_openai_extra(delta.get("extra_content"))
         if sig:  # Gemini's compatibility layer signs a text answer on a delta: kept as a signed empty part
-            events += self._open("signed", {"type": "text", "text": "", "_provider": {"origin": self.origin,
-                                                                                     "value": sig}})
+            events += self._open("signed", {"type": "text", "text": "", PROVIDER: self._signed(sig)})
             events += self._close()
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 events += self._call(call)
         return events
+
+    def _signed(self, value: str) -> BlockProvider:
+        return BlockProvider(self.origin, ProviderSig(self.origin, value))
 
     def _merge_detail(self, index: Any, entry: dict[str, Any]) -> None:
         key = index if isinstance(index, int) else len(self.details)
@@ -166,7 +168,7 @@ class CompatTranslator:
                                       "name": str(fn.get("name") or ""), "input": {}}
             sig = signature_from_openai_extra(call.get("extra_content"))
             if sig:
-                block["_provider"] = {"origin": self.origin, "value": sig}
+                block[PROVIDER] = self._signed(sig)
             events += self._open("tool", block)
             self.tools[n] = self.index
         args = fn.get("arguments")

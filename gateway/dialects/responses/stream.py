@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.dialects.canonical import JSON
+from gateway.dialects.canonical import JSON, PROVIDER, Block, BlockProvider, ProviderFields
 from gateway.dialects.responses.codec import (
     FUNCTION_CALL,
     MESSAGE,
@@ -44,15 +44,14 @@ from gateway.dialects.responses.codec import (
     reasoning_item,
     response_object,
 )
-from gateway.transport.streaming.accumulate import Snapshot
+from gateway.transport.streaming.accumulate import Snapshot, block_of
 from gateway.transport.streaming.sse import SSEEvent
 
 
-class SealStored(Protocol):
-    """Stored-form block dicts (and a turn's message-level fields, in ``records.store_fields`` form) ->
-    encrypted_content."""
+class Seal(Protocol):
+    """Canonical blocks (and a turn's message-level fields) -> encrypted_content (``reasoning_seal.Sealer.seal``)."""
 
-    def __call__(self, blocks: list[dict[str, JSON]], provider: dict[str, JSON] | None = None, /) -> str: ...
+    def __call__(self, blocks: list[Block], provider: ProviderFields | None = None, /) -> str: ...
 
 
 MEDIA_TYPE = "text/event-stream"
@@ -75,7 +74,7 @@ class StreamEncoder:
     was recorded under (read once the relay has recorded it) and the conversation id."""
 
     def __init__(self, snapshot: Snapshot, *, ids: ItemIds, final: Callable[[], tuple[ItemIds, str | None]],
-                 seal: SealStored, model: str, created_at: int, echo: dict[str, JSON], include_encrypted: bool,
+                 seal: Seal, model: str, created_at: int, echo: dict[str, JSON], include_encrypted: bool,
                  summary: bool, scid: str | None) -> None:
         self.snap = snapshot
         self.ids = ids
@@ -95,7 +94,7 @@ class StreamEncoder:
         self._place = 0  # the next item's place in the turn's layout (``openai_responses.layout``): its id's index
 
     @classmethod
-    def answering(cls, p: ResponsesRequest, snapshot: Snapshot, ids: ItemIds, seal: SealStored,
+    def answering(cls, p: ResponsesRequest, snapshot: Snapshot, ids: ItemIds, seal: Seal,
                   final: Callable[[], tuple[ItemIds, str | None]], scid: str | None) -> StreamEncoder:
         """The encoder answering a decoded request (its model, echoed fields, ``include`` and summary choice)."""
         return cls(snapshot, ids=ids, final=final, seal=seal, model=p.request.model, created_at=int(time.time()),
@@ -168,21 +167,21 @@ class StreamEncoder:
         self.output.append(item)
         return self._emit("response.output_item.done", output_index=output_index, item=item)
 
-    def _carrier(self, block: dict[str, JSON] | None, provider: dict[str, JSON] | None = None) -> bytes:
+    def _carrier(self, block: dict[str, JSON] | None, provider: ProviderFields | None = None) -> bytes:
         """A reasoning item of its own for a signature that rides on a text or tool block, or for the turn's
         message-level fields."""
         item_id = self._id(REASONING)
         if not self.include_encrypted:  # (shown only with include, its place kept: ``layout``)
             return b""
         k = self._next
-        sealed = self.seal([block] if block is not None else [], provider)
+        sealed = self.seal([block_of(block)] if block is not None else [], provider)
         item = reasoning_item(item_id, None, sealed, summary=False)
         return self._add(None, REASONING, {**item, "encrypted_content": None}) + self._done(item, k)
 
     def _message_delta(self, data: dict[str, Any]) -> bytes:
         delta = data.get("delta")
-        provider = delta.get("_provider") if isinstance(delta, dict) else None
-        if not isinstance(provider, dict) or not isinstance(provider.get("fields"), dict) or not provider["fields"]:
+        provider = delta.get(PROVIDER) if isinstance(delta, dict) else None
+        if not isinstance(provider, ProviderFields) or not provider.fields:
             return b""
         return self._carrier(None, provider)
 
@@ -207,8 +206,7 @@ class StreamEncoder:
             text = block.get("text")
             return self._text_delta(idx, text) if isinstance(text, str) and text else b""
         if btype == "tool_use":
-            head = self._carrier(block) if isinstance(block.get("_provider"), dict) and \
-                "value" in block["_provider"] else b""
+            head = self._carrier(block) if _signed(block) else b""
             item = call_item(self._id(FUNCTION_CALL), str(block.get("id")), str(block.get("name")), "",
                              "in_progress")
             return head + self._add(idx, FUNCTION_CALL, item)
@@ -268,9 +266,9 @@ class StreamEncoder:
                                   summary_index=0, text=op.text)
                 out += self._emit("response.reasoning_summary_part.done", item_id=item_id, output_index=k,
                                   summary_index=0, part={"type": "summary_text", "text": op.text})
-            sealed = self.seal([block]) if self.include_encrypted else None
+            sealed = self.seal([block_of(block)]) if self.include_encrypted else None
             return out + self._done(reasoning_item(item_id, op.text, sealed, summary=self.summary), k)
-        signed = isinstance(block.get("_provider"), dict) and "value" in block["_provider"]
+        signed = _signed(block)
         if op.kind == MESSAGE and op.output_index == PENDING:  # no text came: no message item, its signature's own
             return self._carrier(block) if signed else b""
         if op.kind == MESSAGE:
@@ -310,3 +308,8 @@ _HANDLERS: dict[str, Callable[[StreamEncoder, dict[str, Any]], bytes]] = {
     "message_delta": StreamEncoder._message_delta,
     "error": StreamEncoder._error_event,
 }
+
+
+def _signed(block: dict[str, Any]) -> bool:
+    """Whether a translated stream's text or tool block carries a per-part signature of its own."""
+    return isinstance(prov := block.get(PROVIDER), BlockProvider) and prov.sig is not None

@@ -5,7 +5,7 @@
   ``thinking_delta``s as it comes (parts joined as ``responses_upstream.summary_text`` joins them); it stays open until
   the next item is announced (or the response ends), then gets the item exactly as ``response.output_item.done`` gave
   it (``encrypted_content`` is complete only there) and the item that followed it (``reasoning_block``'s value) in
-  one ``provider_delta`` (the accumulator puts it under the block's ``_provider``), and closes;
+  one ``provider_delta`` (its ``ProviderSig``: the accumulator signs the block with it), and closes;
 - ``function_call`` items -> ``tool_use`` blocks (``call_id``, ``name``), ``response.function_call_arguments.delta``
   -> ``input_json_delta`` (an item that streamed no arguments gets them from its ``.done``);
 - ``response.output_text.delta`` / ``response.refusal.delta`` -> a text block per content part;
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.dialects.canonical import JSON
+from gateway.dialects.canonical import JSON, PROVIDER, BlockProvider
 from gateway.dialects.responses.upstream import SUMMARY_SEPARATOR, reasoning_block, stop_reason, usage
 
 Event = dict[str, Any]
@@ -126,7 +126,7 @@ class ResponsesTranslator:
                 events.append({"type": "content_block_delta", "index": index,
                                "delta": {"type": "thinking_delta", "thinking": b.text}})
             events.append({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "provider_delta", "value": b.sig.value}})
+                           "delta": {"type": "provider_delta", "sig": b.sig}})
         return events + self._close()
 
     def _summary(self, event: Event) -> list[Event]:
@@ -146,7 +146,7 @@ class ResponsesTranslator:
         self.kinds.append(str(kind))
         if kind == "reasoning":
             events = self._flush_reasoning(None)
-            events += self._start({"type": "thought", "thinking": "", "_provider": {"origin": self.origin}},
+            events += self._start({"type": "thought", "thinking": "", PROVIDER: BlockProvider(self.origin)},
                                   ("thought", item.get("id")))
             self.thought, self.summary_part, self.summary_streamed = self.index, None, False
             return events

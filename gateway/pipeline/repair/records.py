@@ -8,10 +8,10 @@
   that converts between the two. Provider data rides in the same dicts under the reserved key ``"_provider"``,
   which no upstream encoder ever emits: ``{"origin", "value"}`` on a text or tool_use block (a Gemini
   ``thoughtSignature``), and thought blocks (``ThoughtBlock``) are
-  ``{"type": "thought", "thinking": text, "_provider": {"origin"[, "value"]}}``. The Anthropic-shaped events that
-  non-Anthropic upstream streams are translated into use the same encoding (``lift_turn`` reads a turn accumulated
-  from them). Message-level fields (``ProviderFields``) are ``TurnRecord.provider`` = ``{"origin", "fields"}``
-  (``"_provider"`` in a translated stream's message).
+  ``{"type": "thought", "thinking": text, "_provider": {"origin"[, "value"]}}``. Message-level fields
+  (``ProviderFields``) are ``TurnRecord.provider`` = ``{"origin", "fields"}``. (A translated stream's events carry
+  the same data typed, under the same key: ``canonical.PROVIDER``; the accumulated turn has it in its typed
+  fields.)
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import (
     CLIENT,
     JSON,
+    PROVIDER,
     Block,
     Message,
-    OpaqueBlock,
     ProviderFields,
     ProviderSig,
     TextBlock,
@@ -246,7 +246,6 @@ class _LazyConversation(ConversationView):
         return one_each((rec.prefix_fingerprint, pos) for pos, rec in self._by_pos.items())
 
 
-PROVIDER_KEY = "_provider"
 
 
 def store_block(b: Block) -> dict[str, JSON]:
@@ -255,20 +254,20 @@ def store_block(b: Block) -> dict[str, JSON]:
         prov: dict[str, JSON] = {"origin": b.origin}
         if b.sig is not None:
             prov["value"] = b.sig.value
-        return {"type": "thought", "thinking": b.text, **b.extra, PROVIDER_KEY: prov}
+        return {"type": "thought", "thinking": b.text, **b.extra, PROVIDER: prov}
     out = anthropic.encode_block(b)
     if isinstance(b, TextBlock | ToolUseBlock) and b.sig is not None:
-        out = {**out, PROVIDER_KEY: {"origin": b.sig.origin, "value": b.sig.value}}
+        out = {**out, PROVIDER: {"origin": b.sig.origin, "value": b.sig.value}}
     return out
 
 
 def load_block(d: dict[str, JSON]) -> Block:
     """The inverse of ``store_block`` (for records and translated streams only: never for what a
     client sent, whose ``_provider`` keys are not trusted)."""
-    prov = d.get(PROVIDER_KEY)
+    prov = d.get(PROVIDER)
     if not isinstance(prov, dict):
         return anthropic.decode_block(d, "record")
-    rest = {k: v for k, v in d.items() if k != PROVIDER_KEY}
+    rest = {k: v for k, v in d.items() if k != PROVIDER}
     origin = named if isinstance(named := prov.get("origin"), str) else CLIENT
     sig = ProviderSig(origin, prov["value"]) if "value" in prov else None
     if rest.get("type") == "thought":
@@ -294,21 +293,21 @@ def store_message(m: Message) -> dict[str, JSON]:
         content = []
         for b in m.content:
             d = store_block(b)
-            if not _carries_provider_data(b) and PROVIDER_KEY in d:
-                d = {k: v for k, v in d.items() if k != PROVIDER_KEY}
+            if not _carries_provider_data(b) and PROVIDER in d:
+                d = {k: v for k, v in d.items() if k != PROVIDER}
             content.append(d)
-        extra = {k: v for k, v in m.extra.items() if k != PROVIDER_KEY}
-        return {"role": m.role, "content": content, **extra, PROVIDER_KEY: True}
+        extra = {k: v for k, v in m.extra.items() if k != PROVIDER}
+        return {"role": m.role, "content": content, **extra, PROVIDER: True}
     out = anthropic.encode_message(m)
-    out.pop(PROVIDER_KEY, None)
+    out.pop(PROVIDER, None)
     return out
 
 
 def load_message(d: dict[str, JSON], i: int) -> Message:
     """The inverse of ``store_message``."""
     content = d.get("content")
-    if d.get(PROVIDER_KEY) is True and isinstance(content, list):
-        extra = {k: v for k, v in d.items() if k not in ("role", "content", PROVIDER_KEY)}
+    if d.get(PROVIDER) is True and isinstance(content, list):
+        extra = {k: v for k, v in d.items() if k not in ("role", "content", PROVIDER)}
         return Message(str(d.get("role")), [load_block(b) for b in content if isinstance(b, dict)], extra=extra)
     return anthropic.decode_message(d, i)
 
@@ -322,24 +321,6 @@ def load_fields(raw: object) -> ProviderFields | None:
 
 def store_fields(p: ProviderFields | None) -> dict[str, JSON]:
     return {"origin": p.origin, "fields": p.fields} if p is not None else {}
-
-
-def lift_turn(turn: Turn) -> Turn:
-    """A turn decoded from translated (Anthropic-shaped) events: provider data moved from the
-    reserved keys into the typed fields."""
-    blocks: list[Block] = []
-    for b in turn.content:
-        if isinstance(b, OpaqueBlock) and b.type == "thought":
-            blocks.append(load_block({**b.raw, PROVIDER_KEY: b.raw.get(PROVIDER_KEY) or {}}))
-        elif isinstance(b, TextBlock | ToolUseBlock) and PROVIDER_KEY in b.extra:
-            extra = dict(b.extra)
-            blocks.append(load_block({**anthropic.encode_block(b), PROVIDER_KEY: extra.pop(PROVIDER_KEY)}))
-        else:
-            blocks.append(b)
-    turn.content = blocks
-    if PROVIDER_KEY in turn.extra:
-        turn.provider = load_fields(turn.extra.pop(PROVIDER_KEY))
-    return turn
 
 
 # the memory a record's canonical blocks add to the record they are built from (whose strings and dicts they
@@ -466,7 +447,7 @@ def turn_record(turn: Turn, request_messages: list[Message], *, upstream: str, d
     content = [store_block(b) for b in turn.content]
     provider = store_fields(turn.provider)
     # The client receives exactly the stored blocks unless provider data rides along (then its form differs)
-    plain = not provider and not any(PROVIDER_KEY in b for b in content)
+    plain = not provider and not any(PROVIDER in b for b in content)
     return TurnRecord(
         content=content,
         provider=provider,

@@ -6,8 +6,12 @@ SDKs apply them): thinking text appends, the signature replaces, text appends,
 ``input_json_delta`` fragments concatenate and are parsed at ``content_block_stop``,
 ``message_delta`` overwrites stop_reason and merges the cumulative usage; a ``compaction_delta`` sets the
 compaction block's ``content`` (and ``encrypted_content``); a translated stream's ``provider_delta``
-sets its block's ``_provider`` value (``gateway.pipeline.repair.records``). Unknown
-event and delta types are ignored here (the relay still forwards them).
+signs its block (``canonical.BlockProvider``). Unknown event and delta types are ignored here (the relay still
+forwards them).
+
+The finished turn has a translated stream's provider data in its typed fields (``lift``): a block's
+``BlockProvider`` becomes its ``sig`` (a ``thought`` block a ``ThoughtBlock``), the message's ``ProviderFields``
+``Turn.provider``. Only those typed values are lifted, never a ``_provider`` key that came as JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +22,18 @@ from typing import Any
 import orjson
 
 from gateway.dialects.anthropic import codec as anthropic
-from gateway.dialects.canonical import Turn
+from gateway.dialects.canonical import (
+    PROVIDER,
+    Block,
+    BlockProvider,
+    OpaqueBlock,
+    ProviderFields,
+    ProviderSig,
+    TextBlock,
+    ThoughtBlock,
+    ToolUseBlock,
+    Turn,
+)
 
 
 class UpstreamProtocolError(ValueError):
@@ -105,7 +120,8 @@ def _apply_delta(snap: Snapshot, idx: Any, delta: Any) -> None:
             if key in delta:
                 block[key] = delta[key]
     elif dtype == "provider_delta":  # a translated stream: provider data known only once its block is complete
-        block["_provider"] = {**(block.get("_provider") or {}), "value": delta.get("value")}
+        if isinstance(prov := block.get(PROVIDER), BlockProvider) and isinstance(sig := delta.get("sig"), ProviderSig):
+            block[PROVIDER] = BlockProvider(prov.origin, sig)
     elif dtype == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
 
@@ -121,4 +137,26 @@ def finished_turn(snap: Snapshot) -> Turn | None:
     """The canonical turn, or None if the stream did not finish cleanly."""
     if not snap.complete:
         return None
-    return anthropic.decode_turn(message_dict(snap))
+    turn = anthropic.decode_turn(message_dict(snap))
+    turn.content = [lift(b) for b in turn.content]
+    if isinstance(fields := turn.extra.get(PROVIDER), ProviderFields):
+        del turn.extra[PROVIDER]
+        turn.provider = fields
+    return turn
+
+
+def lift(b: Block) -> Block:
+    """A block of a translated stream with its provider data in its typed fields (see the module doc)."""
+    if isinstance(b, OpaqueBlock) and b.type == "thought" and isinstance(p := b.raw.get(PROVIDER), BlockProvider):
+        text = b.raw.get("thinking")
+        extra = {k: v for k, v in b.raw.items() if k not in ("type", "thinking", PROVIDER)}
+        return ThoughtBlock(text if isinstance(text, str) else "", p.origin, p.sig, extra)
+    if isinstance(b, TextBlock | ToolUseBlock) and isinstance(p := b.extra.get(PROVIDER), BlockProvider):
+        b.extra = {k: v for k, v in b.extra.items() if k != PROVIDER}
+        b.sig = p.sig
+    return b
+
+
+def block_of(d: dict[str, Any]) -> Block:
+    """An accumulated block (``Snapshot.blocks``) as a canonical block, its provider data lifted."""
+    return lift(anthropic.decode_block(d, "content"))

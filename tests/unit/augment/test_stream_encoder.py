@@ -17,7 +17,7 @@ from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.stream import GeminiTranslator
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.transport.streaming.accumulate import Snapshot, accumulate
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent, encode_event
+from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
 from gateway.transport.streaming.translate import TranslatedStream, Translator
 from gateway.transport.upstream import UpstreamResponse
 from tests.support.augment.client import assert_tools_stream_per_tool
@@ -27,9 +27,15 @@ GOLDEN = ["thinking_tool_use", "omitted_redacted", "midstream_error", "parallel_
 EV = SSEEvent(None, "", b"")
 
 
-def encode(raw: bytes, encoder: StreamEncoder, cuts: Sequence[int] = ()) -> bytes:
-    """As the relay does it: framing, accumulate, then the encoder, chunk by chunk."""
+def encode(raw: bytes | list[dict[str, Any]], encoder: StreamEncoder, cuts: Sequence[int] = ()) -> bytes:
+    """As the relay does it: framing, accumulate, then the encoder, chunk by chunk (a translated stream's events
+    come as the objects the translator made)."""
     dec, snap, out, pos = SSEDecoder(), Snapshot(), b"", 0
+    if isinstance(raw, list):
+        for data in raw:
+            accumulate(data, snap)
+            out += encoder.event(data, None)
+        return out
     for cut in [*sorted(cuts), len(raw)]:
         for ev in dec.feed(raw[pos:cut]):
             data = json.loads(ev.data)
@@ -133,14 +139,13 @@ class _Body:
         yield self.raw
 
 
-def translated(raw: bytes, translator: Translator) -> bytes:
-    """Another family's SSE translated into canonical events (as the relay receives them), framed as SSE again for
-    ``encode``."""
+def translated(raw: bytes, translator: Translator) -> list[dict[str, Any]]:
+    """Another family's SSE translated into canonical events, as the relay receives them."""
 
-    async def collect() -> bytes:
+    async def collect() -> list[dict[str, Any]]:
         stream = TranslatedStream(cast(UpstreamResponse, _Body(raw)), translator)
         batches = [batch async for batch in stream.events()]
-        return b"".join(encode_event(str(d["type"]), d) for batch in batches for d, _ in batch if d is not None)
+        return [d for batch in batches for d, _ in batch if d is not None]
 
     return asyncio.run(collect())
 

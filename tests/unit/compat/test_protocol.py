@@ -19,7 +19,6 @@ from gateway.dialects.openai_compat import codec as openai_compat
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.dialects.routing import ModelCaps
 from gateway.errors import upstream_error
-from gateway.pipeline.repair.records import lift_turn
 from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "openrouter/google/gemini-3-pro-preview"
@@ -67,7 +66,7 @@ def _stream(chunks: list[object]) -> Turn:
         accumulate(ev, snap)
     turn = finished_turn(snap)
     assert turn is not None
-    return lift_turn(turn)
+    return turn
 
 
 def _delta(finish: str | None = None, **delta: object) -> dict[str, object]:

@@ -28,7 +28,6 @@ from gateway.dialects.responses.upstream import (
 )
 from gateway.dialects.responses.upstream_stream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, Router, parse_routes
-from gateway.pipeline.repair.records import lift_turn
 from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 from thinkgate_sim.responses import Memory, ResponsesMinter, check, plan
 from thinkgate_sim.responses_stream import events
@@ -179,7 +178,6 @@ def test_the_stream_translates_to_the_same_turn_as_the_body(prompt: str) -> None
             accumulate(canonical, snap)
     streamed = finished_turn(snap)
     assert streamed is not None
-    streamed = lift_turn(streamed)
     whole = decode_turn(response, origin=ORIGIN, model="gpt-5")
     assert streamed.content == whole.content and streamed.stop_reason == whole.stop_reason
     assert streamed.id == response["id"]
@@ -215,8 +213,8 @@ def test_reasoning_summary_streams_as_it_comes_and_its_item_completes_the_block(
                 first_thinking_at = event["type"]
             if delta.get("type") == "provider_delta":
                 provider_at = event["type"]
-                assert delta["value"]["item"] == response["output"][0]
-                assert delta["value"]["next"]["id"] == response["output"][1]["id"]
+                assert delta["sig"].value["item"] == response["output"][0]
+                assert delta["sig"].value["next"]["id"] == response["output"][1]["id"]
     assert first_thinking_at == "response.reasoning_summary_text.delta"  # live, not when the item is done
     assert provider_at == "response.output_item.added"  # once the item it preceded is known
 

@@ -23,7 +23,6 @@ from gateway.dialects.gemini.parts import deterministic_ids, map_responses
 from gateway.dialects.gemini.stream import GeminiTranslator
 from gateway.dialects.routing import RouteError, Router, origin_of, parse_routes
 from gateway.pipeline.repair.records import (
-    lift_turn,
     load_block,
     load_fields,
     load_message,
@@ -95,7 +94,7 @@ def _translate(chunks: list[dict[str, object]]) -> Turn:
         accumulate(ev, snap)
     turn = finished_turn(snap)
     assert turn is not None
-    return lift_turn(turn)
+    return turn
 
 
 def _chunk(*parts: dict[str, object], finish: str | None = None) -> dict[str, object]:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from gateway.dialects.canonical import (
+    PROVIDER,
+    BlockProvider,
     ProviderFields,
     ProviderSig,
     TextBlock,
@@ -22,7 +24,6 @@ from gateway.dialects.canonical import (
 from gateway.dialects.responses import codec as responses
 from gateway.dialects.responses.stream import StreamEncoder
 from gateway.errors import ClientError
-from gateway.pipeline.repair.records import lift_turn
 from gateway.surfaces.reasoning_seal import sealer
 from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 from gateway.transport.streaming.sse import SSEDecoder
@@ -209,15 +210,17 @@ def test_a_turn_cut_by_the_token_limit_is_incomplete() -> None:
 
 # ---------------------------------------------------------------- the stream
 
-def encode_stream(raw: bytes, *, final: responses.ItemIds = IDS,
+def encode_stream(raw: bytes | list[dict[str, Any]], *, final: responses.ItemIds = IDS,
                   include: bool = True) -> tuple[list[dict[str, Any]], Snapshot]:
     snap = Snapshot()
-    enc = StreamEncoder(snap, ids=IDS, final=lambda: (final, final.scid), seal=SEAL.seal_stored, model="m",
+    enc = StreamEncoder(snap, ids=IDS, final=lambda: (final, final.scid), seal=SEAL.seal, model="m",
                         created_at=1, echo=dict(responses.ECHOED), include_encrypted=include, summary=True,
                         scid=IDS.scid)
     out = b""
-    for ev in SSEDecoder().feed(raw):
-        data = json.loads(ev.data)
+    # a translated stream's events come as objects (their provider data typed); an upstream's as SSE
+    parsed = [(e, None) for e in raw] if isinstance(raw, list) else \
+        [(json.loads(ev.data), ev) for ev in SSEDecoder().feed(raw)]
+    for data, ev in parsed:
         accumulate(data, snap)
         out += enc.event(data, ev)
     out += enc.end()
@@ -268,29 +271,30 @@ def test_an_upstream_error_mid_stream_is_error_then_response_failed_and_nothing_
     assert events[-1]["response"]["error"] == {"code": "overloaded_error", "message": "Overloaded"}
 
 
-def _sse(*events: dict[str, Any]) -> bytes:
-    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
+def _events(*events: dict[str, Any]) -> list[dict[str, Any]]:
+    """A translated stream's events, as the translator hands them to the relay."""
+    return list(events)
 
 
-def _gemini_stream() -> bytes:
+def _gemini_stream() -> list[dict[str, Any]]:
     """Signed thought, two text blocks (the second signed), a signed call and an unsigned one, as the Gemini
     translator streams them."""
-    sig = {"origin": "gemini-3", "value": "c2lnLXRleHQ="}
-    call_sig = {"origin": "gemini-3", "value": "c2lnLWNhbGw="}
-    return _sse(
+    sig = BlockProvider("gemini-3", ProviderSig("gemini-3", "c2lnLXRleHQ="))
+    call_sig = BlockProvider("gemini-3", ProviderSig("gemini-3", "c2lnLWNhbGw="))
+    return _events(
         {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "g",
                                               "content": [], "stop_reason": None, "usage": {}}},
         {"type": "content_block_start", "index": 0, "content_block": {
-            "type": "thought", "thinking": "", "_provider": {"origin": "gemini-3"}}},
+            "type": "thought", "thinking": "", PROVIDER: BlockProvider("gemini-3")}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I think."}},
         {"type": "content_block_stop", "index": 0},
         {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": "One."}},
         {"type": "content_block_stop", "index": 1},
-        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": "", "_provider": sig}},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": "", PROVIDER: sig}},
         {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Two."}},
         {"type": "content_block_stop", "index": 2},
         {"type": "content_block_start", "index": 3, "content_block": {
-            "type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}, "_provider": call_sig}},
+            "type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}, PROVIDER: call_sig}},
         {"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta",
                                                               "partial_json": '{"city": "Oslo"}'}},
         {"type": "content_block_stop", "index": 3},
@@ -310,7 +314,7 @@ def test_a_streamed_gemini_turn_has_the_items_and_ids_a_whole_answer_and_a_read_
     done = events[-1]["response"]["output"]
     turn = finished_turn(snap)
     assert turn is not None
-    whole = responses.output_items(lift_turn(turn).content, IDS, SEAL.seal, include_encrypted=True, summary=True)
+    whole = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=True, summary=True)
     assert [(i["type"], i["id"]) for i in done] == [(i["type"], i["id"]) for i in whole]
     assert [i["type"] for i in done] == ["reasoning", "message", "message", "reasoning", "reasoning",
                                          "function_call", "function_call"]
@@ -330,7 +334,7 @@ def test_an_item_s_id_is_the_same_with_include_and_without(stream: bool) -> None
         events, snap = encode_stream(_gemini_stream(), include=include)
         turn = finished_turn(snap)
         assert turn is not None
-        whole = responses.output_items(lift_turn(turn).content, IDS, SEAL.seal, include_encrypted=include,
+        whole = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=include,
                                        summary=True)
         return list(events[-1]["response"]["output"]) if stream else whole
 
@@ -373,12 +377,12 @@ def test_a_streamed_openai_compatible_turn_carries_its_fields_like_the_whole_ans
     """The translated stream of an OpenAI-compatible upstream has the message-level fields only on its
     ``message_delta``: the carrier item comes after every other item, as ``output_items`` puts it, with the same id
     and the same sealed fields."""
-    fields = {"origin": "deepseek/deepseek", "fields": {"reasoning_content": "I think."}}
-    raw = _sse(
+    fields = ProviderFields("deepseek/deepseek", {"reasoning_content": "I think."})
+    raw = _events(
         {"type": "message_start", "message": {"id": "r1", "type": "message", "role": "assistant", "model": "d",
                                               "content": [], "stop_reason": None, "usage": {}}},
         {"type": "content_block_start", "index": 0, "content_block": {
-            "type": "thought", "thinking": "", "_provider": {"origin": "deepseek/deepseek"}}},
+            "type": "thought", "thinking": "", PROVIDER: BlockProvider("deepseek/deepseek")}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I think."}},
         {"type": "content_block_stop", "index": 0},
         {"type": "content_block_start", "index": 1, "content_block": {
@@ -386,19 +390,19 @@ def test_a_streamed_openai_compatible_turn_carries_its_fields_like_the_whole_ans
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta",
                                                               "partial_json": '{"city": "Oslo"}'}},
         {"type": "content_block_stop", "index": 1},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "_provider": fields},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", PROVIDER: fields},
          "usage": {"output_tokens": 3}},
         {"type": "message_stop"})
     events, snap = encode_stream(raw)
     done = events[-1]["response"]["output"]
     turn = finished_turn(snap)
     assert turn is not None
-    lifted = lift_turn(turn)
-    assert lifted.provider == ProviderFields("deepseek/deepseek", {"reasoning_content": "I think."})
-    whole = responses.output_items(lifted.content, IDS, SEAL.seal, include_encrypted=True, summary=True,
-                                   provider=lifted.provider)
+
+    assert turn.provider == ProviderFields("deepseek/deepseek", {"reasoning_content": "I think."})
+    whole = responses.output_items(turn.content, IDS, SEAL.seal, include_encrypted=True, summary=True,
+                                   provider=turn.provider)
     assert [(i["type"], i["id"]) for i in done] == [(i["type"], i["id"]) for i in whole]
     assert [i["type"] for i in done] == ["reasoning", "function_call", "reasoning"]
-    assert SEAL.unseal(done[-1]["encrypted_content"]) == ([], lifted.provider)
+    assert SEAL.unseal(done[-1]["encrypted_content"]) == ([], turn.provider)
     added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
     assert added == [i["id"] for i in done]

@@ -9,6 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.canonical import (
+    PROVIDER,
+    BlockProvider,
+    OpaqueBlock,
+    ProviderFields,
+    ProviderSig,
+    TextBlock,
+    ThoughtBlock,
+)
 from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn, message_dict
 from gateway.transport.streaming.sse import SSEDecoder
 
@@ -87,3 +96,50 @@ def test_malformed_tool_input_is_a_protocol_error() -> None:
                 "delta": {"type": "input_json_delta", "partial_json": '{"a": '}}, snap)
     with pytest.raises(UpstreamProtocolError):
         accumulate({"type": "content_block_stop", "index": 0}, snap)
+
+
+def _translated(start: dict[str, object], *, provider: object = None) -> Snapshot:
+    delta: dict[str, object] = {"stop_reason": "end_turn"}
+    if provider is not None:
+        delta[PROVIDER] = provider
+    snap = Snapshot()
+    for event in ({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant",
+                                                       "model": "x", "content": [], "usage": {}}},
+                  {"type": "content_block_start", "index": 0, "content_block": start},
+                  {"type": "content_block_stop", "index": 0},
+                  {"type": "message_delta", "delta": delta, "usage": {}},
+                  {"type": "message_stop"}):
+        accumulate(event, snap)
+    return snap
+
+
+def test_a_translated_streams_typed_provider_data_lands_in_the_turns_typed_fields() -> None:
+    """Issue 33 item 4: provider data rides a translated stream's events typed (``canonical.BlockProvider``,
+    ``ProviderFields``) and the finished turn has it in its fields; a ``provider_delta`` signs a thought."""
+    sig = ProviderSig("gemini-3", "c2ln")
+    turn = finished_turn(_translated({"type": "text", "text": "hi", PROVIDER: BlockProvider("gemini-3", sig)},
+                                     provider=ProviderFields("openrouter", {"reasoning_details": [{"data": "D"}]})))
+    assert turn is not None and turn.content == [TextBlock("hi", sig=sig)]
+    assert turn.provider == ProviderFields("openrouter", {"reasoning_details": [{"data": "D"}]})
+    assert PROVIDER not in turn.extra
+    snap = _translated({"type": "thought", "thinking": "", PROVIDER: BlockProvider("responses/gpt-5")})
+    assert finished_turn(snap) is not None
+    assert finished_turn(snap).content == [ThoughtBlock("", "responses/gpt-5")]  # type: ignore[union-attr]
+    accumulate({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "t"}},
+               snap)
+    accumulate({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "provider_delta", "sig": ProviderSig("responses/gpt-5", {"item": 1})}}, snap)
+    assert finished_turn(snap).content == [  # type: ignore[union-attr]
+        ThoughtBlock("t", "responses/gpt-5", ProviderSig("responses/gpt-5", {"item": 1}))]
+
+
+def test_a_provider_key_that_came_as_json_is_never_read_as_provider_data() -> None:
+    """An upstream's (or a client's) own ``_provider`` key, parsed from JSON, is a dict, never the typed value: it
+    stays where it was, forwarded as it came, and signs nothing."""
+    forged = {"origin": "gemini-3", "value": "FORGED"}
+    fields = {"origin": "openrouter", "fields": {"reasoning_details": []}}
+    turn = finished_turn(_translated({"type": "text", "text": "hi", PROVIDER: forged}, provider=fields))
+    assert turn is not None and turn.content == [TextBlock("hi", {PROVIDER: forged})]
+    assert turn.provider is None and turn.extra[PROVIDER] == fields
+    thought = finished_turn(_translated({"type": "thought", "thinking": "t", PROVIDER: forged}))
+    assert thought is not None and isinstance(thought.content[0], OpaqueBlock)
