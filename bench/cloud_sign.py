@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.latency import median_us
 from gateway.dialects.bedrock import wire
 from gateway.dialects.bedrock.sigv4 import sign
-from gateway.transport.streaming.sse import SSEDecoder
+from gateway.sse import SSEDecoder
 from thinkgate_sim import eventstream
 from thinkgate_sim.wire import encode_event
 

@@ -71,6 +71,9 @@ class ProviderFields:
 # ``_provider`` key is never read as provider data. (Records keep provider data in their stored form under the same
 # key: ``gateway.pipeline.repair.records``.)
 PROVIDER = "_provider"
+# A translated stream's event that carries one upstream event's data as it came (``{"type": UPSTREAM_EVENT, "data":
+# <the data string>}``), for encoders that relay the upstream's own dialect; the accumulator and the others ignore it.
+UPSTREAM_EVENT = "upstream_event"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.dialects import params, provider_seal, registry
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.openai_chat import codec as openai_chat
 from gateway.dialects.openai_chat import messages as openai_chat_messages
@@ -18,7 +19,6 @@ from gateway.dialects.openai_chat import stream as openai_chat_stream
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import table as surfaces
 from gateway.surfaces.handler import Codec, Relay, endpoint, unreadable
-from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.upstream import UpstreamResponse
 
 

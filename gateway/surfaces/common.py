@@ -26,6 +26,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import StreamingResponse
 
 from gateway.app.deps import Gateway
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Turn
 from gateway.dialects.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
 from gateway.errors import ClientError
@@ -34,7 +35,6 @@ from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
 from gateway.pipeline.identify import SCID_HEADER
 from gateway.surfaces.table import Surface
-from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.streaming.relay import StreamEncoder, relay_sse
 from gateway.transport.upstream import UpstreamResponse
 

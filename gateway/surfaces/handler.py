@@ -27,6 +27,7 @@ from starlette.responses import Response
 from gateway.access import admission
 from gateway.app.deps import Gateway
 from gateway.dialects import registry
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.gemini.parts import Mint
 from gateway.dialects.routing import ModelCaps
@@ -44,7 +45,6 @@ from gateway.surfaces.common import (
 )
 from gateway.surfaces.table import Surface
 from gateway.surfaces.upstreams import UPSTREAM_DIALECTS, Call, route
-from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.streaming.relay import StreamEncoder
 from gateway.transport.streaming.translate import TranslatedStream
 from gateway.transport.upstream import UpstreamResponse

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Request, Turn
 from gateway.dialects.responses import codec as responses
 from gateway.dialects.responses.stream import MEDIA_TYPE, StreamEncoder
@@ -16,7 +17,6 @@ from gateway.pipeline import stages as pipeline
 from gateway.surfaces import responses_state
 from gateway.surfaces import table as surfaces
 from gateway.surfaces.handler import Codec, Relay, endpoint, unreadable
-from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.upstream import UpstreamResponse
 
 

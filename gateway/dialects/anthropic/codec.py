@@ -26,7 +26,7 @@ from gateway.dialects.canonical import (
     Turn,
 )
 from gateway.errors import bad_request
-from gateway.transport.streaming.sse import SSEEvent, encode_event
+from gateway.sse import SSEEvent, encode_event
 from state.hashing import replay_digest
 
 _REQUEST_KEYS = frozenset(("model", "messages", "thinking", "stream"))

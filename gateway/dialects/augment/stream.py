@@ -59,7 +59,7 @@ from gateway.dialects.augment.codec import (
     stop_reason_of,
 )
 from gateway.dialects.canonical import PROVIDER, BlockProvider
-from gateway.transport.streaming.sse import SSEEvent
+from gateway.sse import SSEEvent
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 MEDIA_TYPE = "application/x-ndjson"

@@ -24,6 +24,7 @@ import orjson
 from gateway.dialects.canonical import (
     JSON,
     PROVIDER,
+    UPSTREAM_EVENT,
     BlockProvider,
     OpaqueBlock,
     ProviderSig,
@@ -34,8 +35,7 @@ from gateway.dialects.canonical import (
 from gateway.dialects.gemini.codec import stop_reason, usage
 from gateway.dialects.gemini.parts import Mint, block_from_part
 from gateway.errors import GatewayError, render_error
-from gateway.transport.streaming.sse import SSEEvent
-from gateway.transport.streaming.translate import UPSTREAM_EVENT
+from gateway.sse import SSEEvent
 
 Event = dict[str, Any]
 

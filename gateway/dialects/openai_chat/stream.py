@@ -33,13 +33,13 @@ from typing import Any
 
 import orjson
 
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import JSON, PROVIDER, BlockProvider, ProviderFields
 from gateway.dialects.openai_chat.codec import completion_id, finish_reason, usage
 from gateway.dialects.openai_chat.messages import encrypted_entry, openai_extra, text_entry
 from gateway.dialects.provider_seal import Seal
 from gateway.errors import openai_error_body
-from gateway.transport.streaming.accumulate import Snapshot
-from gateway.transport.streaming.sse import SSEEvent
+from gateway.sse import SSEEvent
 
 DONE = b"data: [DONE]\n\n"
 

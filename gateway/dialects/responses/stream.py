@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.dialects.accumulate import Snapshot, block_of
 from gateway.dialects.canonical import JSON, PROVIDER, Block, BlockProvider, ProviderFields
 from gateway.dialects.responses.codec import (
     FUNCTION_CALL,
@@ -44,8 +45,7 @@ from gateway.dialects.responses.codec import (
     reasoning_item,
     response_object,
 )
-from gateway.transport.streaming.accumulate import Snapshot, block_of
-from gateway.transport.streaming.sse import SSEEvent
+from gateway.sse import SSEEvent
 
 
 class Seal(Protocol):

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from gateway.dialects.accumulate import Snapshot, UpstreamProtocolError, accumulate, finished_turn
 from gateway.dialects.canonical import Turn
 from gateway.ops import metrics
-from gateway.transport.streaming.accumulate import Snapshot, UpstreamProtocolError, accumulate, finished_turn
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.sse import SSEDecoder, SSEEvent
 from gateway.transport.streaming.translate import Parsed, TranslatedStream
 from gateway.transport.upstream import UpstreamResponse
 

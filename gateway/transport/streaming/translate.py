@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.dialects.canonical import UPSTREAM_EVENT
+from gateway.sse import SSEDecoder, SSEEvent
 from gateway.transport.upstream import UpstreamResponse
 
-UPSTREAM_EVENT = "upstream_event"
 # one event for the relay: its parsed data (None: not a JSON object) and its upstream bytes (None: a translator made it)
 Parsed = tuple[dict[str, Any] | None, SSEEvent | None]
 

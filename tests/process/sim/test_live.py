@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.transport.streaming.sse import SSEDecoder
+from gateway.sse import SSEDecoder
 from tests.support.sim.helpers import HEADERS, request
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.transport.streaming.sse import SSEDecoder
+from gateway.sse import SSEDecoder
 
 MODEL = "claude-sonnet-4-5-20250929"
 HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}

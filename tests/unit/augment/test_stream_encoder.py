@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.accumulate import Snapshot, accumulate
 from gateway.dialects.augment.codec import ToolMeta, stop_reason_of
 from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.stream import GeminiTranslator
 from gateway.dialects.openai_compat.stream import CompatTranslator
-from gateway.transport.streaming.accumulate import Snapshot, accumulate
-from gateway.transport.streaming.sse import SSEDecoder, SSEEvent
+from gateway.sse import SSEDecoder, SSEEvent
 from gateway.transport.streaming.translate import TranslatedStream, Translator
 from gateway.transport.upstream import UpstreamResponse
 from tests.support.augment.client import assert_tools_stream_per_tool

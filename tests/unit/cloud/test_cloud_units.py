@@ -14,12 +14,12 @@ from botocore.credentials import Credentials
 
 from gateway.app.settings import Settings
 from gateway.dialects import registry
+from gateway.dialects.accumulate import Snapshot, accumulate, message_dict
 from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
 from gateway.dialects.bedrock.sigv4 import sign
 from gateway.dialects.routing import RouteError, Router, model_family, parse_routes
 from gateway.dialects.vertex import wire as vertex
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, message_dict
 from thinkgate_sim import cloud as sim_cloud
 from thinkgate_sim import eventstream, sigv4
 from thinkgate_sim.render import stream_events

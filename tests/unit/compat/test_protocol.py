@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn
 from gateway.dialects.canonical import (
     Message,
     ProviderFields,
@@ -19,7 +20,6 @@ from gateway.dialects.openai_compat import codec as openai_compat
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.dialects.routing import ModelCaps
 from gateway.errors import upstream_error
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "openrouter/google/gemini-3-pro-preview"
 DETAILS = [{"type": "reasoning.text", "text": "ab", "format": "google-gemini-v1", "index": 0},

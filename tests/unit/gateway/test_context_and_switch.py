@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.actions import Action, ActionKind
+from gateway.dialects.accumulate import Snapshot, accumulate, message_dict
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for, reads_thinking
@@ -14,7 +15,6 @@ from gateway.pipeline.repair import edits
 from gateway.pipeline.repair.core import RepairResult
 from gateway.pipeline.repair.records import RecordedTurn
 from gateway.pipeline.sanitize.core import Policy, sanitize
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, message_dict
 
 THINK = {"type": "thinking", "thinking": "plan\r\n", "signature": "sig-ok"}
 COMPACTION = {"type": "compaction", "content": "<summary>  so far \r\n</summary>\n", "signature": "c-sig"}

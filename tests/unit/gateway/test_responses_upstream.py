@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn
 from gateway.dialects.canonical import (
     Message,
     ProviderSig,
@@ -28,7 +29,6 @@ from gateway.dialects.responses.upstream import (
 )
 from gateway.dialects.responses.upstream_stream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, Router, parse_routes
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 from thinkgate_sim.responses import Memory, ResponsesMinter, check, plan
 from thinkgate_sim.responses_stream import events
 

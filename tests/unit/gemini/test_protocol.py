@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from gateway.app.settings import Settings, SettingsError
+from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import (
     CLIENT,
@@ -31,7 +32,6 @@ from gateway.pipeline.repair.records import (
     store_message,
     turn_record,
 )
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
 
 ORIGIN = "gemini/gemini-3-pro-preview"
 CONTENTS = [

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn
 from gateway.dialects.canonical import (
     PROVIDER,
     BlockProvider,
@@ -24,9 +25,8 @@ from gateway.dialects.canonical import (
 from gateway.dialects.responses import codec as responses
 from gateway.dialects.responses.stream import StreamEncoder
 from gateway.errors import ClientError
+from gateway.sse import SSEDecoder
 from gateway.surfaces.reasoning_seal import sealer
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn
-from gateway.transport.streaming.sse import SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SECRET = "responses-unit-secret-0123456789abcdef"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn, message_dict
 from gateway.dialects.canonical import (
     PROVIDER,
     BlockProvider,
@@ -18,8 +19,7 @@ from gateway.dialects.canonical import (
     TextBlock,
     ThoughtBlock,
 )
-from gateway.transport.streaming.accumulate import Snapshot, accumulate, finished_turn, message_dict
-from gateway.transport.streaming.sse import SSEDecoder
+from gateway.sse import SSEDecoder
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 GOLDEN = ["sse_thinking_tool_use", "sse_omitted_redacted"]
@@ -87,7 +87,7 @@ def test_crlf_framing_is_decoded() -> None:
 
 
 def test_malformed_tool_input_is_a_protocol_error() -> None:
-    from gateway.transport.streaming.accumulate import UpstreamProtocolError
+    from gateway.dialects.accumulate import UpstreamProtocolError
 
     snap = Snapshot()
     accumulate({"type": "content_block_start", "index": 0,

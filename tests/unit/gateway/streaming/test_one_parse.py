@@ -10,12 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway import sse
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import ToolUseBlock
 from gateway.dialects.openai_chat import stream as openai_chat_stream
 from gateway.dialects.openai_compat.stream import CompatTranslator
-from gateway.transport.streaming import relay, sse
-from gateway.transport.streaming.accumulate import Snapshot
+from gateway.transport.streaming import relay
 from gateway.transport.streaming.relay import relay_sse
 from gateway.transport.streaming.translate import TranslatedStream
 from tests.unit.gateway.streaming.test_relay_order import FIXTURE, OneRead

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 
 import orjson
 
+from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.augment import stream as augment_stream
 from gateway.dialects.gemini.stream import GeminiTranslator, NativeStreamEncoder
 from gateway.dialects.openai_chat import stream as openai_chat_stream
-from gateway.transport.streaming.accumulate import Snapshot
 from gateway.transport.streaming.relay import relay_sse
 from gateway.transport.streaming.translate import TranslatedStream
 

@@ -1,4 +1,4 @@
-"""SSE framing (``gateway.transport.streaming.sse``): however a stream is split into reads, the same events come out. A
+"""SSE framing (``gateway.sse``): however a stream is split into reads, the same events come out. A
 CRLF
 whose CR ends one read and whose LF starts the next is one line end (issue 22, item 6)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.transport.streaming.sse import SSEDecoder
+from gateway.sse import SSEDecoder
 
 
 def events(chunks: list[bytes]) -> list[tuple[str | None, str]]:
