@@ -71,6 +71,10 @@ class Figures:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close joins every handler thread
     block_on_close = True
+    # the listen backlog: socketserver's default of 5 overflows when a test's replicas open dozens of connections at
+    # once, and the kernel then drops the SYNs; the client retries after 1, 3, 7 s, past a gateway's 10 s connect
+    # timeout on a loaded box (seen: the transparency test's 504s "upstream ... timed out")
+    request_queue_size = 256
 
 
 class RecordingProxy:
