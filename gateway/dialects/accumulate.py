@@ -34,6 +34,7 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
     Turn,
 )
+from gateway.errors import ClientError
 
 
 class UpstreamProtocolError(ValueError):
@@ -137,7 +138,10 @@ def finished_turn(snap: Snapshot) -> Turn | None:
     """The canonical turn, or None if the stream did not finish cleanly."""
     if not snap.complete:
         return None
-    turn = anthropic.decode_turn(message_dict(snap))
+    try:
+        turn = anthropic.decode_turn(message_dict(snap))
+    except ClientError as e:  # a block the upstream sent malformed is the upstream's fault, not the client's
+        raise UpstreamProtocolError(e.message) from None
     turn.content = [lift(b) for b in turn.content]
     if isinstance(fields := turn.extra.get(PROVIDER), ProviderFields):
         del turn.extra[PROVIDER]
@@ -159,4 +163,7 @@ def lift(b: Block) -> Block:
 
 def block_of(d: dict[str, Any]) -> Block:
     """An accumulated block (``Snapshot.blocks``) as a canonical block, its provider data lifted."""
-    return lift(anthropic.decode_block(d, "content"))
+    try:
+        return lift(anthropic.decode_block(d, "content"))
+    except ClientError as e:
+        raise UpstreamProtocolError(e.message) from None

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn, message_dict
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import (
     PROVIDER,
     BlockProvider,
@@ -19,7 +21,12 @@ from gateway.dialects.canonical import (
     TextBlock,
     ThoughtBlock,
 )
+from gateway.dialects.responses import codec as responses
+from gateway.dialects.responses import stream as responses_stream
 from gateway.sse import SSEDecoder
+from gateway.transport.streaming.relay import relay_sse
+from tests.unit.gateway.streaming.test_relay_order import OneRead
+from tests.unit.responses.test_protocol import IDS, SEAL
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 GOLDEN = ["sse_thinking_tool_use", "sse_omitted_redacted"]
@@ -143,3 +150,48 @@ def test_a_provider_key_that_came_as_json_is_never_read_as_provider_data() -> No
     assert turn.provider is None and turn.extra[PROVIDER] == fields
     thought = finished_turn(_translated({"type": "thought", "thinking": "t", PROVIDER: forged}))
     assert thought is not None and isinstance(thought.content[0], OpaqueBlock)
+
+
+def _malformed_stream(block: dict[str, object], delta: dict[str, object] | None = None) -> bytes:
+    events: list[dict[str, object]] = [
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "x",
+                                              "content": [], "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        *([{"type": "content_block_delta", "index": 0, "delta": delta}] if delta else []),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+        {"type": "message_stop"}]
+    return b"".join(b"event: " + str(e["type"]).encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n"
+                    for e in events)
+
+
+async def _relay(raw: bytes, encoder: Any, snap: Snapshot | None = None) -> tuple[bytes, int]:
+    recorded: list[object] = []
+
+    async def on_complete(turn: object) -> None:
+        recorded.append(turn)
+
+    out = b"".join([b async for b in relay_sse(OneRead(raw), encoder, on_complete=on_complete,  # type: ignore[arg-type]
+                                               snapshot=snap)])
+    return out, len(recorded)
+
+
+async def test_a_block_the_upstream_sent_malformed_ends_the_stream_with_the_dialects_error_event() -> None:
+    """A malformed block from the upstream (a tool id that is no string, a signature that is a number) is the
+    upstream's fault: the client gets its dialect's error event, as for any invalid stream, nothing is recorded, and
+    no exception (a client 400, before) escapes the relay: at the record, and where the Responses encoder seals a
+    block mid-stream."""
+    raw = _malformed_stream({"type": "tool_use", "id": 7, "name": "f", "input": {}})
+    out, recorded = await _relay(raw, anthropic.StreamEncoder(None))
+    assert recorded == 0 and out.endswith(b'"type":"error","error":{"type":"api_error","message":"upstream sent an '
+                                          b'invalid stream: content.0.tool_use.id: Input should be a valid string"}}'
+                                          b"\n\n")
+    raw = _malformed_stream({"type": "thinking", "thinking": "", "signature": ""},
+                            {"type": "signature_delta", "signature": 5})
+    snap = Snapshot()  # the relay's, which the Responses encoder reads its blocks from
+    encoder = responses_stream.StreamEncoder(
+        snap, ids=IDS, final=lambda: (IDS, IDS.scid), seal=SEAL.seal, model="m", created_at=1,
+        echo=dict(responses.ECHOED), include_encrypted=True, summary=True, scid=IDS.scid)
+    out, recorded = await _relay(raw, encoder, snap)
+    assert recorded == 0 and b"upstream sent an invalid stream: content.thinking.signature" in out
+    assert b"response.output_item.done" not in out  # failed where the reasoning item was sealed
