@@ -369,30 +369,23 @@ def _raw_tool_use_ids(m: Message) -> list[str]:
 @dataclass(slots=True)
 class SurfaceOptions:
     """What a client's dialect says of a request besides what goes upstream, typed: options that shape the answer
-    (OpenAI ``stream_options.include_usage``, ``reasoning.exclude``), the client's own top-level fields (so an
-    upstream of its dialect gets them as received), what ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped, and the
-    blocks the gateway sealed itself."""
+    (OpenAI ``stream_options.include_usage``, ``reasoning.exclude``), what ``GATEWAY_DROP_UNSUPPORTED_PARAMS``
+    dropped, and the blocks the gateway sealed itself. (The client's own top-level fields are what it sent:
+    ``ClientRequest.fields``, read by an upstream of the client's dialect only.)"""
 
     include_usage: bool = False
     exclude_reasoning: bool = False
-    # a chat completions client's top-level fields, in order, values as received (``messages`` None; the
-    # ``dropped_params`` too: their readers skip them)
-    client_params: dict[str, JSON] | None = None
-    # a Responses client's top-level fields, in order, values as received (``input`` None)
-    responses_params: dict[str, JSON] | None = None
     dropped_params: tuple[str, ...] = ()
     # the ``id()`` of the blocks a surface decoded from content the gateway itself sealed for this tenant (a
     # Responses reasoning item's ``encrypted_content``: authenticated, byte-exact as relayed). Repair's verdict
     # aside, sanitize takes them as verified, as it takes a record's.
     sealed: frozenset[int] = frozenset()
 
-    def kept_client_params(self) -> dict[str, JSON] | None:
-        """A chat client's top-level fields but those ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped (values as
-        received, the same objects)."""
-        client, dropped = self.client_params, self.dropped_params
-        if client is None or not dropped:
-            return client
-        return {k: v for k, v in client.items() if k not in dropped}
+    def kept(self, fields: dict[str, JSON]) -> dict[str, JSON]:
+        """A client's top-level ``fields`` but those ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped (the same
+        objects, in the client's order)."""
+        dropped = self.dropped_params
+        return {k: v for k, v in fields.items() if k not in dropped} if dropped else fields
 
 
 @dataclass(slots=True)

@@ -25,6 +25,9 @@ class ClientRequest:
     headers: dict[str, str]          # client headers, lowercase names
     query: str
     raw_body: bytes
+    # its top-level JSON fields as its surface read them, in its order (the history's value is not read from here):
+    # what an upstream of the client's own dialect gets as sent (``gateway.surfaces.upstreams``); None until decoded
+    fields: dict[str, Any] | None = None
 
     @property
     def betas(self) -> frozenset[str]:

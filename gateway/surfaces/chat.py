@@ -1,6 +1,5 @@
 """OpenAI ``POST /v1/chat/completions`` to the upstream the routing table names, answered as ``chat.completion`` (SSE)
-chunks, opaque reasoning sealed (``provider_seal``); a ``pipeline.ReplayDecoder``
-(``gateway.continuation.replay_memo``)."""
+chunks, opaque reasoning sealed (``provider_seal``); a ``pipeline.ReplayDecoder`` (``continuation.replay_memo``)."""
 
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ class ChatCompletions(Codec):
 
     def decoder(self) -> pipeline.ReplayDecoder:
         def decode(body: Any, kept: list[Message] | None) -> Request:  # (per the upstream: fields, parameters)
+            body = self.ex.client.fields = openai_chat.chat_body(body)  # (Cursor's Responses-shaped body rewritten)
             caps = self.caps_of(body)  # the client's reasoning fields: provider data, or thinking (the dialect's)
             return openai_chat.decode_request(body, provider_fields=registry.of(caps).provider_fields, replayed=kept,
                                               route=params.route_of(caps.kind), adaptive_only=caps.adaptive_only,

@@ -150,12 +150,14 @@ class Codec:
             replay = decoder.decode
 
             def decode_replay(body: Any, kept: list[Message] | None) -> Request:
+                self.ex.client.fields = body if isinstance(body, dict) else None  # (a decoder may read it otherwise)
                 return self.routed(replay(body, kept))
             routed = pipeline.ReplayDecoder(decoder.kind, decode_replay, decoder.resume)
         else:
             plain = decoder
 
             def decode(body: Any) -> Request:
+                self.ex.client.fields = body if isinstance(body, dict) else None
                 return self.routed(plain(body))
             routed = decode
         await pipeline.prepare(self.ex, self.gw, routed, self.encoder())

@@ -40,6 +40,7 @@ from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
 from gateway.transport.streaming.translate import Framing, Translator
 from gateway.transport.upstream import forward_request_headers
+from gateway.vocab import ClientDialect
 
 ANTHROPIC_VERSION = "2023-06-01"  # sent when the client names none
 
@@ -117,19 +118,35 @@ def _anthropic_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
     return pipeline.anthropic_body(ex, c.req, gw)
 
 
+def _own(c: Call, ex: Exchange, dialect: ClientDialect) -> dict[str, JSON] | None:
+    """The client's top-level fields when it speaks ``dialect`` (what ``GATEWAY_DROP_UNSUPPORTED_PARAMS`` dropped
+    left out); None for a client of another dialect."""
+    fields = ex.client.fields
+    return c.req.surface.kept(fields) if fields is not None and ex.client.dialect == dialect else None
+
+
 def _gemini_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
-    native = c.req.params.get(gemini.NATIVE)  # a Gemini client's own fields: the same dialect
-    return _same_dialect_body(gemini.encode_request(c.req), ex, native if isinstance(native, dict) else None,
-                              "contents")
+    native = _own(c, ex, "gemini")
+    return _body(gemini.encode_request(c.req, native, _own(c, ex, "openai")), ex, native is not None, "contents")
 
 
-def _same_dialect_body(body: dict[str, JSON], ex: Exchange, client: dict[str, JSON] | None, history: str) -> bytes:
-    """A body for an upstream of the client's own dialect (``client``: its top-level fields as parsed, ``history``
-    the one thinkgate always writes) keeps the client's bytes of every value thinkgate passed as received
+def _compat_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
+    client = _own(c, ex, "openai")
+    return _body(openai_compat.encode_request(c.req, c.caps, client), ex, client is not None, "messages")
+
+
+def _responses_body(c: Call, ex: Exchange, gw: Gateway) -> bytes:
+    client = _own(c, ex, "responses")
+    return _body(responses_upstream.encode_request(c.req, c.caps, client), ex, client is not None, "input")
+
+
+def _body(body: dict[str, JSON], ex: Exchange, same: bool, history: str) -> bytes:
+    """A body for an upstream of the client's own dialect (``same``; ``history`` the field thinkgate always
+    writes) keeps the client's bytes of every value thinkgate passed as received
     (``gateway.dialects.client_json``)."""
-    if client is None:
+    if not same or ex.client.fields is None:
         return orjson.dumps(body)
-    return client_json.splice(ex.client.raw_body, client, body, history)
+    return client_json.splice(ex.client.raw_body, ex.client.fields, body, history)
 
 
 def _gemini_turn(body: Any, c: Call) -> Turn:
@@ -175,14 +192,12 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         _gemini_translator, upstream_error),
     "openai": UpstreamDialect(
         lambda c: "/chat/completions", openai_compat.upstream_headers,
-        lambda c, ex, gw: _same_dialect_body(openai_compat.encode_request(c.req, c.caps), ex,
-                                             c.req.surface.client_params, "messages"),
+        _compat_body,
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
     "responses": UpstreamDialect(
         lambda c: "/responses", openai_compat.upstream_headers,
-        lambda c, ex, gw: _same_dialect_body(responses_upstream.encode_request(c.req, c.caps), ex,
-                                             c.req.surface.responses_params, "input"),
+        _responses_body,
         lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
 }

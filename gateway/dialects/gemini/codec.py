@@ -2,9 +2,8 @@
 
 Upstream requests (``encode_request``): messages -> ``contents`` (``user`` / ``model``
 roles; tool results -> ``functionResponse`` parts named after their call), and either
-the native top-level fields a Gemini client sent (kept whole under ``params[NATIVE]``, in the
-client's order, ``contents`` held as None: the call table forwards them as the client's bytes,
-``gateway.dialects.client_json``)
+the native top-level fields a Gemini client sent (``native``, in the client's order: the call
+table forwards them as the client's bytes, ``gateway.dialects.client_json``)
 or a translation of the Anthropic-shaped params: ``system`` -> ``systemInstruction``,
 tools -> ``functionDeclarations``, ``tool_choice`` -> ``toolConfig``, ``max_tokens``,
 ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``, ``output_config.format`` (structured
@@ -50,7 +49,6 @@ from gateway.dialects.gemini.parts import (
 )
 from gateway.errors import bad_request
 
-NATIVE = "_gemini"  # params key: a native request's top-level fields other than ``contents``
 STOP_REASONS = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "refusal", "RECITATION": "refusal",
                 "BLOCKLIST": "refusal", "PROHIBITED_CONTENT": "refusal", "SPII": "refusal"}
 _TOOL_MODES = {"auto": "AUTO", "any": "ANY", "tool": "ANY", "none": "NONE"}
@@ -76,10 +74,12 @@ def encode_contents(msgs: list[Message]) -> list[dict[str, JSON]]:
     return out
 
 
-def encode_request(req: Request) -> dict[str, JSON]:
+def encode_request(req: Request, native: dict[str, JSON] | None = None,
+                   chat: dict[str, JSON] | None = None) -> dict[str, JSON]:
+    """``native``: a Gemini client's top-level fields (the same dialect: they pass, ``contents`` is thinkgate's);
+    ``chat``: a chat completions client's, of which Gemini takes the sampling fields it has."""
     contents = encode_contents(req.messages)
-    native = req.params.get(NATIVE)
-    if isinstance(native, dict):
+    if native is not None:
         same = dict(native)
         same["contents"] = contents  # (where the client put it)
         return same
@@ -102,7 +102,7 @@ def encode_request(req: Request) -> dict[str, JSON]:
                      ("top_k", "topK"), ("stop_sequences", "stopSequences")):
         if p.get(src) is not None:
             gen[dst] = p[src]
-    gen.update(_output(req))
+    gen.update(_output(req, chat or {}))
     thinking = _thinking_config(req)
     if thinking is not None:
         gen["thinkingConfig"] = thinking
@@ -111,11 +111,10 @@ def encode_request(req: Request) -> dict[str, JSON]:
     return body
 
 
-def _output(req: Request) -> dict[str, JSON]:
+def _output(req: Request, client: dict[str, JSON]) -> dict[str, JSON]:
     """Structured output (``output_config.format`` -> ``responseJsonSchema``, a chat client's ``response_format``
     json_object -> ``responseMimeType``) and the chat client's sampling fields Gemini has (``params.PARAMS``)."""
     gen: dict[str, JSON] = {}
-    client = req.surface.kept_client_params() or {}
     for src, dst in _CHAT_GENERATION:
         if client.get(src) is not None:
             gen[dst] = client[src]
@@ -182,8 +181,7 @@ def decode_request(body: Any, model: str, *, stream: bool) -> Request:
             raise bad_request(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.")
         msgs.append(_native_message(c["parts"], role, msgs, before))
         before.add(msgs[-1])
-    native = {k: (None if k == "contents" else v) for k, v in body.items()}
-    return Request(model, msgs, None, stream, {NATIVE: native})
+    return Request(model, msgs, None, stream, {})
 
 
 def _native_message(parts: list[Any], role: str, before: list[Message], prefix: PrefixHash) -> Message:

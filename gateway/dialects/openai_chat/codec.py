@@ -16,11 +16,10 @@ business of ``openai_chat_messages``):
   ``route`` the model goes to: what that upstream cannot honour is a 400 naming the
   parameters, or with ``drop_unsupported`` (GATEWAY_DROP_UNSUPPORTED_PARAMS) dropped and
   listed in ``surface.dropped_params`` for the endpoint to count and log. The client's
-  own top-level fields travel in ``surface.client_params`` (in order, values as received):
-  an OpenAI-compatible upstream gets them as they are (``openai_compat``), Gemini the ones
-  it maps (``gemini``).
+  own top-level fields are what it sent (the chat body, ``chat_body``): an OpenAI-compatible
+  upstream gets them as they are (``openai_compat``), Gemini the ones it maps (``gemini``).
 - A Responses-API-shaped body (``input``, ``instructions``, flat tools), which
-  Cursor posts to /v1/chat/completions, is first rewritten as a chat body.
+  Cursor posts to /v1/chat/completions, is first rewritten as a chat body (``chat_body``).
 - Options that shape the answer but never go upstream travel in ``Request.surface``.
 
 Every malformed input raises ``ClientError`` (400) naming its JSON path.
@@ -68,10 +67,7 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     replay memo); the system value is then taken from the body's system messages alone. ``route``: the
     kind of upstream the model goes to (None: no parameter is judged, as for a pure translation);
     ``adaptive_only``: whether the routed model takes adaptive thinking only (None: the built-in table's answer)."""
-    if not isinstance(body, dict):
-        raise bad_request("Request body must be a JSON object")
-    if "messages" not in body and "input" in body:
-        body = responses_to_chat(body)
+    body = chat_body(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("model: Field required" if model is None else "model: Input should be a non-empty string")
@@ -118,6 +114,14 @@ def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[M
     return Request(model, messages, thinking, stream, params, surface=_surface(body, dropped))
 
 
+def chat_body(body: Any) -> dict[str, JSON]:
+    """A chat completions body: ``body``, or a Responses-API-shaped one (``input``, ``instructions``, flat tools)
+    rewritten as one; a 400 for what is not a JSON object."""
+    if not isinstance(body, dict):
+        raise bad_request("Request body must be a JSON object")
+    return responses_to_chat(body) if "messages" not in body and "input" in body else body
+
+
 def tool_and_sampling_params(body: dict[str, JSON], tools_raw: JSON) -> dict[str, JSON]:
     """``tools_raw`` (wrapped or flat function tools) with the body's ``tool_choice`` / ``parallel_tool_calls``, and
     its ``temperature`` / ``top_p``, as Anthropic-shaped parameters (shared with the Responses decoder)."""
@@ -142,7 +146,6 @@ def _surface(body: dict[str, JSON], dropped: list[str]) -> SurfaceOptions:
     return SurfaceOptions(
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
         exclude_reasoning=isinstance(reasoning, dict) and reasoning.get("exclude") is True,
-        client_params={k: (None if k == "messages" else v) for k, v in body.items()},
         dropped_params=tuple(dropped))
 
 

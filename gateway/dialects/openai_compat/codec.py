@@ -7,7 +7,7 @@ the target's own) and a tool-only message is sent with ``content: null``, never 
 or ``""``. Tool results become ``tool`` messages (before the user's own text), tools
 and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoning
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
-A request from a chat completions client (``Request.surface.client_params``) keeps every other
+A request from a chat completions client (its top-level fields, ``client``) keeps every other
 top-level field as the client sent it, in its order, its own reasoning fields included
 (``same_dialect``; the table is ``gateway.dialects.params``), as the client's bytes of it
 (``gateway.dialects.client_json``, at the call table).
@@ -57,7 +57,8 @@ _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 # ---------------------------------------------------------------- requests
 
-def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
+def encode_request(req: Request, caps: ModelCaps, client: dict[str, JSON] | None = None) -> dict[str, JSON]:
+    """``client``: a chat completions client's top-level fields (the same dialect, ``same_dialect``)."""
     p = req.params
     msgs: list[dict[str, JSON]] = []
     system = system_text(p)
@@ -85,8 +86,7 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    client = req.surface.kept_client_params()
-    return same_dialect(body, client, req, caps) if isinstance(client, dict) else body
+    return same_dialect(body, client, req, caps) if client is not None else body
 
 
 # the reasoning parameters any flavor reads (each flavor's own: ``Flavor.reads``)

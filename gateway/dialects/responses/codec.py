@@ -184,9 +184,7 @@ def decode_request(body: Any, unseal: Unseal, resolved: dict[str, dict[str, JSON
     echo = {k: body.get(k, default) for k, default in ECHOED.items()}
     orjson.dumps(echo)  # echoed on the answer: too deep to encode is the client's 400 (``pipeline.TOO_DEEP``), now
     summary = reasoning.get("summary") if isinstance(reasoning, dict) else None
-    # a Responses upstream gets the client's fields as sent (``passthrough``); ``input`` only keeps its place
-    surface = SurfaceOptions(responses_params={k: (None if k == "input" else v) for k, v in body.items()},
-                             sealed=frozenset(sealed))
+    surface = SurfaceOptions(sealed=frozenset(sealed))
     return ResponsesRequest(Request(model, messages, thinking, bool(stream), params, surface=surface), echo, prev,
                             ENCRYPTED in include, summary is not None)
 

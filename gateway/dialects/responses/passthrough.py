@@ -2,7 +2,7 @@
 passes as the client sent it.
 
 ``same_dialect`` takes the body thinkgate derived from the canonical request (``responses_upstream.encode_request``)
-and the client's own top-level fields (``Request.surface.responses_params``, in its order, values as received)
+and the client's own top-level fields (``ClientRequest.fields``, in its order, values as received)
 and keeps the client's fields, in the client's order, but for what thinkgate decides:
 
 * ``model``, ``input`` (the repaired items), ``instructions`` (the client's with its ``system`` / ``developer``

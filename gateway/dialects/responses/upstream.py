@@ -214,7 +214,8 @@ def user_items(m: Message) -> list[dict[str, JSON]]:
 
 # ---------------------------------------------------------------- requests
 
-def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
+def encode_request(req: Request, caps: ModelCaps, client: dict[str, JSON] | None = None) -> dict[str, JSON]:
+    """``client``: a Responses client's top-level fields (the same dialect, ``passthrough.same_dialect``)."""
     p = req.params
     body: dict[str, JSON] = {"model": req.model}
     system = system_text(p)
@@ -245,8 +246,7 @@ def encode_request(req: Request, caps: ModelCaps) -> dict[str, JSON]:
     body["include"] = list(INCLUDE)
     if req.stream:
         body["stream"] = True
-    client = req.surface.responses_params  # a Responses client's: what thinkgate need not change passes
-    return same_dialect(body, client, req) if isinstance(client, dict) else body
+    return same_dialect(body, client, req) if client is not None else body  # what thinkgate need not change passes
 
 
 def _reasoning(req: Request) -> dict[str, JSON] | None:

@@ -46,14 +46,14 @@ CONTENTS = [
 
 
 def test_native_request_round_trip_keeps_signatures_on_their_parts() -> None:
-    req = gemini.decode_request({"contents": CONTENTS, "generationConfig": {"temperature": 0.2}},
-                                "gemini-3-pro-preview", stream=False)
+    native = {"contents": CONTENTS, "generationConfig": {"temperature": 0.2}}
+    req = gemini.decode_request(native, "gemini-3-pro-preview", stream=False)
     model = req.messages[1].content
     assert isinstance(model[0], ThoughtBlock) and model[0].origin == CLIENT
     assert isinstance(model[2], ToolUseBlock) and model[2].sig == ProviderSig(CLIENT, "S1") and model[3].sig is None
     results = req.messages[2].content
     assert [b.tool_use_id for b in results] == [model[3].id, model[2].id]  # by name, whatever the order
-    body = gemini.encode_request(req)
+    body = gemini.encode_request(req, native)
     assert body["generationConfig"] == {"temperature": 0.2}
     assert body["contents"][1] == CONTENTS[1]
     assert body["contents"][3]["parts"][1] == {"text": "", "thoughtSignature": "S2"}, "signature-only part kept"

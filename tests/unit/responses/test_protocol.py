@@ -360,7 +360,7 @@ def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order()
             "reasoning": {"effort": "high", "summary": "concise", "future": 1}, "input": "hi",
             "tools": [{"type": "web_search"}], "service_tier": "flex"}
     req = decode(body).request
-    out = responses_upstream.encode_request(req, Router("").caps_for("gpt-5"))
+    out = responses_upstream.encode_request(req, Router("").caps_for("gpt-5"), body)
     assert list(out) == ["text", "model", "x_unknown", "include", "store", "instructions", "metadata",
                          "temperature", "reasoning", "input", "tools", "service_tier", "max_output_tokens"]
     for key in ("text", "x_unknown", "metadata", "temperature", "reasoning", "tools", "service_tier"):
@@ -368,8 +368,8 @@ def test_a_responses_client_s_fields_pass_to_a_responses_upstream_in_its_order()
     assert out["include"] == ["file_search_call.results", "reasoning.encrypted_content"]
     assert out["store"] is False and out["instructions"] == "Be brief."
     assert out["input"] == [{"type": "message", "role": "user", "content": "hi"}]
-    without = responses_upstream.encode_request(decode({"model": "gpt-5", "input": "hi"}).request,
-                                                Router("").caps_for("gpt-5"))
+    bare = {"model": "gpt-5", "input": "hi"}
+    without = responses_upstream.encode_request(decode(bare).request, Router("").caps_for("gpt-5"), bare)
     assert without["include"] == ["reasoning.encrypted_content"] and "reasoning" not in without
 
 

@@ -37,8 +37,8 @@ def chat(model: str = "m", **fields: Any) -> dict[str, Any]:
 
 
 def compat(body: dict[str, Any], flavor: str) -> dict[str, JSON]:
-    req = decode_request(body, provider_fields=True, route="openai")
-    return openai_compat.encode_request(req, ModelCaps(flavor, kind="openai", flavor=flavor))
+    req = decode_request(body, provider_fields=True, route="openai")  # (the client's fields: the same dialect)
+    return openai_compat.encode_request(req, ModelCaps(flavor, kind="openai", flavor=flavor), req.surface.kept(body))
 
 
 # ---------------------------------------------------------------- the table
@@ -93,9 +93,10 @@ def test_openrouter_reasoning_passes_without_exclude_and_flavors_get_their_param
 
 
 def test_reasoning_fields_follow_the_thinking_config_after_repair() -> None:
-    req = decode_request(chat(reasoning_effort="high", seed=1), provider_fields=True, route="openai")
+    body = chat(reasoning_effort="high", seed=1)
+    req = decode_request(body, provider_fields=True, route="openai")
     req.thinking = None  # repair turned thinking off
-    out = openai_compat.encode_request(req, ModelCaps("copilot", kind="openai", flavor="copilot"))
+    out = openai_compat.encode_request(req, ModelCaps("copilot", kind="openai", flavor="copilot"), body)
     assert "reasoning_effort" not in out and out["seed"] == 1
     off = compat(chat(reasoning_effort="none"), "generic")
     assert off["reasoning_effort"] == "none", "a field that says off passes as received"
@@ -129,13 +130,15 @@ def test_anthropic_mapping() -> None:
 
 
 def test_gemini_mapping() -> None:
-    req = decode_request(chat("gemini-3-pro-preview", response_format=JSON_SCHEMA, seed=3, frequency_penalty=0.5,
-                              presence_penalty=0.25, max_completion_tokens=600), route="gemini")
-    gen = gemini.encode_request(req)["generationConfig"]
+    body = chat("gemini-3-pro-preview", response_format=JSON_SCHEMA, seed=3, frequency_penalty=0.5,
+                presence_penalty=0.25, max_completion_tokens=600)
+    req = decode_request(body, route="gemini")
+    gen = gemini.encode_request(req, chat=body)["generationConfig"]
     assert gen == {"maxOutputTokens": 600, "seed": 3, "presencePenalty": 0.25, "frequencyPenalty": 0.5,
                    "responseMimeType": "application/json", "responseJsonSchema": SCHEMA}
-    req = decode_request(chat("gemini-3-pro-preview", response_format={"type": "json_object"}), route="gemini")
-    assert gemini.encode_request(req)["generationConfig"]["responseMimeType"] == "application/json"
+    body = chat("gemini-3-pro-preview", response_format={"type": "json_object"})
+    req = decode_request(body, route="gemini")
+    assert gemini.encode_request(req, chat=body)["generationConfig"]["responseMimeType"] == "application/json"
 
 
 # ---------------------------------------------------------------- refused, and dropped by the switch
@@ -169,8 +172,10 @@ def test_the_switch_drops_refused_parameters_and_lists_them() -> None:
     assert req.surface.dropped_params == ("seed", "logit_bias", "n")
     out = anthropic.encode_request(req)
     assert out["temperature"] == 0.5 and not {"seed", "logit_bias", "n"} & set(out)
-    req = decode_request(chat(n=3, seed=1), route="openai", drop_unsupported=True)
-    out = openai_compat.encode_request(req, ModelCaps("openai", kind="openai", flavor="generic"))
+    body = chat(n=3, seed=1)
+    req = decode_request(body, route="openai", drop_unsupported=True)
+    caps = ModelCaps("openai", kind="openai", flavor="generic")
+    out = openai_compat.encode_request(req, caps, req.surface.kept(body))
     assert "n" not in out and out["seed"] == 1, "what the switch dropped is not passed either"
 
 
