@@ -35,7 +35,7 @@ from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
 from gateway.pipeline.identify import SCID_HEADER
 from gateway.surfaces.table import Surface
-from gateway.transport.streaming.relay import StreamEncoder, relay_sse
+from gateway.transport.streaming import StreamEncoder, relay_sse
 from gateway.transport.upstream import UpstreamResponse
 
 T = TypeVar("T")

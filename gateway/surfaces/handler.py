@@ -45,8 +45,7 @@ from gateway.surfaces.common import (
 )
 from gateway.surfaces.table import Surface
 from gateway.surfaces.upstreams import UPSTREAM_DIALECTS, Call, route
-from gateway.transport.streaming.relay import StreamEncoder
-from gateway.transport.streaming.translate import TranslatedStream
+from gateway.transport.streaming import StreamEncoder, TranslatedStream
 from gateway.transport.upstream import UpstreamResponse
 
 JSON = "application/json"

@@ -38,7 +38,7 @@ from gateway.dialects.vertex import wire as vertex
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
-from gateway.transport.streaming.translate import Framing, Translator
+from gateway.transport.streaming import Framing, Translator
 from gateway.transport.upstream import forward_request_headers
 from gateway.vocab import ClientDialect
 

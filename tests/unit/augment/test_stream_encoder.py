@@ -18,7 +18,7 @@ from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.stream import GeminiTranslator
 from gateway.dialects.openai_compat.stream import CompatTranslator
 from gateway.sse import SSEDecoder, SSEEvent
-from gateway.transport.streaming.translate import TranslatedStream, Translator
+from gateway.transport.streaming import TranslatedStream, Translator
 from gateway.transport.upstream import UpstreamResponse
 from tests.support.augment.client import assert_tools_stream_per_tool
 
