@@ -39,8 +39,7 @@ import redis
 
 from state import codec
 from state.factory import open_store
-from state.hashing import exact_hash
-from state.keys import new_scid, tenant_prefix
+from state.keys import exact_hash, new_scid, tenant_prefix
 from state.records import TurnRecord
 from state.redis_store import RedisStore
 from state.store import LoadQuery, Store, TurnWrite

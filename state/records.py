@@ -1,6 +1,6 @@
 """The stored data model: one assistant turn (``TurnRecord``) and one conversation (``ConversationState``).
 
-Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.hashing``.
+Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.keys``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.coherence import Head
-from state.hashing import IndexEntries, compute_turn_id, index_entries, last_thinking_pair, tool_use_ids
-from state.keys import is_valid_turn_id
+from state.keys import IndexEntries, compute_turn_id, index_entries, is_valid_turn_id, last_thinking_pair, tool_use_ids
 
 Block = dict[str, Any]
 

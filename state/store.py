@@ -61,7 +61,7 @@ class StoreHealth:
 
 @dataclass(frozen=True, slots=True)
 class LoadQuery:
-    """Everything a request can be matched by; compute hashes with ``state.hashing``.
+    """Everything a request can be matched by; compute hashes with ``state.keys``.
 
     - ``scid``: from the client's header; ignored (treated as absent) unless ``keys.is_valid_scid``.
     - ``tool_ids``: tool_use ids seen in the replayed history (Layer 1).
@@ -145,7 +145,7 @@ class TurnWrite:
     - ``encoded``: ``codec.encode_turn(record)``, when the caller encoded it already (off its event loop: a
       turn with a huge prompt); None: the store encodes it.
     Index entries (tool ids, exact-text signatures, norm hashes) are always derived from
-    ``record.content`` with ``state.hashing.index_entries`` so writers and readers cannot disagree.
+    ``record.content`` with ``state.keys.index_entries`` so writers and readers cannot disagree.
     """
 
     record: TurnRecord

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from gateway.dialects.canonical import Block, RedactedThinkingBlock, ThinkingBlock
 from gateway.ops import metrics
 from gateway.pipeline import identify
-from state.hashing import exact_hash
+from state.keys import exact_hash
 from state.lru import Lru
 from state.store import LoadQuery, Store, StoreUnavailable, TurnWrite
 

@@ -226,7 +226,7 @@ class Message:
         self.content_was_string = content_was_string
         self.extra: dict[str, JSON] = extra if extra is not None else {}
         self.provider = provider
-        # ``state.hashing.replay_digest`` of an assistant message's content as the client sent it (set by
+        # ``state.keys.replay_digest`` of an assistant message's content as the client sent it (set by
         # the Anthropic decoder); repair accepts a replay matching a recorded turn's digest as is
         self.replay_digest = replay_digest
 

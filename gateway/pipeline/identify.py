@@ -33,8 +33,7 @@ from gateway.dialects.canonical import Block, Message, TextBlock, ThinkingBlock,
 from gateway.dialects.credentials import credential_of
 from gateway.dialects.toolchain import dropped_result_ids
 from gateway.vocab import Via
-from state.hashing import exact_hash, norm_hash, normalized_bytes
-from state.keys import is_valid_scid, tenant_prefix
+from state.keys import exact_hash, is_valid_scid, norm_hash, normalized_bytes, tenant_prefix
 from state.store import LoadQuery, LoadResult
 
 # --- the path of a conversation ---

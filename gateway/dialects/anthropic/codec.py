@@ -27,7 +27,7 @@ from gateway.dialects.canonical import (
 )
 from gateway.errors import bad_request
 from gateway.sse import SSEEvent, encode_event
-from state.hashing import replay_digest
+from state.keys import replay_digest
 
 _REQUEST_KEYS = frozenset(("model", "messages", "thinking", "stream"))
 _TURN_KEYS = frozenset(("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"))

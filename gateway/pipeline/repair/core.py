@@ -66,7 +66,7 @@ from gateway.dialects.canonical import (
 from gateway.pipeline.identify import block_hashes, lookup_hashes
 from gateway.pipeline.repair.records import ConversationView, RecordedTurn, Records, tool_ids
 from gateway.pipeline.repair.reshape import reshape
-from state.hashing import exact_hash
+from state.keys import exact_hash
 
 
 @dataclass(frozen=True, slots=True)

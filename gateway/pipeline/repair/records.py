@@ -37,7 +37,7 @@ from gateway.dialects.canonical import (
 from gateway.pipeline import identify
 from gateway.pipeline.identify import PathHash
 from state import codec
-from state.hashing import exact_hash, replay_digest
+from state.keys import exact_hash, replay_digest
 from state.lru import ObjectLru
 from state.records import ConversationState, Location, TurnRecord
 from state.store import LoadResult
@@ -51,7 +51,7 @@ class RecordedTurn:
     ``content`` holds canonical blocks and ``prompt`` the request-side messages this turn answered
     (after the previous turn; only a history rebuild needs them). ``gateway.pipeline.repair.records`` subclasses it to
     decode both on first use: a turn matched by its replay digest is never decoded.
-    ``replay_digest`` is the recorded ``hashing.replay_digest`` of the content as the client received
+    ``replay_digest`` is the recorded ``keys.replay_digest`` of the content as the client received
     it (b"" when none was recorded); ``path``: the recorded path fingerprint (None when none was recorded);
     ``model``: the model that produced it.
     """
@@ -119,7 +119,7 @@ class ConversationView(Mapping[int, RecordedTurn]):
         return None
 
     def find_thinking(self, exact: str) -> RecordedTurn | None:
-        """The one turn with a signed thinking block of this exact text (``hashing.exact_hash``): the model's
+        """The one turn with a signed thinking block of this exact text (``keys.exact_hash``): the model's
         own words, unique to the turn that produced them (unlike visible text). None when none or several."""
         if self._thinking is None:
             self._thinking = one_each((exact_hash(b.thinking), pos) for pos, t in self.items() for b in t.content

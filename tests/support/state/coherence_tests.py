@@ -14,8 +14,7 @@ from typing import Any
 
 from state.coherence import serves
 from state.engine import EngineStore
-from state.hashing import replay_digest
-from state.keys import new_scid
+from state.keys import new_scid, replay_digest
 from state.memory_store import MemoryStore
 from state.records import TurnRecord
 from state.store import LoadQuery, LoadResult, Store, TurnWrite

@@ -7,8 +7,7 @@ import re
 
 import redis
 
-from state.hashing import exact_hash
-from state.keys import new_scid, scid_marker_key
+from state.keys import exact_hash, new_scid, scid_marker_key
 from state.records import TurnRecord
 from state.store import LoadQuery, Store, TurnWrite
 from tests.support.state.factories import TENANT_A, TENANT_B, turn

@@ -25,8 +25,7 @@ from state import codec
 from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache, appended
 from state.engine import EngineStore, Eval, Op, _parse_conversation
 from state.errors import CodecError
-from state.hashing import replay_digest
-from state.keys import conversation_keys, new_scid
+from state.keys import conversation_keys, new_scid, replay_digest
 from state.lru import Lru
 from state.memory_store import MemoryStore
 from state.records import ConversationState

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from state.hashing import exact_hash
-from state.keys import new_scid
+from state.keys import exact_hash, new_scid
 from state.resp import _Connection
 from state.store import LoadQuery, Store, TurnWrite
 from tests.support.state.factories import TENANT_A, turn

@@ -22,7 +22,7 @@ from gateway.pipeline.repair.core import RepairPrior, rebuild_history, repair
 from gateway.pipeline.repair.core import run as repair_run
 from gateway.pipeline.repair.records import RecordCaches, RecordedTurn, Records, TurnsConversation, records_from
 from gateway.pipeline.sanitize.core import Policy, sanitize
-from state.hashing import exact_hash, replay_digest
+from state.keys import exact_hash, replay_digest
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult
 

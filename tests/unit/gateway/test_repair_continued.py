@@ -16,7 +16,7 @@ from gateway.dialects.canonical import Message
 from gateway.pipeline.repair.core import RepairPrior, repair
 from gateway.pipeline.repair.core import run as repair_run
 from gateway.pipeline.repair.records import Records, records_from
-from state.hashing import replay_digest
+from state.keys import replay_digest
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult
 

@@ -20,8 +20,7 @@ from gateway.pipeline.identify import build_query, identify_conversation
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.records import Records, records_from
 from gateway.pipeline.sanitize.core import Policy, sanitize
-from state.hashing import replay_digest
-from state.keys import new_scid
+from state.keys import new_scid, replay_digest
 from state.memory_store import MemoryStore
 from state.records import ConversationState, TurnRecord
 from state.store import LoadResult

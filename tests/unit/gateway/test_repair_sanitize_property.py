@@ -19,7 +19,7 @@ from gateway.pipeline.identify import RECENT_TURNS, path_fingerprint
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.records import RecordedTurn, Records, TurnsConversation
 from gateway.pipeline.sanitize.core import Policy, sanitize
-from state.hashing import exact_hash
+from state.keys import exact_hash
 from tests.support.manglings.anthropic import HISTORY_MANGLINGS, MESSAGE_MANGLINGS
 from thinkgate_sim.rules import check_messages_request
 from thinkgate_sim.signing import Minter

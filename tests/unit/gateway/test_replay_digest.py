@@ -16,8 +16,7 @@ from gateway.dialects.routing import caps_for
 from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.records import records_from, turn_record
 from gateway.pipeline.sanitize.core import Policy, sanitize
-from state.hashing import replay_digest
-from state.keys import new_scid
+from state.keys import new_scid, replay_digest
 from state.memory_store import MemoryStore
 from state.store import LoadQuery, TurnWrite
 from tests.support.state.factories import TENANT_A

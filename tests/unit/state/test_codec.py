@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from state import codec
 from state.errors import CodecError, StoreError
-from state.hashing import replay_digest
+from state.keys import replay_digest
 from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
 

@@ -9,40 +9,40 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from state import hashing, keys
+from state import keys
 from state.records import TurnRecord, VerifiedPair
 
 
 def test_exact_hash_is_sha256_of_exact_bytes() -> None:
-    assert hashing.exact_hash("a\r\nb") == hashlib.sha256(b"a\r\nb").hexdigest()
-    assert hashing.exact_hash("a\nb") != hashing.exact_hash("a\r\nb")
-    assert hashing.exact_hash("x ") != hashing.exact_hash("x")
+    assert keys.exact_hash("a\r\nb") == hashlib.sha256(b"a\r\nb").hexdigest()
+    assert keys.exact_hash("a\nb") != keys.exact_hash("a\r\nb")
+    assert keys.exact_hash("x ") != keys.exact_hash("x")
 
 
 @pytest.mark.parametrize("variant", ["a b c", " a b c ", "a\r\nb\tc", "\n\na  b\u00a0c\r\n", "a\u3000b\u2028c"])
 def test_norm_hash_is_whitespace_crlf_and_trim_insensitive(variant: str) -> None:
-    assert hashing.normalize_text(variant) == "a b c"
-    assert hashing.norm_hash(variant) == hashing.norm_hash("a b c")
-    assert hashing.norm_hash("abc") != hashing.norm_hash("a b c")
+    assert keys.normalize_text(variant) == "a b c"
+    assert keys.norm_hash(variant) == keys.norm_hash("a b c")
+    assert keys.norm_hash("abc") != keys.norm_hash("a b c")
 
 
 @given(st.text())
 def test_normalisation_is_idempotent(text: str) -> None:
-    once = hashing.normalize_text(text)
-    assert hashing.normalize_text(once) == once
-    assert hashing.norm_hash(text) == hashing.norm_hash(once)
+    once = keys.normalize_text(text)
+    assert keys.normalize_text(once) == once
+    assert keys.norm_hash(text) == keys.norm_hash(once)
 
 
 def test_turn_id_is_canonical_and_covers_fingerprint() -> None:
     a = [{"type": "tool_use", "id": "t1", "name": "n", "input": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}]
     b = [{"input": {"y": [1, {"a": 1, "b": 2}], "x": 1}, "name": "n", "id": "t1", "type": "tool_use"}]
-    assert hashing.compute_turn_id(a) == hashing.compute_turn_id(b)
-    assert hashing.compute_turn_id(a) != hashing.compute_turn_id(a, "fp")
-    assert hashing.compute_turn_id(a, "") != hashing.compute_turn_id(a, None)
-    assert hashing.compute_turn_id([{"type": "text", "text": "a"}]) != hashing.compute_turn_id(
+    assert keys.compute_turn_id(a) == keys.compute_turn_id(b)
+    assert keys.compute_turn_id(a) != keys.compute_turn_id(a, "fp")
+    assert keys.compute_turn_id(a, "") != keys.compute_turn_id(a, None)
+    assert keys.compute_turn_id([{"type": "text", "text": "a"}]) != keys.compute_turn_id(
         [{"type": "text", "text": "a "}])
     rec = TurnRecord(content=a, prefix_fingerprint="fp", provider={"ignored": True})
-    assert rec.turn_id == hashing.compute_turn_id(a, "fp") and keys.is_valid_turn_id(rec.turn_id)
+    assert rec.turn_id == keys.compute_turn_id(a, "fp") and keys.is_valid_turn_id(rec.turn_id)
 
 
 def test_turn_ids_stay_what_earlier_versions_computed() -> None:
@@ -50,8 +50,8 @@ def test_turn_ids_stay_what_earlier_versions_computed() -> None:
     rolling upgrade must find the turn the other version wrote): pinned values, mixed key types included."""
     a = [{"type": "tool_use", "id": "t1", "name": "n",
           "input": {"x": 1, "y": [1, {"b": 2, "a": 1}], 2: "int key", "z": (True, None, 1.5)}}]
-    assert hashing.compute_turn_id(a, "fp") == "feafb2b8313b13b905210e07901ae219159c8d7c7a392a1a5a13de9d3a98e2e0"
-    assert hashing.compute_turn_id([{"type": "thinking", "thinking": "x\ud800", "signature": "s"}]) == \
+    assert keys.compute_turn_id(a, "fp") == "feafb2b8313b13b905210e07901ae219159c8d7c7a392a1a5a13de9d3a98e2e0"
+    assert keys.compute_turn_id([{"type": "thinking", "thinking": "x\ud800", "signature": "s"}]) == \
         "660f80f8e9d489dc99b0b4a3778b04d9b851b01dbc24330905e5865beb84d872"
 
 
@@ -74,7 +74,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) 
 
 @given(_json)
 def test_the_canonical_form_is_the_first_one(obj: object) -> None:
-    assert hashing.canonical_packb(obj) == hashing.msgpack.packb(_reference_canonical(obj), use_bin_type=True,
+    assert keys.canonical_packb(obj) == keys.msgpack.packb(_reference_canonical(obj), use_bin_type=True,
                                                                  unicode_errors="surrogatepass")
 
 
@@ -89,9 +89,9 @@ def test_index_entries_and_pairs() -> None:
         {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {}},
         {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {}},
     ]
-    entries = hashing.index_entries(content)
+    entries = keys.index_entries(content)
     assert entries.tool_ids == ("toolu_1",)
-    assert entries.exact == ((hashing.exact_hash("t1"), "s1"),)  # empty text is not indexed
+    assert entries.exact == ((keys.exact_hash("t1"), "s1"),)  # empty text is not indexed
     assert TurnRecord(content=content).verified_pair() == VerifiedPair("t1", "s1")
     assert TurnRecord(content=content[:1]).verified_pair() == VerifiedPair("", "omitted-sig")
 
@@ -164,5 +164,5 @@ def test_normalization_is_split_join_whatever_the_text(text: str) -> None:
     """The ASCII fast path (bytes, no list of words) and the general one normalize exactly as ``str.split`` does:
     the hashes stored before it stay the same."""
     expected = " ".join(text.split())
-    assert hashing.normalize_text(text) == expected
-    assert hashing.normalized_bytes(text) == expected.encode("utf-8", "surrogatepass")
+    assert keys.normalize_text(text) == expected
+    assert keys.normalized_bytes(text) == expected.encode("utf-8", "surrogatepass")
