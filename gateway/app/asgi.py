@@ -2,8 +2,8 @@
 
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
-from gateway.ops import logs
+from gateway.ops import telemetry
 
 settings = Settings.from_env()
-logs.configure(settings.log_level, settings.log_format)  # every hypercorn worker process
+telemetry.configure(settings.log_level, settings.log_format)  # every hypercorn worker process
 app = create_app(settings)

@@ -84,10 +84,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"thinkgate: {e}", file=sys.stderr)
         return 2
     from gateway.dialects.urls import display_url
-    from gateway.ops import logs, metrics_workers
+    from gateway.ops import metrics_workers, telemetry
     from state.factory import describe_store
 
-    logs.configure(settings.log_level, settings.log_format)
+    telemetry.configure(settings.log_level, settings.log_format)
     store = describe_store(settings.redis_url) if settings.state_machine_enabled else "off"
     upstreams = ", ".join(f"{name}={display_url(url)}" for name, url in settings.upstream_urls().items())
     log = logging.getLogger("thinkgate")
@@ -129,7 +129,7 @@ def _check_store_credentials(url: str) -> None:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from gateway.ops import logs
+    from gateway.ops import telemetry
     from thinkgate_sim.app import SimConfig, run_sim
 
     config = SimConfig(strict_older_turns=not args.lenient_older_turns,
@@ -138,7 +138,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     config.tools = max(0, args.tools)
     if args.bound_models is not None:
         config.bound_models = tuple(m.strip() for m in args.bound_models.split(",") if m.strip())
-    logs.configure("WARNING", "text")
+    telemetry.configure("WARNING", "text")
     logging.getLogger("hypercorn.error").setLevel(logging.INFO)  # its one "Running on" line per listener
     run_sim(args.host, args.port, config)
     return 0

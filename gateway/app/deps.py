@@ -15,7 +15,7 @@ from gateway.dialects.prices import DEFAULT as DEFAULT_PRICES
 from gateway.dialects.prices import Price
 from gateway.dialects.routing import Router
 from gateway.ops.metrics import TenantLabels
-from gateway.ops.tracing import Tracing
+from gateway.ops.telemetry import Tracing
 from gateway.pipeline.identify import ConversationHints
 from gateway.pipeline.repair.records import RecordCaches
 from gateway.pipeline.sanitize.core import Policy

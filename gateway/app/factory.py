@@ -26,7 +26,7 @@ from gateway.dialects import prices
 from gateway.errors import GatewayError, dialect_headers, render_error
 from gateway.ops import metrics, metrics_workers
 from gateway.ops.metrics_store import instrument_store
-from gateway.ops.tracing import TraceMiddleware, Tracing, trace_store
+from gateway.ops.telemetry import TraceMiddleware, Tracing, trace_store
 from gateway.surfaces import (
     augment,
     chat,
@@ -139,7 +139,7 @@ def default_store(settings: Settings) -> Store | None:
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None,
                upstreams: dict[str, Upstream] | None = None, tracing: Tracing | None = None) -> Starlette:
-    """``tracing``: from the ``OTEL_*`` variables when not given (``gateway.ops.tracing``)."""
+    """``tracing``: from the ``OTEL_*`` variables when not given (``gateway.ops.telemetry``)."""
     settings = settings or Settings.from_env()
     tracing = tracing if tracing is not None else Tracing.from_env()
     gw = Gateway(settings=settings, upstreams=upstreams or default_upstreams(settings), router=settings.router(),

@@ -1,1 +1,1 @@
-"""Operations: metrics, logs, tracing."""
+"""Operations: metrics, and the request's log line and trace (``telemetry``)."""

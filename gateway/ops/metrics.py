@@ -24,8 +24,8 @@ from gateway.dialects import classify, registry, routing
 from gateway.dialects.canonical import TOKEN_KEYS, token_counts
 from gateway.dialects.params import REFUSABLE, metric_label
 from gateway.errors import new_request_id
-from gateway.ops import logs
-from gateway.ops.logs import Observation
+from gateway.ops import telemetry
+from gateway.ops.telemetry import Observation
 from gateway.pipeline import identify
 from gateway.surfaces.table import SURFACES, surface_for_path
 from state.store import (
@@ -263,7 +263,7 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         obs = Observation(endpoint, request_id, time.perf_counter())
-        token = logs.current.set(obs)
+        token = telemetry.current.set(obs)
 
         async def observed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -284,7 +284,7 @@ class ObserveMiddleware:
         finally:
             if obs.streaming:
                 INFLIGHT_STREAMS.dec()
-            logs.current.reset(token)
+            telemetry.current.reset(token)
             obs.duration = time.perf_counter() - obs.started
             _finish(obs)
             # contexts copied during the request (a keep-alive timer's, a background task's) may outlive it with
@@ -312,25 +312,25 @@ def _finish(obs: Observation) -> None:
     if obs.ttfb is not None:
         child(TTFB, obs.endpoint, obs.upstream, model).observe(obs.ttfb)
     WORKER_REQUESTS.inc()
-    logs.log_request(obs)
+    telemetry.log_request(obs)
 
 
 def bind(ex: Exchange) -> None:
     """Endpoints: this request's exchange (read at the end for the log line)."""
-    if (obs := logs.current.get()) is not None:
+    if (obs := telemetry.current.get()) is not None:
         obs.exchange = ex
 
 
 def observe_upstream_tried(upstream: str) -> None:
     """Endpoints: the upstream is being called; its name is the request's ``upstream`` label (and the access line's)
     even when it never answers (unreachable: 502)."""
-    if (obs := logs.current.get()) is not None:
+    if (obs := telemetry.current.get()) is not None:
         obs.upstream = label(upstream, UPSTREAMS)
 
 
 def observe_upstream(upstream: str, status: int) -> None:
     """Endpoints: the upstream answered (its name becomes the request's ``upstream`` label)."""
-    if (obs := logs.current.get()) is not None:
+    if (obs := telemetry.current.get()) is not None:
         obs.upstream, obs.upstream_status = label(upstream, UPSTREAMS), status
 
 
@@ -344,12 +344,12 @@ def observe_upstream_body(upstream: str, status: int, body: bytes) -> None:
 def observe_stream_error(error: dict[str, Any] | None) -> None:
     """Relay: the ``error`` object of an upstream's in-stream error event (``None``: there was none)."""
     if error is not None:
-        obs = logs.current.get()
+        obs = telemetry.current.get()
         _count_upstream_error(obs.upstream if obs else "other", classify.classify_event(error))
 
 
 def _count_upstream_error(upstream: str, kind: str) -> None:
-    obs = logs.current.get()
+    obs = telemetry.current.get()
     child(UPSTREAM_ERRORS, upstream, label(kind, ERROR_KINDS), _model(obs)).inc()
     if obs is not None:
         obs.upstream_error = kind

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from gateway.ops.tracing import wanted
+from gateway.ops.telemetry import wanted
 from tests.process_fixtures import GatewayFactory, Sim
 from tests.support.deploy.chart_tests import SECRET, container_env_resolved, helm, one, render
 

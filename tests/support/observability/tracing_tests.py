@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (``gateway.ops.tracing``, the ``otel`` extra) with the SDK's in-memory exporter, the app in
+"""OpenTelemetry traces (``gateway.ops.telemetry``, the ``otel`` extra) with the SDK's in-memory exporter, the app in
 process in front of a loopback upstream: the request span with a child per stage, per store call and for the
 upstream call, its attributes (never a key, a prompt or thinking text), the W3C ``traceparent`` the upstream gets;
 off without ``OTEL_*`` and without the extra."""
@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
-from gateway.ops.tracing import STAGES, Tracing, wanted
+from gateway.ops.telemetry import STAGES, Tracing, wanted
 from tests.process_fixtures import GatewayFactory, Sim
 from tests.support.observability.fake_upstream import serving
 
@@ -150,7 +150,7 @@ def test_tracing_is_on_only_when_the_otel_variables_ask_for_it() -> None:
     on.shutdown()
 
 
-def test_only_the_tracing_module_imports_opentelemetry_and_only_inside_functions() -> None:
+def test_only_the_telemetry_module_imports_opentelemetry_and_only_inside_functions() -> None:
     for path in [*ROOT.joinpath("gateway").rglob("*.py"), *ROOT.joinpath("state").rglob("*.py")]:
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
@@ -158,7 +158,7 @@ def test_only_the_tracing_module_imports_opentelemetry_and_only_inside_functions
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(n.split(".")[0] == "opentelemetry" for n in names):
-                assert path.name == "tracing.py" and path.parent.name == "ops", path
+                assert path.name == "telemetry.py" and path.parent.name == "ops", path
                 assert id(node) not in top, f"{path}: a module-level opentelemetry import"
 
 

@@ -1,4 +1,4 @@
-"""``gateway.ops.logs``: formats, redaction, the request line's fields, settings."""
+"""``gateway.ops.telemetry``: formats, redaction, the request line's fields, settings."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from gateway.actions import Action, ActionKind
 from gateway.app import cli
 from gateway.app.settings import Settings, SettingsError
 from gateway.dialects.canonical import Request
-from gateway.ops import logs
+from gateway.ops import telemetry
 from gateway.pipeline.exchange import ClientRequest, Exchange
 
 
-def _observation() -> logs.Observation:
+def _observation() -> telemetry.Observation:
     ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="req_gw_1",
                                 headers={"x-api-key": "sk-ant-api03-secretsecret"}, query="",
                                 raw_body=b'{"secret": 1}'))
@@ -26,7 +26,7 @@ def _observation() -> logs.Observation:
     ex.identity.tenant, ex.identity.scid, ex.identity.via = "t" * 32, "s" * 22, "tool_id"
     ex.plan.actions = [Action(ActionKind.KEPT_VERIFIED, 1), Action(ActionKind.KEPT_VERIFIED, 3),
                   Action(ActionKind.DROPPED, 5, "thinking")]
-    return logs.Observation("messages", "req_gw_1", 0.0, upstream="anthropic", upstream_status=400, status=400,
+    return telemetry.Observation("messages", "req_gw_1", 0.0, upstream="anthropic", upstream_status=400, status=400,
                             ttfb=0.0123, duration=0.5, upstream_error="invalid_signature", exchange=ex)
 
 
@@ -37,7 +37,7 @@ def configured(level: str, fmt: str) -> Iterator[io.StringIO]:
     root = logging.getLogger()
     saved_level, saved_handlers = root.level, list(root.handlers)
     try:
-        logs.configure(level, fmt, stream=buf)
+        telemetry.configure(level, fmt, stream=buf)
         yield buf
     finally:
         for h in list(root.handlers):
@@ -47,7 +47,7 @@ def configured(level: str, fmt: str) -> Iterator[io.StringIO]:
 
 
 def test_request_fields_carry_identifiers_and_decisions_only() -> None:
-    fields = logs.request_fields(_observation())
+    fields = telemetry.request_fields(_observation())
     assert fields == {
         "request_id": "req_gw_1", "endpoint": "messages", "upstream": "anthropic", "upstream_status": 400,
         "status": 400,
@@ -60,9 +60,9 @@ def test_request_fields_carry_identifiers_and_decisions_only() -> None:
 @pytest.mark.parametrize("fmt", ["json", "text"])
 def test_configure_and_log_request(fmt: str) -> None:
     with configured("INFO", fmt) as buf:
-        logs.configure("INFO", fmt, stream=buf)  # idempotent: one handler of ours
+        telemetry.configure("INFO", fmt, stream=buf)  # idempotent: one handler of ours
         assert sum(1 for h in logging.getLogger().handlers if getattr(h, "thinkgate", False)) == 1
-        logs.log_request(_observation())
+        telemetry.log_request(_observation())
         logging.getLogger("thinkgate.test").debug("not at INFO")
     lines = buf.getvalue().splitlines()
     assert len(lines) == 1
@@ -83,7 +83,7 @@ def test_configure_and_log_request(fmt: str) -> None:
     "api_key=hunter2hunter2",
 ])
 def test_redact(text: str) -> None:
-    out = logs.redact(text)
+    out = telemetry.redact(text)
     assert "<redacted>" in out
     for secret in ("abc.def-ghi", "AAAABBBB", "tok123", "0123456789abcdef", "hunter2"):
         assert secret not in out
@@ -102,7 +102,7 @@ def test_log_level_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert Settings.from_env({"GATEWAY_LOG_LEVEL": "warning"}).log_level == "WARNING"
     # WARNING: the access line (INFO) is suppressed, warnings still go out
     with configured(Settings.from_env({"GATEWAY_LOG_LEVEL": "WARNING"}).log_level, "json") as buf:
-        logs.log_request(_observation())
+        telemetry.log_request(_observation())
         logging.getLogger("thinkgate.test").warning("still shown")
     lines = [json.loads(line) for line in buf.getvalue().splitlines()]
     assert [(r["logger"], r["msg"]) for r in lines] == [("thinkgate.test", "still shown")]
@@ -128,7 +128,7 @@ def test_a_client_value_cannot_forge_a_line_or_a_field_in_the_text_format(model:
     assert obs.exchange is not None and obs.exchange.request is not None
     obs.exchange.request.model = model
     with configured("INFO", "text") as buf:
-        logs.log_request(obs)
+        telemetry.log_request(obs)
         logging.getLogger("thinkgate.test").warning("unhandled error on POST %s", "/v1/messages\nFAKE line")
     lines = buf.getvalue().splitlines()
     assert len(lines) == 2, lines
@@ -147,7 +147,7 @@ def test_a_json_line_stays_one_line_for_unicode_line_splitters(model: str) -> No
     assert obs.exchange is not None and obs.exchange.request is not None
     obs.exchange.request.model = model
     with configured("INFO", "json") as buf:
-        logs.log_request(obs)
+        telemetry.log_request(obs)
     lines = buf.getvalue().splitlines()
     assert len(lines) == 1, lines
     assert json.loads(lines[0])["model"] == model
