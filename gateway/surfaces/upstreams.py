@@ -29,8 +29,8 @@ from gateway.dialects.credentials import credential_of
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.gemini.parts import Mint
 from gateway.dialects.gemini.stream import GeminiTranslator
-from gateway.dialects.openai_compat import codec as openai_compat
-from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.openai_compat import wire as openai_compat
+from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.dialects.responses import upstream as responses_upstream
 from gateway.dialects.responses.upstream_stream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, origin_of

@@ -45,7 +45,7 @@ from gateway.dialects.canonical import (
     Turn,
 )
 from gateway.dialects.openai_chat.codec import EFFORT_BUDGETS
-from gateway.dialects.openai_compat.codec import choice_fields, image_url, system_text, tool_function
+from gateway.dialects.openai_compat.wire import choice_fields, image_url, system_text, tool_function
 from gateway.dialects.responses.passthrough import same_dialect
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text

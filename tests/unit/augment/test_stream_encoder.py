@@ -16,7 +16,7 @@ from gateway.dialects.accumulate import Snapshot, accumulate
 from gateway.dialects.augment.codec import ToolMeta, stop_reason_of
 from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.stream import GeminiTranslator
-from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.sse import SSEDecoder, SSEEvent
 from gateway.transport.streaming import TranslatedStream, Translator
 from gateway.transport.upstream import UpstreamResponse

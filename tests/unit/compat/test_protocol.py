@@ -16,8 +16,8 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.dialects.openai_compat import codec as openai_compat
-from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.openai_compat import wire as openai_compat
+from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.dialects.routing import ModelCaps
 from gateway.errors import upstream_error
 

@@ -14,7 +14,7 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import JSON
 from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.openai_chat.codec import decode_request
-from gateway.dialects.openai_compat import codec as openai_compat
+from gateway.dialects.openai_compat import wire as openai_compat
 from gateway.dialects.params import BY_NAME, PARAMS, REFUSABLE, markdown_table, unsupported
 from gateway.dialects.routing import FLAVORS, ModelCaps
 from gateway.errors import ClientError

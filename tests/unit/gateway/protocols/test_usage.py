@@ -7,8 +7,8 @@ import json
 
 from gateway.dialects.canonical import REASONING, from_gemini, from_openai, token_counts
 from gateway.dialects.gemini import codec as gemini
-from gateway.dialects.openai_compat import codec as openai_compat
-from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.openai_compat import wire as openai_compat
+from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.dialects.routing import MODEL_LABELS, model_label
 
 

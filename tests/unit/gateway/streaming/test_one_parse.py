@@ -15,7 +15,7 @@ from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import ToolUseBlock
 from gateway.dialects.openai_chat import stream as openai_chat_stream
-from gateway.dialects.openai_compat.stream import CompatTranslator
+from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.transport import streaming
 from gateway.transport.streaming import TranslatedStream, relay_sse
 from tests.unit.gateway.streaming.test_relay_order import FIXTURE, OneRead
