@@ -8,9 +8,9 @@ from starlette.requests import Request as HTTPRequest
 
 from gateway.access import admission
 from gateway.dialects import registry
-from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.gemini import parts as gemini_parts
-from gateway.dialects.gemini import stream as gemini_stream
+from gateway.dialects.gemini import wire as gemini
+from gateway.dialects.gemini import wire as gemini_stream
 from gateway.errors import ClientError
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import table as surfaces

@@ -26,13 +26,13 @@ from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
 from gateway.dialects.canonical import JSON, Request, Turn
 from gateway.dialects.credentials import credential_of
-from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.gemini.parts import Mint
-from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.gemini.wire import GeminiTranslator
 from gateway.dialects.openai_compat import wire as openai_compat
 from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.dialects.responses import upstream as responses_upstream
-from gateway.dialects.responses.upstream_stream import ResponsesTranslator
+from gateway.dialects.responses.upstream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, origin_of
 from gateway.dialects.vertex import wire as vertex
 from gateway.errors import ClientError, GatewayError, upstream_error

@@ -8,7 +8,7 @@ always ``store: false`` and ``include: ["reasoning.encrypted_content"]``:
 thinkgate is the conversation's memory (its records), so the upstream keeps nothing and every replica can serve the
 next request.
 
-Answers (``decode_turn``; the stream form is ``responses_upstream_stream``): ``output`` items -> canonical blocks
+Answers (``decode_turn``; the stream form is ``ResponsesTranslator``, below): ``output`` items -> canonical blocks
 (``decode_items``).
 
 The item <-> canonical mapping is one function per direction, shared by the stream translator:
@@ -24,6 +24,43 @@ The item <-> canonical mapping is one function per direction, shared by the stre
 * a ``function_call`` item <-> a ``ToolUseBlock`` (``call_id`` is the tool id; ``arguments`` the JSON input);
 * a ``message`` item's ``output_text`` / ``refusal`` parts <-> ``TextBlock``s;
 * ``function_call_output`` <- a ``ToolResultBlock``; user text and images <- ``input_text`` / ``input_image``.
+
+The stream (``ResponsesTranslator``): OpenAI Responses API upstream SSE -> canonical (Anthropic-shaped) events.
+
+- ``response.created`` -> ``message_start``;
+- a ``reasoning`` item -> a ``thought`` block, opened when the item is announced, its summary text streamed as
+  ``thinking_delta``s as it comes (parts joined as ``responses_upstream.summary_text`` joins them); it stays open until
+  the next item is announced (or the response ends), then gets the item exactly as ``response.output_item.done`` gave
+  it (``encrypted_content`` is complete only there) and the item that followed it (``reasoning_block``'s value) in
+  one ``provider_delta`` (its ``ProviderSig``: the accumulator signs the block with it), and closes;
+- ``function_call`` items -> ``tool_use`` blocks (``call_id``, ``name``), ``response.function_call_arguments.delta``
+  -> ``input_json_delta`` (an item that streamed no arguments gets them from its ``.done``);
+- ``response.output_text.delta`` / ``response.refusal.delta`` -> a text block per content part;
+- ``response.completed`` / ``response.incomplete`` -> ``message_delta`` (stop reason, usage) and ``message_stop``;
+  ``response.failed`` and ``error`` events -> an ``error`` event.
+Other events (``response.in_progress``, summary part events, ``*.done`` echoes) carry nothing new and are ignored.
+
+The same dialect (``same_dialect``): a Responses client's request for a Responses upstream: what the gateway does not need to change
+passes as the client sent it.
+
+``same_dialect`` takes the body thinkgate derived from the canonical request (``responses_upstream.encode_request``)
+and the client's own top-level fields (``ClientRequest.fields``, in its order, values as received)
+and keeps the client's fields, in the client's order, but for what thinkgate decides:
+
+* ``model``, ``input`` (the repaired items), ``instructions`` (the client's with its ``system`` / ``developer``
+  items' text, which the decoder moved out of ``input``), ``stream``;
+* ``store: false`` (thinkgate is the conversation's memory: the upstream keeps nothing, any replica serves the
+  next request) and no ``previous_response_id`` (it names a response thinkgate minted, rebuilt into ``input``);
+* ``include``: the client's list, with what thinkgate asks (``reasoning.encrypted_content``: reasoning items go
+  back from the records) added;
+* ``reasoning`` passes as sent while thinking stays on; with thinking off (repair's choice) it is what thinkgate
+  derived (none);
+* ``temperature`` / ``top_p`` only while the canonical request still has them (sanitize may drop them).
+
+Everything else (``metadata``, ``text``, ``tools`` and ``tool_choice`` as sent, hosted tools included,
+``truncation``, ``user``, ``service_tier``, ``prompt_cache_key``, fields this code has never heard of) passes
+through unchanged. Keys only thinkgate derived follow the client's (``metadata.user_id``'s ``safety_identifier``
+only when the client sent no ``metadata`` of its own).
 """
 
 from __future__ import annotations
@@ -34,7 +71,9 @@ import orjson
 
 from gateway.dialects.canonical import (
     JSON,
+    PROVIDER,
     Block,
+    BlockProvider,
     Message,
     ProviderSig,
     Request,
@@ -46,7 +85,6 @@ from gateway.dialects.canonical import (
 )
 from gateway.dialects.openai_chat.codec import EFFORT_BUDGETS
 from gateway.dialects.openai_compat.wire import choice_fields, image_url, system_text, tool_function
-from gateway.dialects.responses.passthrough import same_dialect
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
 from gateway.errors import bad_request
@@ -284,3 +322,194 @@ def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
     blocks = decode_items(body["output"], origin)
     return Turn(id=str(body.get("id") or ""), model=str(body.get("model") or model), content=blocks,
                 stop_reason=stop_reason(body, blocks), usage=usage(body))
+
+
+Event = dict[str, Any]
+
+
+class ResponsesTranslator:
+    def __init__(self, *, origin: str, model: str) -> None:
+        self.origin, self.model = origin, model
+        self.started = False
+        self.index = -1
+        self.open: tuple[str, Any] | None = None  # (kind, key): the open block's kind and its item/part
+        self.thought: int | None = None               # the open thought block's index
+        self.reasoning: dict[str, Any] | None = None  # its finished reasoning item, waiting for its next item
+        self.summary_part: Any = None                 # the summary part the last summary delta was of
+        self.summary_streamed = False
+        self.calls: dict[str, dict[str, Any]] = {}    # item id -> {"index", "args"}
+        self.kinds: list[str] = []                    # the types of the items announced
+        self.failed = False
+        self.done = False
+
+    def feed(self, data: str) -> list[Event]:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(event, dict) or self.done or self.failed:
+            return []
+        etype = event.get("type")
+        if etype == "error" or etype == "response.failed":
+            return self._error(event)
+        events: list[Event] = []
+        if not self.started and etype in ("response.created", "response.in_progress", "response.output_item.added"):
+            self.started = True
+            resp = found if isinstance(found := event.get("response"), dict) else {}
+            events.append({"type": "message_start", "message": {
+                "id": str(resp.get("id") or ""), "type": "message", "role": "assistant",
+                "model": str(resp.get("model") or self.model), "content": [], "stop_reason": None,
+                "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+        if etype == "response.output_item.added" and isinstance(item := event.get("item"), dict):
+            events += self._added(item)
+        elif etype == "response.output_item.done" and isinstance(item := event.get("item"), dict):
+            events += self._item_done(item)
+        elif etype in ("response.output_text.delta", "response.refusal.delta"):
+            delta = event.get("delta")
+            key = (event.get("item_id"), event.get("content_index"))
+            if isinstance(delta, str):
+                if self.open != ("text", key):
+                    events += self._start({"type": "text", "text": ""}, ("text", key))
+                events.append({"type": "content_block_delta", "index": self.index,
+                               "delta": {"type": "text_delta", "text": delta}})
+        elif etype == "response.reasoning_summary_text.delta":
+            events += self._summary(event)
+        elif etype == "response.function_call_arguments.delta":
+            call = self.calls.get(str(event.get("item_id")))
+            delta = event.get("delta")
+            if call is not None and isinstance(delta, str) and delta:
+                call["args"] = True
+                events.append({"type": "content_block_delta", "index": call["index"],
+                               "delta": {"type": "input_json_delta", "partial_json": delta}})
+        elif etype in ("response.completed", "response.incomplete"):
+            resp = found if isinstance(found := event.get("response"), dict) else {}
+            events += self._finish(resp)
+        return events
+
+    def end(self) -> list[Event]:
+        return []  # a stream without ``response.completed`` ended unfinished: nothing is made up
+
+    # ------------------------------------------------------------ internals
+
+    def _error(self, event: Event) -> list[Event]:
+        """``error`` (``code``, ``message`` at the top) or ``response.failed`` (``response.error``)."""
+        self.failed = True
+        resp = event.get("response")
+        err = resp.get("error") if isinstance(resp, dict) else event
+        err = err if isinstance(err, dict) else {}
+        return [{"type": "error", "error": {"type": str(err.get("code") or "api_error"),
+                                            "message": str(err.get("message") or "upstream error")}}]
+
+    def _close(self) -> list[Event]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [{"type": "content_block_stop", "index": self.index}]
+
+    def _start(self, block: dict[str, JSON], key: tuple[str, Any]) -> list[Event]:
+        events = self._close()
+        self.index += 1
+        self.open = key
+        events.append({"type": "content_block_start", "index": self.index, "content_block": block})
+        return events
+
+    def _flush_reasoning(self, nxt: dict[str, Any] | None) -> list[Event]:
+        """Close the open thought block: the finished reasoning item and its follower go in as its value."""
+        if self.thought is None:
+            return []
+        index, self.thought = self.thought, None
+        item, self.reasoning = self.reasoning, None
+        events: list[Event] = []
+        if item is not None:
+            b = reasoning_block(item, nxt, self.origin)
+            assert b.sig is not None
+            if not self.summary_streamed and b.text:  # (no summary deltas came: the text from the finished item)
+                events.append({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "thinking_delta", "thinking": b.text}})
+            events.append({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "provider_delta", "sig": b.sig}})
+        return events + self._close()
+
+    def _summary(self, event: Event) -> list[Event]:
+        delta, k = event.get("delta"), event.get("summary_index")
+        if self.thought is None or not isinstance(delta, str) or not delta:
+            return []
+        text = delta
+        if self.summary_part is not None and k != self.summary_part:
+            text = SUMMARY_SEPARATOR + delta
+        self.summary_part = k
+        self.summary_streamed = True
+        return [{"type": "content_block_delta", "index": self.thought,
+                 "delta": {"type": "thinking_delta", "thinking": text}}]
+
+    def _added(self, item: dict[str, Any]) -> list[Event]:
+        kind = item.get("type")
+        self.kinds.append(str(kind))
+        if kind == "reasoning":
+            events = self._flush_reasoning(None)
+            events += self._start({"type": "thought", "thinking": "", PROVIDER: BlockProvider(self.origin)},
+                                  ("thought", item.get("id")))
+            self.thought, self.summary_part, self.summary_streamed = self.index, None, False
+            return events
+        events = self._flush_reasoning(item)
+        if kind == "function_call":
+            events += self._start({"type": "tool_use", "id": str(item.get("call_id") or item.get("id") or ""),
+                                   "name": str(item.get("name") or ""), "input": {}}, ("tool", item.get("id")))
+            self.calls[str(item.get("id"))] = {"index": self.index, "args": False}
+            args = item.get("arguments")
+            if isinstance(args, str) and args:
+                self.calls[str(item.get("id"))]["args"] = True
+                events.append({"type": "content_block_delta", "index": self.index,
+                               "delta": {"type": "input_json_delta", "partial_json": args}})
+        return events
+
+    def _item_done(self, item: dict[str, Any]) -> list[Event]:
+        kind = item.get("type")
+        if kind == "reasoning":
+            self.reasoning = item  # (its block stays open: the next item is part of its value)
+            return []
+        events: list[Event] = []
+        if kind == "function_call":
+            call = self.calls.get(str(item.get("id")))
+            args = item.get("arguments")
+            if call is not None and not call["args"] and isinstance(args, str) and args:
+                events.append({"type": "content_block_delta", "index": call["index"],
+                               "delta": {"type": "input_json_delta", "partial_json": args}})
+        return events + self._close()
+
+    def _finish(self, resp: dict[str, Any]) -> list[Event]:
+        self.done = True
+        events = self._flush_reasoning(None) + self._close()
+        calls = "function_call" in self.kinds
+        reason = stop_reason(resp, [])
+        return [*events, {"type": "message_delta",
+                          "delta": {"stop_reason": "tool_use" if calls and reason == "end_turn" else reason,
+                                    "stop_sequence": None}, "usage": usage(resp)},
+                {"type": "message_stop"}]
+
+
+_OWNED = frozenset({"model", "input", "instructions", "stream", "store", "previous_response_id"})
+_SANITIZED = ("temperature", "top_p")
+
+
+def same_dialect(derived: dict[str, JSON], client: dict[str, JSON], req: Request) -> dict[str, JSON]:
+    out: dict[str, JSON] = {}
+    for key, value in client.items():
+        if key in _OWNED:
+            if key in derived:
+                out[key] = derived[key]
+        elif key == "include":
+            listed = value if isinstance(value, list) else []
+            needed = derived.get(key)
+            out[key] = [*listed, *(i for i in needed if i not in listed)] if isinstance(needed, list) else listed
+        elif key == "reasoning":
+            if req.thinking_enabled():
+                out[key] = value
+            elif key in derived:
+                out[key] = derived[key]
+        elif key not in _SANITIZED or key in req.params:
+            out[key] = value
+    for key, value in derived.items():
+        if key not in out and not (key == "safety_identifier" and "metadata" in client):
+            out[key] = value
+    return out

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.dialects.accumulate import Snapshot, accumulate
 from gateway.dialects.augment.codec import ToolMeta, stop_reason_of
 from gateway.dialects.augment.stream import StreamEncoder, error_line
-from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.gemini.wire import GeminiTranslator
 from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.sse import SSEDecoder, SSEEvent
 from gateway.transport.streaming import TranslatedStream, Translator

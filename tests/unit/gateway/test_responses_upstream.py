@@ -21,13 +21,13 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
 )
 from gateway.dialects.responses.upstream import (
+    ResponsesTranslator,
     assistant_items,
     decode_items,
     decode_turn,
     encode_items,
     encode_request,
 )
-from gateway.dialects.responses.upstream_stream import ResponsesTranslator
 from gateway.dialects.routing import ModelCaps, Router, parse_routes
 from thinkgate_sim.responses import Memory, ResponsesMinter, check, plan
 from thinkgate_sim.responses_stream import events

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.dialects.gemini import codec as gemini
 from gateway.dialects.gemini import parts as gemini_parts
+from gateway.dialects.gemini import wire as gemini
 
 SHA256 = hashlib.sha256
 

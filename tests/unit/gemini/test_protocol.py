@@ -19,9 +19,9 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
     Turn,
 )
-from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.gemini.parts import deterministic_ids, map_responses
-from gateway.dialects.gemini.stream import GeminiTranslator
+from gateway.dialects.gemini.wire import GeminiTranslator
 from gateway.dialects.routing import RouteError, Router, origin_of, parse_routes
 from gateway.pipeline.repair.records import (
     load_block,

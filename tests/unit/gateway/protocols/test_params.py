@@ -12,7 +12,7 @@ import pytest
 
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import JSON
-from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.openai_chat.codec import decode_request
 from gateway.dialects.openai_compat import wire as openai_compat
 from gateway.dialects.params import BY_NAME, PARAMS, REFUSABLE, markdown_table, unsupported

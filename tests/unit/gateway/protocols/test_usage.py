@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from gateway.dialects.canonical import REASONING, from_gemini, from_openai, token_counts
-from gateway.dialects.gemini import codec as gemini
+from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.openai_compat import wire as openai_compat
 from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.dialects.routing import MODEL_LABELS, model_label

@@ -20,7 +20,7 @@ import orjson
 from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.augment import stream as augment_stream
-from gateway.dialects.gemini.stream import GeminiTranslator, NativeStreamEncoder
+from gateway.dialects.gemini.wire import GeminiTranslator, NativeStreamEncoder
 from gateway.dialects.openai_chat import stream as openai_chat_stream
 from gateway.transport.streaming import TranslatedStream, relay_sse
 
