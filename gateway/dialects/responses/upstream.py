@@ -40,8 +40,8 @@ The stream (``ResponsesTranslator``): OpenAI Responses API upstream SSE -> canon
   ``response.failed`` and ``error`` events -> an ``error`` event.
 Other events (``response.in_progress``, summary part events, ``*.done`` echoes) carry nothing new and are ignored.
 
-The same dialect (``same_dialect``): a Responses client's request for a Responses upstream: what the gateway does not need to change
-passes as the client sent it.
+The same dialect (``same_dialect``): a Responses client's request for a Responses upstream: what the gateway does not
+need to change passes as the client sent it.
 
 ``same_dialect`` takes the body thinkgate derived from the canonical request (``responses_upstream.encode_request``)
 and the client's own top-level fields (``ClientRequest.fields``, in its order, values as received)
