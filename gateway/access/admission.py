@@ -37,9 +37,9 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.dialects import prices
 from gateway.dialects.canonical import token_counts
-from gateway.dialects.credentials import CREDENTIAL_HEADERS, credential_of
 from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
+from gateway.pipeline.identify import CREDENTIAL_HEADERS, credential_of
 from state.errors import StoreError
 from state.gateway_keys import Admission
 from state.lru import Lru

@@ -2,7 +2,9 @@
 looked up by. Pure, but for the per-worker hint memory.
 
 - Tenant: HMAC of the client's credential (``x-api-key``, ``x-goog-api-key`` or bearer token) under
-  ``GATEWAY_SECRET``; the credential itself never leaves ``tenant_of``.
+  ``GATEWAY_SECRET``; the credential itself never leaves ``tenant_of``. Which header holds it is one rule
+  (``credential_of``), read by every upstream's auth header too (``gateway.surfaces.upstreams``): a request is
+  recorded under the tenant of the key it is billed to.
 - SCID candidates, in order: the ``X-AG-Conversation-Id`` header; the tool_use ids of the replayed history; the
   fingerprint of the conversation's path (the user side of the history, which clients replay faithfully far more
   often than the assistant side: ``path_fingerprint``). Text never picks a conversation (``identify_conversation``).
@@ -30,8 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.dialects.canonical import Block, Message, TextBlock, ThinkingBlock, ToolResultBlock, assistant_indexes
-from gateway.dialects.credentials import credential_of
 from gateway.dialects.toolchain import dropped_result_ids
+from gateway.errors import ClientError
 from gateway.vocab import Via
 from state.keys import exact_hash, is_valid_scid, norm_hash, normalized_bytes, tenant_prefix
 from state.store import LoadQuery, LoadResult
@@ -172,6 +174,33 @@ def edge_tool_ids(msgs: list[Message]) -> list[str]:
 # --- tenant and conversation ---
 
 SCID_HEADER = "x-ag-conversation-id"
+
+
+# The client's credential, read from its headers: the one rule both the tenant (``tenant_of``) and every
+# upstream's auth header (``gateway.surfaces.upstreams``) use, so a request is always recorded under the tenant of the
+# key it is billed to.
+# the headers a credential comes in: each may be sent once (or repeated with the same value)
+KEY_HEADERS = ("x-api-key", "x-goog-api-key")  # a key as it is; ``authorization`` carries a bearer token
+CREDENTIAL_HEADERS = frozenset({*KEY_HEADERS, "authorization"})
+CONFLICTING = ("the request carries different API keys in {names}; send one credential "
+               "(x-api-key, x-goog-api-key or Authorization: Bearer)")
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    """The request's API key: ``x-api-key``, ``x-goog-api-key`` or a bearer token. A request that carries two
+    different keys is refused (400): recorded under one and billed to the other is what it would otherwise get."""
+    found: dict[str, str] = {}
+    for name in KEY_HEADERS:
+        value = headers.get(name, "").strip()
+        if value:
+            found[name] = value
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        found["authorization"] = token.strip()
+    keys = set(found.values())
+    if len(keys) > 1:
+        raise ClientError(400, CONFLICTING.format(names=" and ".join(found)), "invalid_request_error")
+    return keys.pop() if keys else None
 
 
 def tenant_of(secret: str, headers: Mapping[str, str]) -> str | None:

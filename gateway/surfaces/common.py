@@ -28,12 +28,11 @@ from starlette.responses import StreamingResponse
 from gateway.app.deps import Gateway
 from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Turn
-from gateway.dialects.credentials import CONFLICTING, CREDENTIAL_HEADERS, credential_of
 from gateway.errors import ClientError
 from gateway.ops import metrics
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
-from gateway.pipeline.identify import SCID_HEADER
+from gateway.pipeline.identify import CONFLICTING, CREDENTIAL_HEADERS, SCID_HEADER, credential_of
 from gateway.surfaces.table import Surface
 from gateway.transport.streaming import StreamEncoder, relay_sse
 from gateway.transport.upstream import UpstreamResponse
@@ -121,7 +120,7 @@ async def exchange_from(request: HTTPRequest, surface: Surface) -> Exchange:
         cred = credential_of(headers)
         if cred is None:
             headers[header] = key
-        elif cred != key:  # one credential, one tenant (``credentials``): not billed to one, recorded under another
+        elif cred != key:  # one credential, one tenant (``credential_of``): not billed to one, recorded under another
             raise ClientError(400, CONFLICTING.format(names=f"the ?{param}= query and the headers"),
                               "invalid_request_error")
     return Exchange(ClientRequest(

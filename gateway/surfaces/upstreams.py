@@ -25,7 +25,6 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.bedrock import converse
 from gateway.dialects.bedrock import wire as bedrock
 from gateway.dialects.canonical import JSON, Request, Turn
-from gateway.dialects.credentials import credential_of
 from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.gemini.parts import Mint
 from gateway.dialects.gemini.wire import GeminiTranslator
@@ -38,6 +37,7 @@ from gateway.dialects.vertex import wire as vertex
 from gateway.errors import ClientError, GatewayError, upstream_error
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
+from gateway.pipeline.identify import credential_of
 from gateway.transport.streaming import Framing, Translator
 from gateway.transport.upstream import forward_request_headers
 from gateway.vocab import ClientDialect
@@ -106,6 +106,21 @@ def anthropic_headers(client: Mapping[str, str]) -> dict[str, str]:
     elif cred:
         out["x-api-key"] = cred
     out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    return out
+
+
+# Client headers some OpenAI-compatible upstreams read (Copilot's integration headers, OpenRouter's
+# attribution), forwarded as they are.
+PASS_HEADERS = frozenset({"copilot-integration-id", "editor-version", "editor-plugin-version", "openai-intent",
+                          "http-referer", "x-title", "openai-organization", "openai-project"})
+
+
+def compat_headers(client: Mapping[str, str]) -> dict[str, str]:
+    """The client's credential as a bearer token, plus the pass-through headers."""
+    out = {k: v for k, v in client.items() if k in PASS_HEADERS}
+    cred = credential_of(client)
+    if cred:
+        out["authorization"] = f"Bearer {cred}"
     return out
 
 
@@ -191,12 +206,12 @@ UPSTREAM_DIALECTS: dict[str, UpstreamDialect] = {
         lambda c: vertex.gemini_path(c.req.model, c.req.is_stream), no_headers, _gemini_body, _gemini_turn,
         _gemini_translator, upstream_error),
     "openai": UpstreamDialect(
-        lambda c: "/chat/completions", openai_compat.upstream_headers,
+        lambda c: "/chat/completions", compat_headers,
         _compat_body,
         lambda body, c: openai_compat.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: CompatTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),
     "responses": UpstreamDialect(
-        lambda c: "/responses", openai_compat.upstream_headers,
+        lambda c: "/responses", compat_headers,
         _responses_body,
         lambda body, c: responses_upstream.decode_turn(body, origin=c.origin, model=c.req.model),
         lambda c: ResponsesTranslator(origin=c.origin, model=c.req.model), upstream_error, ("/models", "")),

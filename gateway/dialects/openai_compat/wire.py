@@ -36,7 +36,7 @@ The stream (``CompatTranslator``): ``chat.completion.chunk`` SSE -> canonical (A
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -59,7 +59,6 @@ from gateway.dialects.canonical import (
     Turn,
     from_openai,
 )
-from gateway.dialects.credentials import credential_of
 from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra
 from gateway.dialects.provider_seal import unsealed
 from gateway.dialects.routing import ModelCaps
@@ -311,21 +310,6 @@ def decode_turn(body: Any, *, origin: str, model: str) -> Turn:
 
 
 # ---------------------------------------------------------------- headers
-
-# Client headers some OpenAI-compatible upstreams read (Copilot's integration headers, OpenRouter's
-# attribution), forwarded as they are.
-PASS_HEADERS = frozenset({"copilot-integration-id", "editor-version", "editor-plugin-version", "openai-intent",
-                          "http-referer", "x-title", "openai-organization", "openai-project"})
-
-
-def upstream_headers(client: Mapping[str, str]) -> dict[str, str]:
-    """The client's credential as a bearer token, plus the pass-through headers."""
-    out = {k: v for k, v in client.items() if k in PASS_HEADERS}
-    cred = credential_of(client)
-    if cred:
-        out["authorization"] = f"Bearer {cred}"
-    return out
-
 
 Event = dict[str, Any]
 _CONCAT = ("text", "summary", "data")

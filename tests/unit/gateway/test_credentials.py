@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.credentials import credential_of
 from gateway.errors import ClientError
+from gateway.pipeline.identify import credential_of
 from gateway.surfaces.upstreams import gemini_headers
 
 
