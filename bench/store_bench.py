@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pytest
 import redis
 
-from state import codec
+from state import records
 from state.factory import open_store
 from state.keys import exact_hash, new_scid, tenant_prefix
 from state.records import TurnRecord
@@ -151,7 +151,7 @@ async def bytes_per_turn(url: str, n: int = 100) -> dict[str, float]:
     finally:
         client.close()
     json_sizes = [len(json.dumps(t.content, ensure_ascii=False, separators=(",", ":")).encode()) for t in turns]
-    raw_msgpack = [len(codec.pack([t.turn_id, t.content], compress_min=None)) for t in turns]
+    raw_msgpack = [len(records.pack([t.turn_id, t.content], compress_min=None)) for t in turns]
     return {
         "json": statistics.mean(json_sizes), "msgpack": statistics.mean(raw_msgpack),
         "stored": statistics.mean(stored), "lists_mem": lists / n, "all_mem": all_keys / n,

@@ -75,7 +75,7 @@ CACHES: dict[str, tuple[str, Kind]] = {
     "gateway/continuation/replay_memo.py": (
         "the previous request's body, parsed values, messages and the stages' priors (Carried, stamped with the head "
         "after its record)", Kind.HEAD),
-    "state/codec.py": ("decoded turns by their stored bytes", Kind.CONTENT),
+    "state/records.py": ("decoded turns by their stored bytes", Kind.CONTENT),
     "state/lru.py": ("the bounded LRU the other caches are built on", Kind.CONTENT),
     "gateway/pipeline/repair/records.py": ("a record's blocks and stored form, by the record object", Kind.CONTENT),
     "gateway/app/deps.py": ("a record's JSON, by the record object", Kind.CONTENT),

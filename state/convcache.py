@@ -26,7 +26,7 @@ turn another replica had recorded as if it were current: issue 31).
 
 Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.lru``), least recently
 used first out; a conversation over half the bound is not kept (it loads the full way). The default bound is
-64 MiB here; the gateway passes ``GATEWAY_LOAD_CACHE_MB``. The records are shared with ``state.codec``'s
+64 MiB here; the gateway passes ``GATEWAY_LOAD_CACHE_MB``. The records are shared with ``state.records``'s
 decoded-turn cache, so the two together hold no more than the larger of their bounds plus the stored bytes.
 Keys hold the tenant prefix, so one tenant's entry never
 answers another's.

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from state import codec, keys
+from state import keys, records
 from state.coherence import Head, continues
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError, TenantOverBudget
@@ -115,7 +115,7 @@ class EngineStore:
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES, limits: StorageLimits = NO_LIMITS,
+                 decoded_turns: int = records.DEFAULT_TURN_CACHE_ENTRIES, limits: StorageLimits = NO_LIMITS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``load_cache_bytes``: bound of this worker's cache of loaded conversations (``state.convcache``;
         the memory its decoded turns hold, ``codec.turn_cost``; 0 = off, every load transfers the whole turn list).
@@ -129,7 +129,7 @@ class EngineStore:
         self.max_fetch = int(max_fetch)
         self._wall = wall_clock
         self.conversation_cache = ConversationCache(load_cache_bytes)
-        self.decoded_turns: codec.TurnCache = codec.turn_cache(decoded_turns, codec.TURN_CACHE_BYTES)
+        self.decoded_turns: records.TurnCache = records.turn_cache(decoded_turns, records.TURN_CACHE_BYTES)
         self.tenant_budget_bytes = max(0, limits.tenant_budget_bytes)
         self.max_prompt_bytes = max(0, limits.max_prompt_bytes)
         self._clock = clock
@@ -219,12 +219,13 @@ class EngineStore:
             raise ValueError("fork needs expected_position")
         if self.tenant_budget_bytes and self._clock() < (self._over_budget.get(tenant) or 0.0):
             raise TenantOverBudget(f"the tenant recorded more than {self.tenant_budget_bytes} bytes in this window")
-        blob = write.encoded if write.encoded is not None else codec.encode_turn(write.record)  # CodecError before I/O
+        # (a CodecError before any I/O)
+        blob = write.encoded if write.encoded is not None else records.encode_turn(write.record)
         if self.max_prompt_bytes and len(blob) > self.max_prompt_bytes and write.record.prompt:
             # A huge prompt (a 29 MB pasted text) is not kept: the turn is. A history rebuilt for a client that
             # replays none needs every prompt, so such a conversation is not rebuilt (``repair.rebuild_history``).
             write = dataclasses.replace(write, record=dataclasses.replace(write.record, prompt=[]))
-            blob = codec.encode_turn(write.record)
+            blob = records.encode_turn(write.record)
             result = await self._guarded(self._record, tenant, scid, write, blob)
             return dataclasses.replace(result, prompt_capped=True)
         return await self._guarded(self._record, tenant, scid, write, blob)
@@ -311,9 +312,9 @@ class EngineStore:
             for i, value in zip(idx, reply, strict=True):
                 found[i] = value
         values = iter(found)
-        raw_tool, n1, a1 = _decode_hits(tool_ids, values, codec.decode_location)
-        exact_hits, n2, a2 = _decode_hits(exact, values, codec.decode_signature)
-        fp_hits, n4, a4 = _decode_hits(fps, values, codec.decode_scid)
+        raw_tool, n1, a1 = _decode_hits(tool_ids, values, records.decode_location)
+        exact_hits, n2, a2 = _decode_hits(exact, values, records.decode_signature)
+        fp_hits, n4, a4 = _decode_hits(fps, values, records.decode_scid)
         bad += n1 + n2 + n4
         fp_hits = {f: s for f, s in fp_hits.items() if keys.is_valid_scid(s)}
         if guessed is not None and hint is not None and (
@@ -364,20 +365,20 @@ class EngineStore:
         fingerprint, another conversation) wrote already becomes ambiguous instead of being taken over."""
         rec, ttl = write.record, self.ttl_seconds
         entries = rec.index_entries()
-        loc = codec.encode_location(Location(scid, rec.turn_id, hint))
+        loc = records.encode_location(Location(scid, rec.turn_id, hint))
         turn = bytes.fromhex(rec.turn_id)  # as ``encode_location`` packs it: a location naming this turn holds it
         puts: list[tuple[str, bytes, bytes]] = [(keys.tool_key(tenant, t), loc, turn) for t in entries.tool_ids]
         for h, sig in entries.exact:
-            value = codec.encode_signature(sig)
+            value = records.encode_signature(sig)
             puts.append((keys.exact_key(tenant, h), value, value))
-        sc = codec.encode_scid(scid)
+        sc = records.encode_scid(scid)
         fps = _dedupe([rec.prefix_fingerprint or "", *write.fingerprints])
         puts += [(keys.fingerprint_key(tenant, f), sc, sc) for f in fps]
         buckets: dict[str, list[tuple[str, bytes, bytes]]] = {}
         for put in puts:
             buckets.setdefault(keys.hash_tag(put[0]), []).append(put)
         ops: list[Op] = [Eval(INDEX_PUT, tuple(k for k, _, _ in group),
-                              (ttl, codec.AMBIGUOUS, *(a for _, value, ident in group for a in (value, ident))))
+                              (ttl, records.AMBIGUOUS, *(a for _, value, ident in group for a in (value, ident))))
                          for group in buckets.values()]
         ops.append(SetEx(keys.scid_marker_key(scid), keys.SCID_MARKER_VALUE, ttl))  # refreshed per turn
         return ops
@@ -385,7 +386,7 @@ class EngineStore:
     async def _record(self, tenant: str, scid: str, write: TurnWrite, blob: bytes) -> RecordResult:
         rec, expected = write.record, write.expected_position
         pair = rec.verified_pair()
-        pair_blob = codec.encode_pair(pair) if pair else b""
+        pair_blob = records.encode_pair(pair) if pair else b""
         now_ms = int(self._wall() * 1000)
         args: tuple[Arg, ...] = (rec.turn_id, blob, "" if expected is None else expected, now_ms,
                                  self.ttl_seconds, self.max_turns, pair_blob, "1" if write.fork else "")
@@ -400,7 +401,7 @@ class EngineStore:
             self._check_budget(tenant, replies[-1])
         status = _text(reply[0])
         if status == "ok":
-            self._remember(tenant, scid, rec, codec.turn_cost(rec), now_ms, reply)
+            self._remember(tenant, scid, rec, records.turn_cost(rec), now_ms, reply)
         elif status == "filled":  # a gap filled below the head: a new incarnation, whatever this worker held
             self.conversation_cache.put(tenant, scid, None)
             return RecordResult(scid=scid, position=int(reply[1]), turn_id=rec.turn_id, status="appended",
@@ -428,7 +429,7 @@ class EngineStore:
         new = keys.fork_scid(scid, pos, rec.turn_id)
         if not pair_blob:
             prefix_pair = _last_pair(blobs)
-            pair_blob = codec.encode_pair(prefix_pair) if prefix_pair else b""
+            pair_blob = records.encode_pair(prefix_pair) if prefix_pair else b""
         fork_args: tuple[Arg, ...] = (now_ms, self.ttl_seconds, self.max_turns, fork_start, pair_blob,
                                       scid, rec.turn_id, blob, len(blobs), *blobs, *tids)
         ops = [Eval(FORK, keys.conversation_keys(tenant, new).all(), fork_args)]
@@ -448,7 +449,7 @@ def _decode_hits(names: list[str], replies: Any, decode: Callable[[bytes], T]) -
         raw = next(replies)
         if raw is None:
             continue
-        if raw == codec.AMBIGUOUS:
+        if raw == records.AMBIGUOUS:
             ambiguous += 1
             continue
         try:
@@ -469,7 +470,7 @@ def _position(rec: TurnRecord) -> int:
     return -1 if rec.position is None else rec.position
 
 
-def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None, decoded: codec.TurnCache,
+def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None, decoded: records.TurnCache,
                         ) -> tuple[ConversationState | None, int, CachedConversation | None]:
     """LOAD reply + the cache entry its ARGV named -> (conversation or None, number of undecodable items,
     the cache entry to keep or None).
@@ -495,7 +496,7 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
     pair = None
     if meta.get("pair"):
         try:
-            pair = codec.decode_pair(meta["pair"])
+            pair = records.decode_pair(meta["pair"])
         except CodecError:
             bad += 1
     turns: list[TurnRecord] = []
@@ -520,11 +521,11 @@ def _parse_conversation(scid: str, reply: Any, known: CachedConversation | None,
         if not blob:
             continue  # a gap: a position the store never received
         try:
-            turns.append(codec.decode_turn(blob, first_new + i, decoded))
+            turns.append(records.decode_turn(blob, first_new + i, decoded))
         except CodecError:
             undecodable.append(first_new + i)
             continue
-        sizes.append(codec.turn_cost(turns[-1]))
+        sizes.append(records.turn_cost(turns[-1]))
     bad += len(undecodable)
     parent = _text(meta["parent"]) if meta.get("parent") else None
     try:
@@ -567,7 +568,7 @@ def _last_pair(blobs: Sequence[bytes]) -> VerifiedPair | None:
         if not blob:
             continue
         try:
-            pair = codec.decode_turn(blob).verified_pair()
+            pair = records.decode_turn(blob).verified_pair()
         except CodecError:
             continue
         if pair:

@@ -30,10 +30,10 @@ from redis.backoff import NoBackoff
 
 from state import keys
 from state.breaker import CircuitBreaker
-from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, StorageLimits
 from state.memory_store import MemoryStore
+from state.records import DEFAULT_TURN_CACHE_ENTRIES
 from state.redis_store import RedisStore, budget_seconds
 from state.resp import RespNode
 from state.store import Store

@@ -1,7 +1,7 @@
 """A bounded map that forgets its least recently used entries first (0 entries keeps nothing), and what a cached
 value really holds in memory.
 
-The per-worker caches of decoded data (``state.codec``'s decoded turns, ``gateway.pipeline.repair.records``' restored
+The per-worker caches of decoded data (``state.records``'s decoded turns, ``gateway.pipeline.repair.records``' restored
 blocks, ``gateway.continuation.splice``'s recorded JSON) are this map, bounded by a number of entries
 (``GATEWAY_DECODED_TURN_CACHE``) and by the bytes of memory its entries hold: ``cost(key, value)``, a
 measured size (``held``), summed up to ``max_cost``. An entry costing more than ``max_cost //

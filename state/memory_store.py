@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from state import codec, keys
+from state import keys, records
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, EngineStore, Eval, Exists, Op, SetEx, StorageLimits
 from state.scripts import (
@@ -97,7 +97,7 @@ class MemoryStore(EngineStore):
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
                  max_keys: int | None = 1_000_000, clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time, load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES,
+                 decoded_turns: int = records.DEFAULT_TURN_CACHE_ENTRIES,
                  limits: StorageLimits = NO_LIMITS) -> None:
         super().__init__(ttl_seconds=ttl_seconds, max_turns=max_turns, max_fetch=max_fetch,
                          wall_clock=wall_clock, load_cache_bytes=load_cache_bytes, decoded_turns=decoded_turns,

@@ -1,17 +1,50 @@
-"""The stored data model: one assistant turn (``TurnRecord``) and one conversation (``ConversationState``).
+"""The stored data model, one assistant turn (``TurnRecord``) and one conversation (``ConversationState``), and its
+bytes (``encode_turn`` / ``decode_turn``, below); the hashes it is indexed by are ``state.keys``'.
 
-Pure dataclasses; encoding lives in ``state.codec``, hashing in ``state.keys``.
+The dataclasses are pure. Bytes on the wire: a one-byte format version followed by msgpack.
+
+=========  =====================================================
+version    payload
+=========  =====================================================
+``0x01``   msgpack
+``0x02``   zlib-compressed msgpack (used when it saves >= 1/8 of a payload of >= 1 KiB;
+           >= 4 KiB for the conversation's last verified pair; window sized to the payload)
+``0x03``   ``AMBIGUOUS`` alone: an index entry that was written for two different things
+           (``scripts.INDEX_PUT``); it decodes to nothing and is read as no evidence
+=========  =====================================================
+
+Strings are packed as UTF-8 with ``surrogatepass``, so every Python ``str`` (thinking text, signature,
+unknown fields) round-trips exactly, byte for byte. Any failure raises ``CodecError``.
+A stored turn is the array ``[turn_id, content, provider, model, upstream, dialect, created_at,
+prefix_fingerprint, prompt, replay_digest, prefix]``; ``prompt``, ``replay_digest`` and ``prefix`` are optional when
+decoding (older records lack them; ``prefix`` is written only when set) and decoders ignore further trailing
+fields so newer writers stay readable.
+
+Decoded turns can be cached (``decode_turn``'s ``cache``, a ``TurnCache`` the store owns), keyed by the stored
+bytes and position: a conversation's older turns come back with every load, byte for byte the same, and decoding
+them again (inflate, unpack, validate) was a third of a long conversation's load. Records are immutable by
+contract, so every caller may share one decoded record; nobody mutates ``content`` or ``prompt``.
+
+Index values are small and read by the hundred per load, so they are never compressed: a signature (the
+exact-text index: its key is the SHA-256 of the text, so the text itself is not stored again; values of
+the earlier ``[thinking, signature]`` form still decode), a location ``[scid, turn_id, position]`` whose
+turn id is packed as its 32 bytes (64 hex characters in earlier values, still decoded), a SCID.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from state.coherence import Head
+from state.errors import CodecError
 from state.keys import IndexEntries, compute_turn_id, index_entries, is_valid_turn_id, last_thinking_pair, tool_use_ids
+from state.lru import Lru, held
 
 Block = dict[str, Any]
 
@@ -225,3 +258,188 @@ def _add_thinking(found: dict[Any, TurnRecord | None], rec: TurnRecord) -> None:
 _LOOKUPS: dict[str, Callable[[dict[Any, Any], TurnRecord], None]] = {
     "_by_turn_id": _add_turn_id, "_by_position": _add_position, "_by_digest": _add_digest,
     "_by_tool_id": _add_tool_ids, "_by_tool_ids": _add_tool_id_set, "_by_thinking": _add_thinking}
+
+
+VERSION_MSGPACK = 0x01
+VERSION_ZLIB = 0x02
+AMBIGUOUS = b"\x03ambiguous"  # the value of an index entry that named two things (see the table above)
+COMPRESS_MIN_BYTES = 1024
+PAIR_COMPRESS_MIN_BYTES = 4096
+MAX_DECODED_BYTES = 64 * 1024 * 1024
+_TURN_FIELDS = 8
+DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (also bounded by bytes: ``turn_cache``)
+# a decoded record's own object, its turn id and the small fields, beside its content, prompt and provider
+# dicts (``state.lru.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
+TURN_OVERHEAD = 600
+TURN_CACHE_BYTES = 16 << 20  # the most memory a worker's decoded turns hold (with the entries' bound)
+
+
+def pack(obj: Any, *, compress_min: int | None = COMPRESS_MIN_BYTES) -> bytes:
+    """Encode ``obj`` with a version byte; compress when large and worth it (``None`` = never)."""
+    try:
+        body: bytes = msgpack.packb(obj, use_bin_type=True, unicode_errors="surrogatepass")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"cannot encode: {exc}") from exc
+    if compress_min is not None and len(body) >= compress_min:
+        packed = _deflate(body)
+        if len(packed) <= len(body) - len(body) // 8:
+            return bytes((VERSION_ZLIB,)) + packed
+    return bytes((VERSION_MSGPACK,)) + body
+
+
+def _deflate(body: bytes) -> bytes:
+    """zlib level 1 with a window no larger than the payload (a larger one finds no more matches): setting
+    up zlib's default 32 KiB window cost three times the compressing of a 4 KiB turn. Any zlib reader
+    (``unpack``'s included) reads every window size."""
+    wbits = min(15, max(9, (len(body) - 1).bit_length()))
+    deflater = zlib.compressobj(1, zlib.DEFLATED, wbits)
+    return deflater.compress(body) + deflater.flush()
+
+
+def unpack(data: bytes) -> Any:
+    """Decode bytes produced by ``pack``; raise ``CodecError`` on anything else."""
+    if not isinstance(data, bytes | bytearray) or len(data) < 2:
+        raise CodecError("not an encoded value (too short or not bytes)")
+    version = data[0]
+    try:
+        body: bytes | memoryview
+        if version == VERSION_MSGPACK:
+            body = memoryview(data)[1:]
+        elif version == VERSION_ZLIB:
+            inflater = zlib.decompressobj()
+            body = inflater.decompress(memoryview(data)[1:], MAX_DECODED_BYTES)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise CodecError("compressed payload truncated or larger than the limit")
+        else:
+            raise CodecError(f"unknown codec version byte 0x{version:02x}")
+        return msgpack.unpackb(body, raw=False, unicode_errors="surrogatepass", strict_map_key=False)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, zlib.error, msgpack.ExtraData, msgpack.FormatError,
+            msgpack.StackError) as exc:
+        raise CodecError(f"cannot decode: {exc}") from exc
+
+
+def encode_turn(record: TurnRecord) -> bytes:
+    return pack([
+        record.turn_id, record.content, record.provider, record.model, record.upstream,
+        record.dialect, record.created_at, record.prefix_fingerprint, record.prompt, record.replay_digest,
+        *((record.prefix,) if record.prefix else ()),
+    ])
+
+
+TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (stored bytes, position)
+
+
+def turn_cost(record: TurnRecord) -> int:
+    """The bytes a decoded turn holds in memory (measured: ``state.lru``; not its stored size: a stored
+    turn of many tiny blocks is small and compresses well, and its dicts take ten times that decoded)."""
+    extra = (held(record.provider) if record.provider else 0) + (held(record.prefix) if record.prefix else 0)
+    return TURN_OVERHEAD + held(record.content) + held(record.prompt) + extra
+
+
+def turn_cache(entries: int, max_bytes: int) -> TurnCache:
+    """A cache of decoded turns: at most ``entries``, holding at most ``max_bytes`` (the stored bytes of the
+    key and the decoded turn, ``turn_cost``); a turn over 1/8 of that is decoded every time."""
+    return Lru(entries, max_bytes, lambda key, rec: len(key[0]) + turn_cost(rec))
+
+
+def decode_turn(data: bytes, position: int | None = None, cache: TurnCache | None = None) -> TurnRecord:
+    """Decode a stored turn; ``position`` is supplied by the caller (it is not part of the bytes). Served from
+    ``cache`` when the same bytes were decoded before at that position (see the module doc)."""
+    if isinstance(data, bytearray | memoryview):
+        data = bytes(data)
+    if cache is None:
+        return _decode_turn(data, position)
+    key = (data, position)
+    rec = cache.get(key)
+    if rec is None:
+        rec = _decode_turn(data, position)
+        cache.put(key, rec)
+    return rec
+
+
+def _decode_turn(data: bytes, position: int | None) -> TurnRecord:
+    obj = unpack(data)
+    if not isinstance(obj, list) or len(obj) < _TURN_FIELDS:
+        raise CodecError("stored turn is not a turn array")
+    turn_id, content, provider, model, upstream, dialect, created_at, fingerprint = obj[:_TURN_FIELDS]
+    if not (isinstance(turn_id, str) and isinstance(content, list) and isinstance(provider, dict)
+            and isinstance(model, str) and isinstance(upstream, str) and isinstance(dialect, str)
+            and isinstance(created_at, int | float) and (fingerprint is None or isinstance(fingerprint, str))):
+        raise CodecError("stored turn has fields of the wrong type")
+    prompt = obj[_TURN_FIELDS] if len(obj) > _TURN_FIELDS else []
+    if not isinstance(prompt, list):
+        raise CodecError("stored turn prompt is not a list")
+    digest = obj[_TURN_FIELDS + 1] if len(obj) > _TURN_FIELDS + 1 else b""
+    if not isinstance(digest, bytes):
+        raise CodecError("stored turn replay digest is not bytes")
+    prefix = obj[_TURN_FIELDS + 2] if len(obj) > _TURN_FIELDS + 2 else {}
+    if not isinstance(prefix, dict):
+        raise CodecError("stored turn prefix is not a map")
+    try:
+        return TurnRecord(content=content, model=model, upstream=upstream, dialect=dialect,
+                          provider=provider, prefix_fingerprint=fingerprint,
+                          created_at=float(created_at), turn_id=turn_id, position=position, prompt=prompt,
+                          replay_digest=digest, prefix=prefix)
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"stored turn is invalid: {exc}") from exc
+
+
+def encode_pair(pair: VerifiedPair) -> bytes:
+    # a conversation's last verified pair (meta): read with every load, so only long texts are compressed
+    return pack([pair.thinking, pair.signature], compress_min=PAIR_COMPRESS_MIN_BYTES)
+
+
+def decode_pair(data: bytes) -> VerifiedPair:
+    obj = unpack(data)
+    if not (isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[0], str) and isinstance(obj[1], str)):
+        raise CodecError("stored pair is not [thinking, signature]")
+    return VerifiedPair(obj[0], obj[1])
+
+
+def encode_signature(signature: str) -> bytes:
+    """The exact-text index's value: the signature issued for the text whose hash is the key."""
+    return pack(signature, compress_min=None)
+
+
+def decode_signature(data: bytes) -> str:
+    obj = unpack(data)
+    if isinstance(obj, str) and obj:
+        return obj
+    if isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[0], str) and isinstance(obj[1], str) and obj[1]:
+        return obj[1]  # the earlier [thinking, signature] form
+    raise CodecError("stored signature is not a non-empty string")
+
+
+_TURN_ID_BYTES = 32
+
+
+def encode_location(location: Location) -> bytes:
+    tid = location.turn_id
+    packed_id: str | bytes = bytes.fromhex(tid) if is_valid_turn_id(tid) else tid
+    return pack([location.scid, packed_id, location.position], compress_min=None)
+
+
+def decode_location(data: bytes) -> Location:
+    obj = unpack(data)
+    if not (isinstance(obj, list) and len(obj) >= 3 and isinstance(obj[0], str)
+            and (obj[2] is None or isinstance(obj[2], int))):
+        raise CodecError("stored location is not [scid, turn_id, position]")
+    tid = obj[1]
+    if isinstance(tid, bytes) and len(tid) == _TURN_ID_BYTES:
+        tid = tid.hex()
+    elif not isinstance(tid, str):
+        raise CodecError("stored location's turn id is neither 32 bytes nor a string")
+    return Location(obj[0], tid, obj[2])
+
+
+def encode_scid(scid: str) -> bytes:
+    return pack(scid, compress_min=None)
+
+
+def decode_scid(data: bytes) -> str:
+    obj = unpack(data)
+    if not isinstance(obj, str):
+        raise CodecError("stored scid is not a string")
+    return obj

@@ -47,7 +47,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from state import codec, keys
+from state import keys, records
 from state.breaker import CircuitBreaker
 from state.convcache import DEFAULT_MAX_BYTES
 from state.engine import NO_LIMITS, Arg, EngineStore, Eval, Exists, Op, StorageLimits
@@ -104,7 +104,7 @@ class RedisStore(EngineStore):
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2, max_concurrency: int = 64,
                  wall_clock: Callable[[], float] | None = None,
                  also_close: tuple[Redis, ...] = (), load_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 node: RespNode | None = None, decoded_turns: int = codec.DEFAULT_TURN_CACHE_ENTRIES,
+                 node: RespNode | None = None, decoded_turns: int = records.DEFAULT_TURN_CACHE_ENTRIES,
                  limits: StorageLimits = NO_LIMITS) -> None:
         """``also_close``: further clients the store owns (e.g. the Sentinel connections).
         ``load_cache_bytes``: see ``EngineStore``. ``node``: the single node ``client`` talks to, for the

@@ -21,8 +21,8 @@ from gateway.pipeline.repair.records import RecordCaches
 from gateway.pipeline.sanitize.core import Policy
 from gateway.surfaces.model_lists import ModelLists
 from gateway.transport.upstream import Upstream
-from state.codec import DEFAULT_TURN_CACHE_ENTRIES
 from state.lru import ObjectLru
+from state.records import DEFAULT_TURN_CACHE_ENTRIES
 from state.store import Store
 
 

@@ -46,8 +46,8 @@ from gateway.pipeline.repair.core import rebuild_history
 from gateway.pipeline.repair.records import RecordedTurn, Records, records_from, turn_record
 from gateway.pipeline.sanitize import core as sanitize
 from gateway.pipeline.sanitize.core import Policy
-from state.codec import encode_turn
 from state.keys import new_scid
+from state.records import encode_turn
 from state.store import LoadQuery, LoadResult, StoreError, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.pipeline")

@@ -36,7 +36,7 @@ from gateway.dialects.canonical import (
 )
 from gateway.pipeline import identify
 from gateway.pipeline.identify import PathHash
-from state import codec
+from state import records
 from state.keys import exact_hash, replay_digest
 from state.lru import ObjectLru
 from state.records import ConversationState, Location, TurnRecord
@@ -352,7 +352,7 @@ class RecordCaches:
 
     __slots__ = ("blocks", "turns")
 
-    def __init__(self, entries: int = codec.DEFAULT_TURN_CACHE_ENTRIES, max_bytes: int = BLOCKS_BYTES) -> None:
+    def __init__(self, entries: int = records.DEFAULT_TURN_CACHE_ENTRIES, max_bytes: int = BLOCKS_BYTES) -> None:
         self.blocks: ObjectLru[TurnRecord, tuple[Block, ...]] = ObjectLru(entries, max_bytes, _blocks_cost)
         self.turns: ObjectLru[TurnRecord, _StoredTurn] = ObjectLru(entries)
 

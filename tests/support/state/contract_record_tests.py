@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from state import codec
+from state import records
 from state.keys import fork_scid, is_valid_scid, new_scid
 from state.records import TurnRecord, VerifiedPair
 from state.store import LoadQuery, Store, TurnWrite
@@ -269,5 +269,5 @@ async def test_codec_bytes_are_what_is_stored(raw_nodes: list[redis.Redis], stor
     rec = turn(0)
     res = await store.record(T, TurnWrite(rec))
     (blob,) = [b for c in raw_nodes for k in c.keys(b"*:turns") for b in c.lrange(k, 0, -1)]
-    assert blob[0] in (codec.VERSION_MSGPACK, codec.VERSION_ZLIB)
-    assert codec.decode_turn(blob, 0).content == rec.content and res.position == 0
+    assert blob[0] in (records.VERSION_MSGPACK, records.VERSION_ZLIB)
+    assert records.decode_turn(blob, 0).content == rec.content and res.position == 0

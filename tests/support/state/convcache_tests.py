@@ -21,7 +21,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state import codec
+from state import records
 from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache, appended
 from state.engine import EngineStore, Eval, Op, _parse_conversation
 from state.errors import CodecError
@@ -214,7 +214,7 @@ async def test_the_incremental_reply_carries_only_the_new_turns(make_store: Make
     writer = await _other_worker(make_store, store)
     spy = LoadSpy(store)
     scid = new_scid()
-    blobs = [codec.encode_turn(turn(i)) for i in range(51)]
+    blobs = [records.encode_turn(turn(i)) for i in range(51)]
     for i in range(50):
         await writer.record(T, TurnWrite(turn(i), scid=scid, expected_position=i))
     await store.load(T, LoadQuery(scid=scid))
@@ -249,8 +249,9 @@ async def test_two_workers_on_one_redis_see_each_others_turns(make_store: MakeSt
 
 
 async def test_the_cache_keeps_to_its_byte_bound_least_recently_used_out(make_store: MakeStore) -> None:
-    # bounded by what the decoded turns hold (``codec.turn_cost``), not by their stored bytes
-    per_conversation = sum(codec.turn_cost(codec.decode_turn(codec.encode_turn(turn(i, tag="c")))) for i in range(4))
+    # bounded by what the decoded turns hold (``records.turn_cost``), not by their stored bytes
+    per_conversation = sum(records.turn_cost(records.decode_turn(records.encode_turn(turn(i, tag="c"))))
+                           for i in range(4))
     store = await make_store(load_cache_bytes=3 * per_conversation)
     cache = _engine(store).conversation_cache
     scids = [new_scid() for _ in range(5)]
@@ -320,13 +321,13 @@ async def test_a_reply_that_does_not_continue_the_cache_fails_the_call_and_forge
 
 
 def test_a_two_element_reply_is_the_whole_list() -> None:
-    blobs = [codec.encode_turn(turn(i)) for i in range(2)]
+    blobs = [records.encode_turn(turn(i)) for i in range(2)]
     flat = [b"created", b"1000", b"updated", b"2000", b"version", b"2", b"start", b"0", b"next", b"2"]
     conv, bad, entry = _parse_conversation("s" * 22, [flat, blobs], None, Lru(8))
     assert (conv, bad, entry) == _parse_conversation("s" * 22, [flat, blobs, 0], None, Lru(8))
     assert conv is not None and bad == 0 and entry == CachedConversation(
         created="1000", start=0, next=2, last_turn_id=turn(1).turn_id, turns=conv.turns,
-        sizes=tuple(map(codec.turn_cost, conv.turns)), undecodable=())
+        sizes=tuple(map(records.turn_cost, conv.turns)), undecodable=())
 
 
 @pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import os
 import pytest
 import redis
 
-from state import codec
+from state import records
 from state.engine import StorageLimits
 from state.keys import tenant_bytes_key
 from state.memory_store import MemoryStore
@@ -20,7 +20,7 @@ from tests.support.state.fixtures import MakeStore
 
 def _stored(i: int = 0) -> int:
     """The stored bytes of one ``big_turn`` (what the counter adds per record)."""
-    return len(codec.encode_turn(big_turn(i)))
+    return len(records.encode_turn(big_turn(i)))
 
 
 async def test_a_tenant_past_its_budget_is_not_recorded_and_others_are(make_store: MakeStore) -> None:

@@ -12,7 +12,7 @@ from gateway.dialects.canonical import Request
 from gateway.dialects.routing import ModelCaps, caps_for
 from gateway.pipeline.repair import prefix
 from gateway.pipeline.sanitize.core import Policy, strip_bound
-from state import codec
+from state import records
 from state.records import TurnRecord
 
 BOUND = "claude-opus-5-5"
@@ -144,9 +144,9 @@ def test_the_note_round_trips_through_the_store_codec() -> None:
     note = {prefix.CLIENT_SYSTEM: "a", prefix.CLIENT_TOOLS: "b", prefix.SENT: {"system": "S0", "tools": [W]},
             prefix.INSERTED: [{"role": "system", "content": [{"type": "text", "text": "S1"}]}]}
     rec = TurnRecord(content=[{"type": "text", "text": "x"}], prefix=note)
-    assert codec.decode_turn(codec.encode_turn(rec)).prefix == note
+    assert records.decode_turn(records.encode_turn(rec)).prefix == note
     plain = TurnRecord(content=[{"type": "text", "text": "x"}])
-    assert len(codec.unpack(codec.encode_turn(plain))) == 10  # no note: the array an older reader knows
+    assert len(records.unpack(records.encode_turn(plain))) == 10  # no note: the array an older reader knows
 
 
 def test_not_kept_stale_blocks_of_earlier_turns_are_removed_from_the_front() -> None:

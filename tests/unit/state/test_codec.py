@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from state import codec
+from state import records
 from state.errors import CodecError, StoreError
 from state.keys import replay_digest
 from state.lru import Lru
@@ -55,7 +55,7 @@ def test_turn_round_trips_exactly(content: list[dict[str, Any]], provider: dict[
                                   fingerprint: str | None) -> None:
     prompt = [{"role": "user", "content": content[:1]}]
     rec = TurnRecord(content=content, provider=provider, model="m", prefix_fingerprint=fingerprint, prompt=prompt)
-    back = codec.decode_turn(codec.encode_turn(rec), 7)
+    back = records.decode_turn(records.encode_turn(rec), 7)
     assert back.content == content and back.provider == provider and back.position == 7
     assert back.prompt == prompt
     assert back.turn_id == rec.turn_id and back.prefix_fingerprint == fingerprint
@@ -69,7 +69,7 @@ def test_turn_round_trips_exactly(content: list[dict[str, Any]], provider: dict[
 @settings(max_examples=200, deadline=None)
 @given(thinking=edge_text, signature=edge_text)
 def test_pair_round_trips_exactly(thinking: str, signature: str) -> None:
-    back = codec.decode_pair(codec.encode_pair(VerifiedPair(thinking, signature)))
+    back = records.decode_pair(records.encode_pair(VerifiedPair(thinking, signature)))
     assert back == VerifiedPair(thinking, signature)
     assert back.thinking.encode() == thinking.encode()
 
@@ -77,58 +77,58 @@ def test_pair_round_trips_exactly(thinking: str, signature: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(signature=edge_text.filter(bool))
 def test_signature_round_trips_exactly(signature: str) -> None:
-    assert codec.decode_signature(codec.encode_signature(signature)).encode("utf-8", "surrogatepass") == \
+    assert records.decode_signature(records.encode_signature(signature)).encode("utf-8", "surrogatepass") == \
         signature.encode("utf-8", "surrogatepass")
 
 
 def test_exact_index_values_hold_the_signature_only() -> None:
     text, sig = "a long thought\r\n" * 40, "EqQBCkYIBRgCKkD" * 10
-    data = codec.encode_signature(sig)
+    data = records.encode_signature(sig)
     assert text.encode() not in data and len(data) < len(sig) + 8
     # values written before hold [thinking, signature]: the signature is what is read
-    assert codec.decode_signature(codec.encode_pair(VerifiedPair(text, sig))) == sig
-    for bad in (codec.pack(""), codec.pack(3), codec.pack(["t", ""]), codec.pack(["t"])):
+    assert records.decode_signature(records.encode_pair(VerifiedPair(text, sig))) == sig
+    for bad in (records.pack(""), records.pack(3), records.pack(["t", ""]), records.pack(["t"])):
         with pytest.raises(CodecError):
-            codec.decode_signature(bad)
+            records.decode_signature(bad)
 
 
 def test_records_without_prompt_still_decode() -> None:
     rec = TurnRecord(content=[{"type": "text", "text": "old"}])
-    old = codec.pack([rec.turn_id, rec.content, {}, "", "", "", rec.created_at, None])  # pre-prompt layout
-    assert codec.decode_turn(old).prompt == []
+    old = records.pack([rec.turn_id, rec.content, {}, "", "", "", rec.created_at, None])  # pre-prompt layout
+    assert records.decode_turn(old).prompt == []
 
 
 def test_replay_digest_round_trips_and_older_records_have_none() -> None:
     content = [{"type": "text", "text": "hi"}]
     rec = TurnRecord(content=content, replay_digest=replay_digest(content) or b"")
     assert len(rec.replay_digest) == 16
-    assert codec.decode_turn(codec.encode_turn(rec), 1).replay_digest == rec.replay_digest
-    old = codec.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, []])  # pre-digest layout
-    assert codec.decode_turn(old).replay_digest == b""
-    bad = codec.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, [], "not bytes"])
+    assert records.decode_turn(records.encode_turn(rec), 1).replay_digest == rec.replay_digest
+    old = records.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, []])  # pre-digest layout
+    assert records.decode_turn(old).replay_digest == b""
+    bad = records.pack([rec.turn_id, content, {}, "", "", "", rec.created_at, None, [], "not bytes"])
     with pytest.raises(CodecError):
-        codec.decode_turn(bad)
+        records.decode_turn(bad)
 
 
 def test_decoded_turns_are_cached_by_bytes_and_position() -> None:
-    cache: codec.TurnCache = Lru(codec.DEFAULT_TURN_CACHE_ENTRIES)
-    data = codec.encode_turn(TurnRecord(content=[{"type": "text", "text": "cached"}]))
-    first = codec.decode_turn(data, 3, cache)
-    assert codec.decode_turn(bytes(bytearray(data)), 3, cache) is first  # equal bytes from another read: a hit
-    assert codec.decode_turn(data, 4, cache).position == 4  # the position is part of the key
-    assert codec.decode_turn(bytearray(data), 3, cache) is first
-    assert codec.decode_turn(data, 3) is not first and codec.decode_turn(data, 3) == first  # no cache: decoded
+    cache: records.TurnCache = Lru(records.DEFAULT_TURN_CACHE_ENTRIES)
+    data = records.encode_turn(TurnRecord(content=[{"type": "text", "text": "cached"}]))
+    first = records.decode_turn(data, 3, cache)
+    assert records.decode_turn(bytes(bytearray(data)), 3, cache) is first  # equal bytes from another read: a hit
+    assert records.decode_turn(data, 4, cache).position == 4  # the position is part of the key
+    assert records.decode_turn(bytearray(data), 3, cache) is first
+    assert records.decode_turn(data, 3) is not first and records.decode_turn(data, 3) == first  # no cache: decoded
 
 
 def test_the_decoded_turn_cache_is_bounded_and_can_be_turned_off() -> None:
-    datas = [codec.encode_turn(TurnRecord(content=[{"type": "text", "text": f"t{i}"}])) for i in range(5)]
-    cache: codec.TurnCache = Lru(2)
-    first = [codec.decode_turn(d, 0, cache) for d in datas]
-    assert codec.decode_turn(datas[4], 0, cache) is first[4]  # among the 2 most recent
-    assert codec.decode_turn(datas[0], 0, cache) is not first[0]  # evicted: decoded again, equal
-    assert codec.decode_turn(datas[0], 0, cache) == first[0]
-    off: codec.TurnCache = Lru(0)
-    assert codec.decode_turn(datas[1], 0, off) is not codec.decode_turn(datas[1], 0, off)
+    datas = [records.encode_turn(TurnRecord(content=[{"type": "text", "text": f"t{i}"}])) for i in range(5)]
+    cache: records.TurnCache = Lru(2)
+    first = [records.decode_turn(d, 0, cache) for d in datas]
+    assert records.decode_turn(datas[4], 0, cache) is first[4]  # among the 2 most recent
+    assert records.decode_turn(datas[0], 0, cache) is not first[0]  # evicted: decoded again, equal
+    assert records.decode_turn(datas[0], 0, cache) == first[0]
+    off: records.TurnCache = Lru(0)
+    assert records.decode_turn(datas[1], 0, off) is not records.decode_turn(datas[1], 0, off)
 
 
 async def test_a_store_keeps_its_own_decoded_turns() -> None:
@@ -150,42 +150,42 @@ async def test_a_store_keeps_its_own_decoded_turns() -> None:
 
 def test_empty_thinking_with_signature_round_trips() -> None:
     rec = TurnRecord(content=[{"type": "thinking", "thinking": "", "signature": "EqQBCkYIBRgCKkD=="}])
-    back = codec.decode_turn(codec.encode_turn(rec))
+    back = records.decode_turn(records.encode_turn(rec))
     assert back.content[0] == {"type": "thinking", "thinking": "", "signature": "EqQBCkYIBRgCKkD=="}
     assert back.verified_pair() == VerifiedPair("", "EqQBCkYIBRgCKkD==")
 
 
 def test_lone_surrogates_survive() -> None:
     text = "a\ud800b\udfff\r\n"  # json.loads can produce these; they must not be lost or altered
-    back = codec.decode_pair(codec.encode_pair(VerifiedPair(text, "s")))
+    back = records.decode_pair(records.encode_pair(VerifiedPair(text, "s")))
     assert back.thinking == text
 
 
 def test_large_payloads_are_compressed_and_exact() -> None:
     text = "the quick brown fox jumps over the lazy dog\r\n" * 500
-    data = codec.encode_turn(TurnRecord(content=[{"type": "thinking", "thinking": text, "signature": "s"}]))
-    assert data[0] == codec.VERSION_ZLIB and len(data) < len(text) // 4
-    assert codec.decode_turn(data).content[0]["thinking"] == text
-    small = codec.pack("short")
-    assert small[0] == codec.VERSION_MSGPACK
+    data = records.encode_turn(TurnRecord(content=[{"type": "thinking", "thinking": text, "signature": "s"}]))
+    assert data[0] == records.VERSION_ZLIB and len(data) < len(text) // 4
+    assert records.decode_turn(data).content[0]["thinking"] == text
+    small = records.pack("short")
+    assert small[0] == records.VERSION_MSGPACK
 
 
 def test_location_and_scid_round_trip() -> None:
     loc = Location("abcdefghijklmnop", "0" * 64, None)
-    assert codec.decode_location(codec.encode_location(loc)) == loc
+    assert records.decode_location(records.encode_location(loc)) == loc
     tid = hashlib.sha256(b"turn").hexdigest()
     loc = Location("abcdefghijklmnop", tid, 7)
-    data = codec.encode_location(loc)
-    assert codec.decode_location(data) == loc
+    data = records.encode_location(loc)
+    assert records.decode_location(data) == loc
     assert tid.encode() not in data and bytes.fromhex(tid) in data  # the turn id as its 32 bytes
-    assert len(data) < len(codec.pack([loc.scid, tid, 7]))
+    assert len(data) < len(records.pack([loc.scid, tid, 7]))
     # values written before: the turn id as 64 hex characters
-    assert codec.decode_location(codec.pack([loc.scid, tid, 7])) == loc
+    assert records.decode_location(records.pack([loc.scid, tid, 7])) == loc
     odd = Location("abcdefghijklmnop", "not-a-turn-id", 1)  # anything else is kept as given
-    assert codec.decode_location(codec.encode_location(odd)) == odd
+    assert records.decode_location(records.encode_location(odd)) == odd
     with pytest.raises(CodecError):
-        codec.decode_location(codec.pack([loc.scid, b"short", 7]))
-    assert codec.decode_scid(codec.encode_scid("abcdefghijklmnop")) == "abcdefghijklmnop"
+        records.decode_location(records.pack([loc.scid, b"short", 7]))
+    assert records.decode_scid(records.encode_scid("abcdefghijklmnop")) == "abcdefghijklmnop"
 
 
 @pytest.mark.parametrize("data", [
@@ -194,14 +194,14 @@ def test_location_and_scid_round_trip() -> None:
 ])
 def test_garbage_raises_codec_error(data: bytes) -> None:
     with pytest.raises(CodecError):
-        codec.decode_turn(data)
+        records.decode_turn(data)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary())
 def test_arbitrary_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
-    for decode in (codec.decode_turn, codec.decode_pair, codec.decode_signature, codec.decode_location,
-                   codec.decode_scid):
+    for decode in (records.decode_turn, records.decode_pair, records.decode_signature, records.decode_location,
+                   records.decode_scid):
         try:
             decode(data)
         except CodecError:
@@ -211,16 +211,16 @@ def test_arbitrary_bytes_never_raise_anything_but_codec_error(data: bytes) -> No
 def test_unencodable_values_raise_codec_error() -> None:
     assert issubclass(CodecError, StoreError)
     with pytest.raises(CodecError):
-        codec.pack({"n": 2**70})
+        records.pack({"n": 2**70})
     with pytest.raises(CodecError):
-        codec.pack({"o": object()})
+        records.pack({"o": object()})
 
 
 def test_decompression_bomb_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "MAX_DECODED_BYTES", 1000)
-    data = codec.pack("x" * 5000)
+    monkeypatch.setattr(records, "MAX_DECODED_BYTES", 1000)
+    data = records.pack("x" * 5000)
     with pytest.raises(CodecError):
-        codec.unpack(data)
+        records.unpack(data)
 
 
 @pytest.mark.parametrize("size", [1500, 4000, 20_000, 200_000])
@@ -230,8 +230,8 @@ def test_compressed_payloads_use_a_window_no_larger_than_they_need(size: int) ->
     reader reads it; the window is in the stream's header (CINFO, the high nibble of its first byte)."""
     words = "the parser reads the tool result and finds the off by one error in line".split()
     text = " ".join(words[k % len(words)] + str(k % 7) for k in range(size // 5))[:size]
-    data = codec.pack(text)
-    assert data[0] == codec.VERSION_ZLIB and codec.unpack(data) == text
+    data = records.pack(text)
+    assert data[0] == records.VERSION_ZLIB and records.unpack(data) == text
     window = 1 << ((data[1] >> 4) + 8)
     assert min(size, 32768) <= window <= max(512, 2 * size)
     assert len(data) <= len(zlib.compress(text.encode(), 1)) + 16  # the ratio of the default window, or near it
