@@ -78,7 +78,7 @@ async def run(args: argparse.Namespace) -> float:
     timed(ReplayMemo, "take")
     timed(ReplayMemo, "keep")
     # inside repair_and_sanitize, besides repair and sanitize
-    from gateway.continuation import core as continuation
+    from gateway.continuation import replay_memo as continuation
     from gateway.pipeline.repair import edits
     timed(edits, "apply_context_edits", "context_edits")
     timed(edits, "apply_model_switch", "model_switch")

@@ -7,8 +7,8 @@ its record is that record's JSON, the same list on every request. Encoding all o
 replay of a few hundred turns is megabytes of JSON) was a tenth of such a request's work. Here each
 message's JSON is kept with what it was encoded from and spliced into the body as it is
 (``orjson.Fragment``): a message's in the stage's table by message object (``SplicePrior.json``, handed from
-request to request with the messages: ``gateway.continuation.core``), a recorded turn's JSON per worker by the list
-it was encoded from (the record's, which nobody changes), bounded like the other per-record caches
+request to request with the messages: ``gateway.continuation.replay_memo``), a recorded turn's JSON per worker by
+the list it was encoded from (the record's, which nobody changes), bounded like the other per-record caches
 (``GATEWAY_DECODED_TURN_CACHE``).
 
 The stage is ``run(request, prior) -> (body, next_prior)``.

@@ -200,9 +200,10 @@ class Message:
     needs its blocks.
 
     Pure data: what the stages find of a message for one request (repair's verbatim set, a restoration, the JSON
-    ``splice`` encoded it to) is not kept here but in their outcomes and priors (``gateway.continuation.core``). What
-    is kept besides the fields is the message's representation and views of it that depend on nothing else: the
-    undecoded JSON with its decoder (``_lazy``), the blocks built from it without decoding in place
+    ``splice`` encoded it to) is not kept here but in their outcomes and priors
+    (``gateway.continuation.replay_memo``). What is kept besides the fields is the message's representation and
+    views of it that depend on nothing else: the undecoded JSON with its decoder (``_lazy``), the blocks built
+    from it without decoding in place
     (``_peeked``), values computed from it once (``_raw_derived``), and the decoded blocks' ``ResultShape``
     (``_shape``, per content list). Each is a function of the message's own content, whatever the request, the
     records or a stage's decisions, computed at most once, like a cached property.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.actions import Action
-from gateway.continuation.core import Continuation
+from gateway.continuation.replay_memo import Continuation
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.routing import ModelCaps
@@ -86,5 +86,6 @@ class Exchange:
     identity: Identity = field(default_factory=Identity)
     request: Request | None = None
     plan: RecordPlan = field(default_factory=RecordPlan)
-    # its part in the continuation: the replay memo's ticket, what the stages carry (``gateway.continuation.core``)
+    # its part in the continuation: the replay memo's ticket, what the stages carry
+    # (``gateway.continuation.replay_memo``)
     continuation: Continuation = field(default_factory=Continuation)

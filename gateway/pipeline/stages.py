@@ -22,7 +22,7 @@ import orjson
 
 from gateway.actions import UNCHANGED, Action, ActionKind, action_kind
 from gateway.app.deps import Gateway
-from gateway.continuation import core as continuation
+from gateway.continuation import replay_memo as continuation
 from gateway.continuation import splice
 from gateway.continuation.replay_memo import Resume, Ticket, one_to_one
 from gateway.dialects import classify, provider_seal, registry

@@ -1,4 +1,4 @@
-"""Each continuation switched off alone against a worker with all of them on (``gateway.continuation.core``; the
+"""Each continuation switched off alone against a worker with all of them on (``gateway.continuation.replay_memo``; the
 acceptance of issue 21, item 2): every step of a faithful and of mangled tool loops (real simulator, real
 Redis) goes upstream as the same bytes with the same plan (repair's and sanitize's actions, identification,
 position, fork), and the switched-off worker's stages really did without it."""

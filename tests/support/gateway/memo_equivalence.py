@@ -25,7 +25,7 @@ from gateway.pipeline.exchange import ClientRequest
 from gateway.pipeline.repair import records
 
 Prepare = Callable[[pipeline.Exchange, Gateway], Awaitable[None]]
-# every continuation a worker has (``gateway.continuation.core``, ``BENCHMARKS.md``), each switched off alone by
+# every continuation a worker has (``gateway.continuation.replay_memo``, ``BENCHMARKS.md``), each switched off alone by
 # ``switched_off``
 CONTINUATIONS = ("memo", "splice", "carried_repair", "carried_sanitize", "load_cache")
 

@@ -13,8 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.continuation.core import sanitize_prior
-from gateway.continuation.replay_memo import Carried, Ticket
+from gateway.continuation.replay_memo import Carried, Ticket, sanitize_prior
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message
 from gateway.dialects.routing import caps_for
