@@ -23,12 +23,12 @@ from typing import Literal
 
 from gateway.dialects.canonical import JSON
 
-Route = Literal["openai", "anthropic", "gemini", "responses"]
+ParamRoute = Literal["openai", "anthropic", "gemini", "responses"]
 Treatment = Literal["passed", "mapped", "refused"]
-ROUTES: tuple[Route, ...] = ("openai", "anthropic", "gemini", "responses")
+ROUTES: tuple[ParamRoute, ...] = ("openai", "anthropic", "gemini", "responses")
 
 
-def route_of(kind: str) -> Route:
+def route_of(kind: str) -> ParamRoute:
     """The table's column for an upstream kind (its entry's ``params_column``: Claude on a cloud platform reads the
     Anthropic column; a kind the table has no column for reads ``openai``'s, the widest)."""
     from gateway.dialects import registry  # (the registry's entries import nothing of this table)
@@ -37,7 +37,7 @@ def route_of(kind: str) -> Route:
     return _COLUMNS.get(entry.params_column if entry is not None else kind, "openai")
 
 
-_COLUMNS: dict[str, Route] = {r: r for r in ROUTES}
+_COLUMNS: dict[str, ParamRoute] = {r: r for r in ROUTES}
 UNKNOWN = "other"                  # the metric label of a parameter the table does not name
 
 
@@ -61,14 +61,14 @@ class Param:
     note: str = ""
     neutral: tuple[JSON, ...] = (None,)  # values that ask for nothing: accepted on every route, nothing sent
     # a mapped parameter whose other values have no equivalent there: route -> the values it can map
-    maps_only: tuple[tuple[Route, Callable[[JSON], bool]], ...] = ()
+    maps_only: tuple[tuple[ParamRoute, Callable[[JSON], bool]], ...] = ()
     responses: Treatment = "refused"  # an OpenAI Responses upstream (through the canonical request)
 
-    def on(self, route: Route) -> Treatment:
+    def on(self, route: ParamRoute) -> Treatment:
         return {"openai": self.openai, "anthropic": self.anthropic, "gemini": self.gemini,
                 "responses": self.responses}[route]
 
-    def asks(self, value: JSON, route: Route) -> bool:
+    def asks(self, value: JSON, route: ParamRoute) -> bool:
         """Whether ``value`` asks for something ``route`` cannot honour."""
         if value in self.neutral:
             return False
@@ -145,12 +145,12 @@ REFUSABLE: frozenset[str] = frozenset({p.name for p in PARAMS if _R in (p.openai
                                        or p.maps_only} | {UNKNOWN})
 
 
-def maps(name: str, route: Route) -> bool:
+def maps(name: str, route: ParamRoute) -> bool:
     """Whether ``route`` takes parameter ``name`` mapped into its own form (the table's ``mapped``)."""
     return BY_NAME[name].on(route) == _M
 
 
-def unsupported(body: dict[str, JSON], route: Route) -> list[str]:
+def unsupported(body: dict[str, JSON], route: ParamRoute) -> list[str]:
     """The parameters of ``body`` that ask for something ``route`` cannot honour, in body order."""
     out: list[str] = []
     for key, value in body.items():
@@ -163,7 +163,7 @@ def unsupported(body: dict[str, JSON], route: Route) -> list[str]:
     return out
 
 
-def refusal(names: Iterable[str], route: Route, model: str) -> str:
+def refusal(names: Iterable[str], route: ParamRoute, model: str) -> str:
     upstream = {"openai": "OpenAI-compatible", "anthropic": "Anthropic", "gemini": "Gemini",
                 "responses": "OpenAI Responses"}[route]
     listed = ", ".join(names)

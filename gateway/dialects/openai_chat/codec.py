@@ -36,7 +36,7 @@ from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, S
 from gateway.dialects.openai_chat.messages import assistant_message, decode_messages, system_of
 from gateway.dialects.params import (
     ANTHROPIC_SERVICE_TIERS,
-    Route,
+    ParamRoute,
     maps,
     refusal,
     unsupported,
@@ -61,7 +61,7 @@ _RESPONSES_KEPT = ("model", "stream", "stream_options", "tools", "tool_choice", 
 # ---------------------------------------------------------------- requests
 
 def decode_request(body: Any, *, provider_fields: bool = False, replayed: list[Message] | None = None,
-                   route: Route | None = None, drop_unsupported: bool = False, adaptive_only: bool | None = None
+                   route: ParamRoute | None = None, drop_unsupported: bool = False, adaptive_only: bool | None = None
                    ) -> Request:
     """``replayed``: the messages already decoded (``openai_chat_messages.continue_messages``, for the
     replay memo); the system value is then taken from the body's system messages alone. ``route``: the
