@@ -24,7 +24,7 @@ LOAD script extends the entry with what was recorded since, by any replica, in t
 coherence rule, ``state.coherence``; a worker that answered from its entry alone served a conversation whose newest
 turn another replica had recorded as if it were current: issue 31).
 
-Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.lru``), least recently
+Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.coherence``), least recently
 used first out; a conversation over half the bound is not kept (it loads the full way). The default bound is
 64 MiB here; the gateway passes ``GATEWAY_LOAD_CACHE_MB``. The records are shared with ``state.records``'s
 decoded-turn cache, so the two together hold no more than the larger of their bounds plus the stored bytes.

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from state import keys, records
-from state.coherence import Head, continues
+from state.coherence import Head, Lru, continues
 from state.convcache import DEFAULT_MAX_BYTES, CachedConversation, ConversationCache, appended, load_args
 from state.errors import CodecError, TenantOverBudget
 from state.gateway_keys import Admission, KeyRecord, Periods, pairs
-from state.lru import Lru
 from state.records import ConversationState, Location, TurnRecord, VerifiedPair
 from state.scripts import (
     ADMIT,

@@ -41,10 +41,9 @@ from typing import Any
 
 import msgpack
 
-from state.coherence import Head
+from state.coherence import Head, Lru, held
 from state.errors import CodecError
 from state.keys import IndexEntries, compute_turn_id, index_entries, is_valid_turn_id, last_thinking_pair, tool_use_ids
-from state.lru import Lru, held
 
 Block = dict[str, Any]
 
@@ -269,7 +268,7 @@ MAX_DECODED_BYTES = 64 * 1024 * 1024
 _TURN_FIELDS = 8
 DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (also bounded by bytes: ``turn_cache``)
 # a decoded record's own object, its turn id and the small fields, beside its content, prompt and provider
-# dicts (``state.lru.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
+# dicts (``state.coherence.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
 TURN_OVERHEAD = 600
 TURN_CACHE_BYTES = 16 << 20  # the most memory a worker's decoded turns hold (with the entries' bound)
 
@@ -332,7 +331,7 @@ TurnCache = Lru[tuple[bytes, int | None], TurnRecord]  # decoded turns by (store
 
 
 def turn_cost(record: TurnRecord) -> int:
-    """The bytes a decoded turn holds in memory (measured: ``state.lru``; not its stored size: a stored
+    """The bytes a decoded turn holds in memory (measured: ``state.coherence``; not its stored size: a stored
     turn of many tiny blocks is small and compresses well, and its dicts take ten times that decoded)."""
     extra = (held(record.provider) if record.provider else 0) + (held(record.prefix) if record.prefix else 0)
     return TURN_OVERHEAD + held(record.content) + held(record.prompt) + extra

@@ -40,9 +40,9 @@ from gateway.dialects.canonical import token_counts
 from gateway.errors import ClientError, GatewayError
 from gateway.ops import metrics
 from gateway.pipeline.identify import CREDENTIAL_HEADERS, credential_of
+from state.coherence import Lru
 from state.errors import StoreError
 from state.gateway_keys import Admission
-from state.lru import Lru
 
 if TYPE_CHECKING:
     from gateway.app.deps import Gateway

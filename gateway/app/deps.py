@@ -21,7 +21,7 @@ from gateway.pipeline.repair.records import RecordCaches
 from gateway.pipeline.sanitize.core import Policy
 from gateway.surfaces.model_lists import ModelLists
 from gateway.transport.upstream import Upstream
-from state.lru import ObjectLru
+from state.coherence import ObjectLru
 from state.records import DEFAULT_TURN_CACHE_ENTRIES
 from state.store import Store
 
@@ -38,7 +38,7 @@ class WorkerCaches:
     @classmethod
     def sized(cls, entries: int) -> WorkerCaches:
         """At most ``entries`` each; the blocks at most ``records.BLOCKS_BYTES`` and the JSON ``RECORDED_JSON_BYTES``
-        of memory (measured: ``state.lru``)."""
+        of memory (measured: ``state.coherence``)."""
         return cls(RecordCaches(entries), ObjectLru(entries, RECORDED_JSON_BYTES, _json_cost))
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from gateway.dialects.canonical import Block, RedactedThinkingBlock, ThinkingBlock
 from gateway.ops import metrics
 from gateway.pipeline import identify
+from state.coherence import Lru
 from state.keys import exact_hash
-from state.lru import Lru
 from state.store import LoadQuery, Store, StoreUnavailable, TurnWrite
 
 log = logging.getLogger("thinkgate.record_retry")

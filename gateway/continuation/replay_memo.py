@@ -94,8 +94,7 @@ from gateway.dialects.canonical import Message
 from gateway.pipeline.identify import Known, PathHash
 from gateway.pipeline.repair.core import RepairPrior, RepairResult, put_restored
 from gateway.pipeline.sanitize.core import Sanitized, SanitizeResult
-from state.coherence import Head, serves
-from state.lru import held
+from state.coherence import Head, held, serves
 from state.store import LoadResult
 
 if TYPE_CHECKING:
@@ -319,7 +318,7 @@ class Ticket:
     resumed: int = 0           # messages repair did not look at again (``repair_state.Repaired``)
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
-    held: int | None = None    # what the parsed messages hold (``state.lru.held``), when ``take`` knew it
+    held: int | None = None    # what the parsed messages hold (``state.coherence.held``), when ``take`` knew it
 
     @property
     def known(self) -> Known | None:
@@ -344,7 +343,7 @@ class _Entry:
     path: PathHash | None
     carried: Carried
     untouched: int             # its first messages, which no stage changed (see ``keep``)
-    held: int                  # what its parsed messages hold (``state.lru.held``)
+    held: int                  # what its parsed messages hold (``state.coherence.held``)
     cost: int                  # what it holds (``entry_cost``)
     id: int = field(default_factory=itertools.count().__next__)
 

@@ -31,7 +31,7 @@ import orjson
 
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, Request
-from state.lru import ObjectLru
+from state.coherence import ObjectLru
 
 # a recorded turn's JSON (a message restored from its record, undecoded, extra empty) by the record's list
 # it was encoded from (which the decoded-turn cache holds too), with the role it was encoded with: a worker's

@@ -57,7 +57,7 @@ class Dialect:
     passthrough_from = ""     # the client protocol whose untouched request bytes this upstream takes as they are
     wire = "openai"           # the request/answer protocol it speaks: anthropic, gemini, openai, responses, converse
     platform = ""             # the cloud that serves the model (aws, gcp; "": the model's own vendor's API)
-    params_column = "openai"  # its column of the chat parameters table (``gateway.dialects.params``)
+    params_column = "openai"  # its column of the chat parameters table (``gateway.dialects.routing``)
     errors: ErrorPatterns = ()  # its own error texts, classified before the shared table
 
     @property

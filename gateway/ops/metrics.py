@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.actions import Action, ActionKind, action_kind
 from gateway.dialects import classify, registry, routing
 from gateway.dialects.canonical import TOKEN_KEYS, token_counts
-from gateway.dialects.params import REFUSABLE, metric_label
+from gateway.dialects.routing import REFUSABLE, metric_label
 from gateway.errors import new_request_id
 from gateway.ops import telemetry
 from gateway.ops.telemetry import Observation
@@ -72,7 +72,7 @@ _RESTORING = frozenset({ActionKind.RESTORED, ActionKind.SIGNATURE_RESTORED, Acti
 _DEGRADING = frozenset({ActionKind.DROPPED, ActionKind.DOWNGRADED_TEXT, ActionKind.TOOL_LOOP_TEXTUALIZED,
                         ActionKind.THINKING_DISABLED})
 STORE_OPS = frozenset({"load", "record", "get_conversation", "health", "other"})
-# a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``dialects.params``)
+# a chat completions parameter GATEWAY_DROP_UNSUPPORTED_PARAMS dropped: named by the table (``dialects.routing.PARAMS``)
 # or "other", and the kind of upstream it could not go to
 DROPPED_PARAMS = REFUSABLE
 FALLBACK_STATUSES = frozenset({"429", "500", "502", "503", "504", "529", "other"})

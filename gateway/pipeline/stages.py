@@ -502,8 +502,8 @@ def _big(ex: Exchange, gw: Gateway) -> bool:
 async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -> T:
     """``work(*args)``: on the event loop, or for a ``big`` body (``GATEWAY_OFFLOAD_BODY_KB``) in a thread, one such
     request at a time per worker, so that the loop goes on answering (``/healthz``, small requests) meanwhile. The
-    per-worker state such work touches is thread-safe for it (``state.lru``, ``replay_memo``); what it reads of the
-    request is its own."""
+    per-worker state such work touches is thread-safe for it (``state.coherence``, ``replay_memo``); what it reads of
+    the request is its own."""
     if not big:
         return work(*args)
     async with gw.offload:

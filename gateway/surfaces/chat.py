@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.dialects import params, provider_seal, registry
+from gateway.dialects import provider_seal, registry, routing
 from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.openai_chat import codec as openai_chat
@@ -29,7 +29,7 @@ class ChatCompletions(Codec):
             body = self.ex.client.fields = openai_chat.chat_body(body)  # (Cursor's Responses-shaped body rewritten)
             caps = self.caps_of(body)  # the client's reasoning fields: provider data, or thinking (the dialect's)
             return openai_chat.decode_request(body, provider_fields=registry.of(caps).provider_fields, replayed=kept,
-                                              route=params.route_of(caps.kind), adaptive_only=caps.adaptive_only,
+                                              route=routing.route_of(caps.kind), adaptive_only=caps.adaptive_only,
                                               drop_unsupported=self.gw.settings.drop_unsupported_params)
         return pipeline.ReplayDecoder("openai", decode, lambda body, kept, tail: openai_chat_messages.continue_messages(
             kept, tail, len(body["messages"]), provider_fields=registry.of(self.caps_of(body)).provider_fields))

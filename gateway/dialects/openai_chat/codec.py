@@ -12,7 +12,7 @@ business of ``openai_chat_messages``):
   function tools (wrapped or flat) -> Anthropic tools (``function.strict`` -> ``strict``);
   ``user`` / ``safety_identifier`` -> ``metadata``; ``response_format`` json_schema ->
   ``output_config.format``; ``service_tier`` auto/default -> auto/standard_only.
-- Every other parameter is judged by the one table (``gateway.dialects.params``) for the
+- Every other parameter is judged by the one table (``gateway.dialects.routing``) for the
   ``route`` the model goes to: what that upstream cannot honour is a 400 naming the
   parameters, or with ``drop_unsupported`` (GATEWAY_DROP_UNSUPPORTED_PARAMS) dropped and
   listed in ``surface.dropped_params`` for the endpoint to count and log. The client's
@@ -34,15 +34,15 @@ from typing import Any
 
 from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, SurfaceOptions, Turn
 from gateway.dialects.openai_chat.messages import assistant_message, decode_messages, system_of
-from gateway.dialects.params import (
+from gateway.dialects.provider_seal import Seal
+from gateway.dialects.routing import (
     ANTHROPIC_SERVICE_TIERS,
     ParamRoute,
+    caps_for,
     maps,
     refusal,
     unsupported,
 )
-from gateway.dialects.provider_seal import Seal
-from gateway.dialects.routing import caps_for
 from gateway.errors import ClientError, bad_request
 
 DEFAULT_MAX_TOKENS = 8192

@@ -10,7 +10,7 @@ and ``tool_choice`` their OpenAI forms, the thinking config the flavor's reasoni
 parameter (OpenRouter ``reasoning``, generic ``reasoning_effort``; none for Copilot and DeepSeek).
 A request from a chat completions client (its top-level fields, ``client``) keeps every other
 top-level field as the client sent it, in its order, its own reasoning fields included
-(``same_dialect``; the table is ``gateway.dialects.params``), as the client's bytes of it
+(``same_dialect``; the table is ``gateway.dialects.routing``), as the client's bytes of it
 (``gateway.dialects.client_json``, at the call table).
 
 Answers (``decode_turn``): reasoning text (``reasoning_content`` / ``reasoning`` /

@@ -3,7 +3,7 @@
 Requests (``encode_request``): canonical -> a Responses body: the system prompt as ``instructions``, the messages as
 ``input`` items (``encode_items``), Anthropic-shaped tools as function tools, ``tool_choice``, ``max_output_tokens``,
 ``reasoning`` from the thinking configuration, ``metadata.user_id`` as ``safety_identifier``, a JSON-schema
-``output_config.format`` as ``text.format`` (the chat parameters that reach it: ``params``' Responses column);
+``output_config.format`` as ``text.format`` (the chat parameters that reach it: ``routing.PARAMS``' Responses column);
 always ``store: false`` and ``include: ["reasoning.encrypted_content"]``:
 thinkgate is the conversation's memory (its records), so the upstream keeps nothing and every replica can serve the
 next request.

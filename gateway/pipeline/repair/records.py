@@ -37,8 +37,8 @@ from gateway.dialects.canonical import (
 from gateway.pipeline import identify
 from gateway.pipeline.identify import PathHash
 from state import records
+from state.coherence import ObjectLru
 from state.keys import exact_hash, replay_digest
-from state.lru import ObjectLru
 from state.records import ConversationState, Location, TurnRecord
 from state.store import LoadResult
 

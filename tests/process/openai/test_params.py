@@ -1,6 +1,6 @@
 """Chat completions parameters on every route (issue 23, item 2), through the official openai SDK, a served
 gateway and the simulator: what the upstream received (``Sim.last()``) for each parameter class of the table
-(``gateway.dialects.params``, docs/endpoints.md, "Parameters"): passed, mapped, refused, and dropped by the switch
+(``gateway.dialects.routing``, docs/endpoints.md, "Parameters"): passed, mapped, refused, and dropped by the switch
 (GATEWAY_DROP_UNSUPPORTED_PARAMS=true: counted in ``/metrics`` and logged by name, never by value)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Five 3.3 MB bodies of 100,001 tiny messages once took a fresh worker from 54 MB to 2.5 GB RSS: the caches
 were bounded by request bytes while a tiny message holds ten times its JSON decoded, and every message's
 upstream JSON kept orjson's whole output buffer (4 KiB at least). Every per-worker cache is now bounded by
-what it holds (``state.lru``, ``replay_memo.entry_cost``, ``codec.turn_cost``) and refuses an entry over a
+what it holds (``state.coherence``, ``replay_memo.entry_cost``, ``codec.turn_cost``) and refuses an entry over a
 fraction of its bound. Here pathological bodies go through a served worker on real Redis, each several
 times, and its RSS (psutil, the worker's pid) must stay under ``RSS_BOUND_MB`` with no 5xx. The longer form,
 with the loop workloads and the bare proxy beside it, is ``bench/memory.py``.

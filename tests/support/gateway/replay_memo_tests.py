@@ -28,7 +28,7 @@ from gateway.pipeline.repair.core import repair
 from gateway.pipeline.repair.records import Records
 from gateway.pipeline.sanitize.core import NO_LOOP, Policy, Sanitized
 from gateway.transport.upstream import forward_request_headers
-from state.lru import held
+from state.coherence import held
 from tests.support.gateway.memo_equivalence import (
     answered,
     exchange_of,

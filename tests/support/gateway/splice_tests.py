@@ -19,7 +19,7 @@ from gateway.pipeline import stages as pipeline
 from gateway.surfaces import chat
 from gateway.surfaces import upstreams as dialects
 from gateway.transport.upstream import forward_request_headers
-from state.lru import ObjectLru
+from state.coherence import ObjectLru
 from tests.support.gateway.memo_equivalence import (
     answered,
     exchange_of,

@@ -22,11 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from state import records
+from state.coherence import Lru
 from state.convcache import NOTHING_KNOWN, CachedConversation, ConversationCache, appended
 from state.engine import EngineStore, Eval, Op, _parse_conversation
 from state.errors import CodecError
 from state.keys import conversation_keys, new_scid, replay_digest
-from state.lru import Lru
 from state.memory_store import MemoryStore
 from state.records import ConversationState
 from state.scripts import LOAD

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state import records
+from state.coherence import Lru
 from state.errors import CodecError, StoreError
 from state.keys import replay_digest
-from state.lru import Lru
 from state.records import Location, TurnRecord, VerifiedPair
 
 # surrogate-free text (hypothesis' default alphabet excludes Cs), biased towards whitespace edge cases

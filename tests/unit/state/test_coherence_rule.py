@@ -65,7 +65,7 @@ def test_the_scan_sees_a_new_cache() -> None:
     assert cache_sites("from collections import OrderedDict\nx = OrderedDict()\n")
     assert cache_sites("import functools\n@functools.lru_cache(maxsize=8)\ndef f(): pass\n")
     assert cache_sites("from functools import cache\n@cache\ndef f(): pass\n")
-    assert cache_sites("from state.lru import Lru\nx = Lru(10)\n")
+    assert cache_sites("from state.coherence import Lru\nx = Lru(10)\n")
     assert not cache_sites("x = dict()\n")
 
 

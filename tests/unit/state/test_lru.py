@@ -1,8 +1,8 @@
-"""``state.lru.Lru``: the bound of the per-worker decoded-data caches."""
+"""``state.coherence.Lru``: the bound of the per-worker decoded-data caches."""
 
 from __future__ import annotations
 
-from state.lru import Lru, ObjectLru
+from state.coherence import Lru, ObjectLru
 
 
 def test_forgets_the_least_recently_used_first() -> None:

@@ -1,4 +1,4 @@
-"""The chat completions parameter table (``gateway.dialects.params``) and the encoders that apply it (pure):
+"""The chat completions parameter table (``gateway.dialects.routing``) and the encoders that apply it (pure):
 passed as received to an OpenAI-compatible upstream of every flavor, mapped to Anthropic and Gemini, refused
 (a 400 naming them) or, with the switch, dropped."""
 
@@ -15,8 +15,7 @@ from gateway.dialects.canonical import JSON
 from gateway.dialects.gemini import wire as gemini
 from gateway.dialects.openai_chat.codec import decode_request
 from gateway.dialects.openai_compat import wire as openai_compat
-from gateway.dialects.params import BY_NAME, PARAMS, REFUSABLE, markdown_table, unsupported
-from gateway.dialects.routing import FLAVORS, ModelCaps
+from gateway.dialects.routing import BY_NAME, FLAVORS, PARAMS, REFUSABLE, ModelCaps, markdown_table, unsupported
 from gateway.errors import ClientError
 
 README = Path(__file__).resolve().parents[4] / "docs" / "endpoints.md"  # (its Parameters table)
