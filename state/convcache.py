@@ -21,8 +21,8 @@ the turns this worker knew of the same incarnation, the entry grows by that turn
 new ``start`` and meta's ``created``), so its next load transfers nothing it wrote itself. ``state`` is the
 conversation as this worker last knew it. It never serves a request by itself: every load goes to Redis, whose
 LOAD script extends the entry with what was recorded since, by any replica, in the request's own round trip (the
-coherence rule, ``state.coherence``; a worker that answered from its entry alone served a conversation whose newest
-turn another replica had recorded as if it were current: issue 31).
+coherence rule, ``state.coherence``; a worker that answered from its entry alone would serve a conversation whose
+newest turn another replica had recorded as if it were current).
 
 Bounded by the memory the cached turns hold (``codec.turn_cost``, measured: ``state.coherence``), least recently
 used first out; a conversation over half the bound is not kept (it loads the full way). The default bound is

@@ -268,7 +268,7 @@ MAX_DECODED_BYTES = 64 * 1024 * 1024
 _TURN_FIELDS = 8
 DEFAULT_TURN_CACHE_ENTRIES = 2048  # decoded turns kept per process (also bounded by bytes: ``turn_cache``)
 # a decoded record's own object, its turn id and the small fields, beside its content, prompt and provider
-# dicts (``state.coherence.held``): an allowance, not yet checked against tracemalloc (issue 22, item 4)
+# dicts (``state.coherence.held``): an allowance, not yet checked against tracemalloc
 TURN_OVERHEAD = 600
 TURN_CACHE_BYTES = 16 << 20  # the most memory a worker's decoded turns hold (with the entries' bound)
 

@@ -243,7 +243,7 @@ def create_sim_app(config: SimConfig) -> Starlette:
     async def reset(request: Request) -> Response:
         state.stats = _Stats()
         state.fault_counts.clear()
-        state.last = {"headers": {}, "body": None, "query": ""}  # (issue 32: /_sim/last showed the request before)
+        state.last = {"headers": {}, "body": None, "query": ""}  # (/_sim/last must not show the request before)
         return _json(200, state.stats.as_json(), new_id("req_01"))
 
     async def last(request: Request) -> Response:

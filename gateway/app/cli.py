@@ -117,7 +117,8 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def _check_store_credentials(url: str) -> None:
-    """A wrong Redis password stops the start (one line, exit 2); an unreachable Redis does not (issue 22)."""
+    """A wrong Redis password stops the start (one line, exit 2); an unreachable Redis does not (the
+    gateway serves statelessly until it is back)."""
     import asyncio
 
     from state.probe import check_credentials

@@ -276,7 +276,7 @@ class Settings:
         if kw.get("redis_url"):
             try:
                 check_store_url(str(kw["redis_url"]))
-            except ValueError as e:  # one line at startup, not a traceback from the first worker (issue 22)
+            except ValueError as e:  # one line at startup, not a traceback from the first worker
                 raise SettingsError(f"GATEWAY_REDIS_URL: {e}") from None
         if (v := get("SECRET")) and v != DEFAULT_SECRET and len(v.encode()) < MIN_SECRET_BYTES:
             raise SettingsError(f"GATEWAY_SECRET must be at least {MIN_SECRET_BYTES} bytes (it keys every tenant "

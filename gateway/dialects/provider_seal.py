@@ -1,4 +1,4 @@
-"""Seals on the opaque reasoning values thinkgate relays to OpenAI chat clients (issue 31, item 4).
+"""Seals on the opaque reasoning values thinkgate relays to OpenAI chat clients.
 
 An OpenAI-compatible upstream hands its client values it must get back untouched: OpenRouter's ``reasoning_details``
 (a ``reasoning.text`` entry's ``signature`` over its exact text, a ``reasoning.encrypted`` entry's ``data``),

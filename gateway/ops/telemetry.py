@@ -108,7 +108,7 @@ class JsonFormatter(logging.Formatter):
             out.update(fields)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        # U+2028/U+2029 are valid raw in JSON but end lines for tools that split on Unicode line breaks (issue 32)
+        # U+2028/U+2029 are valid raw in JSON but end lines for tools that split on Unicode line breaks
         return redact(orjson.dumps(out, default=str).decode()).replace("\u2028", "\\u2028").replace(
             "\u2029", "\\u2029")
 

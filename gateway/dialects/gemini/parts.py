@@ -146,8 +146,8 @@ def part_from_block(b: Block, names: dict[str, str]) -> dict[str, JSON] | None:
 
 class PrefixHash:
     """The user side of a conversation as it grows message by message (text and result counts): each message is
-    hashed once, so a request's every answer gets its prefix's digest in time linear in the request (issue 32: a
-    digest per content, each over every earlier message, kept a worker busy for 32 s on 16,000 contents)."""
+    hashed once, so a request's every answer gets its prefix's digest in time linear in the request (a digest per
+    content, each over every earlier message, kept a worker busy for 32 s on 16,000 contents)."""
 
     __slots__ = ("_h",)
 

@@ -1,4 +1,4 @@
-"""Keep a conversation's prefix stable on models that bind thinking to it, else degrade without a 400 (issue 24).
+"""Keep a conversation's prefix stable on models that bind thinking to it, else degrade without a 400.
 
 On the newer Claude models a thinking block is bound to its prefix: the top-level ``system``, the set of ``tools``
 and every message before it (docs/upstream-rules.md, "thinking-block binding"). IDE clients rewrite their system prompt

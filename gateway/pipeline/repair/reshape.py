@@ -1,5 +1,5 @@
-"""Recorded turns given back the message boundaries a client changed (issue 23: "the recorded turn's shape, whatever
-the client did to it"): a turn dropped while its tool results were kept, consecutive turns merged into one message,
+"""Recorded turns given back the message boundaries a client changed (the recorded turn's shape, whatever the client
+did to it): a turn dropped while its tool results were kept, consecutive turns merged into one message,
 a turn split into several. Part of repair (``gateway.pipeline.repair.core.run`` calls ``reshape`` first and restores
 each turn
 it pins as recorded); pure, and only on the evidence repair trusts: tool ids, each naming one turn of the

@@ -40,3 +40,16 @@ def test_every_code_directory_is_a_package_import_linter_sees() -> None:
                for d in [ROOT / top, *(ROOT / top).rglob("*")]
                if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
     assert missing == []
+
+
+# a citation a maintainer cannot follow from the repository: the planning issues, the design notes outside it
+OUTSIDE = re.compile(r"\bissues? \d+|protocols\.md|seed invariant|\bseeds/")
+
+
+def test_the_code_cites_nothing_outside_the_repository() -> None:
+    """A rule's source is the vendor's documentation or ``docs/`` (``docs/upstream-rules.md``), never a planning issue
+    or a design note a reader of the code does not have."""
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in ("gateway", "state", "thinkgate_sim") for p in sorted((ROOT / package).rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if OUTSIDE.search(line)]
+    assert found == [], "\n".join(found)
