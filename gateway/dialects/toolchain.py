@@ -251,7 +251,7 @@ def current_turn_start(msgs: list[Message]) -> int:
 
 def dropped_result_ids(msgs: list[Message]) -> list[str]:
     """The tool_result ids of the messages after the last assistant message that could be a dropped turn's results
-    (a user message right after a user message, or the first message: ``gateway.pipeline.repair.reshape``), for the
+    (a user message right after a user message, or the first message: ``gateway.pipeline.repair.edits``), for the
     load query: with no
     assistant message to name the conversation, they may be the only ids that do."""
     out: list[str] = []

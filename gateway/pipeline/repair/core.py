@@ -1,6 +1,6 @@
 """Repair: restore replayed assistant history to its recorded, authoritative form. The repair rules are here;
 the records they read are ``gateway.pipeline.repair.records``, turns whose message boundaries the client changed
-``gateway.pipeline.repair.reshape``.
+``gateway.pipeline.repair.edits``.
 
 Pure: ``run(messages, records, pinned, prior) -> (RepairResult, RepairPrior)`` (``repair``: without a prior).
 The records are what the load stage fetched in one store round trip (``Records``).
@@ -64,8 +64,8 @@ from gateway.dialects.canonical import (
     ToolUseBlock,
 )
 from gateway.pipeline.identify import block_hashes, lookup_hashes
+from gateway.pipeline.repair.edits import reshape
 from gateway.pipeline.repair.records import ConversationView, RecordedTurn, Records, tool_ids
-from gateway.pipeline.repair.reshape import reshape
 from state.keys import exact_hash
 
 
@@ -219,7 +219,7 @@ class Taken:
 
     def reserve(self, turns: Iterable[RecordedTurn]) -> None:
         """``turns`` are taken by messages further on (turns put back in their shape,
-        ``gateway.pipeline.repair.reshape``)."""
+        ``gateway.pipeline.repair.edits``)."""
         if self._positions is None:
             self._positions = {t.position for t in self._matched.values()}
         self._positions.update(t.position for t in turns)
