@@ -59,7 +59,7 @@ from gateway.dialects.canonical import (
     Turn,
     from_openai,
 )
-from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra
+from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra, tool_call
 from gateway.dialects.provider_seal import unsealed
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
@@ -226,15 +226,6 @@ def assistant(m: Message) -> dict[str, JSON]:
     if m.provider is not None:
         out.update(unsealed(m.provider.fields))  # thinkgate's seals never go upstream
     return out
-
-
-def tool_call(b: ToolUseBlock) -> dict[str, JSON]:
-    call: dict[str, JSON] = {"id": b.id, "type": "function",
-                             "function": {"name": b.name, "arguments": orjson.dumps(b.input).decode()}}
-    extra = openai_extra(b.sig)
-    if extra is not None:
-        call["extra_content"] = extra
-    return call
 
 
 def system_text(params: dict[str, JSON]) -> str | None:
