@@ -69,6 +69,20 @@ def test_same_dialect_passes_the_clients_fields_as_received(gw: ServerProcess, s
     assert "max_tokens" not in body, "no default limit next to the client's max_completion_tokens"
 
 
+def test_a_responses_shaped_chat_body_reaches_a_chat_upstream_as_the_chat_body_it_stands_for(
+        gw: ServerProcess, sim: Sim) -> None:
+    """Cursor posts Responses-shaped bodies (``input``, ``instructions``) to chat completions: a chat upstream gets the
+    chat body they stand for, with the fields that rewrite keeps as received, never the Responses fields themselves."""
+    body = {"model": COMPAT["openrouter"], "instructions": "Be terse.", "temperature": 0.3, "user": "u-1",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "weather?"}]}]}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-test-params"})
+    assert r.status_code == 200, r.text
+    sent = sim.last()["body"]
+    assert "input" not in sent and "instructions" not in sent, sorted(sent)
+    assert sent["messages"][0] == {"role": "system", "content": "Be terse."} and sent["messages"][-1]["role"] == "user"
+    assert (sent["temperature"], sent["user"]) == (0.3, "u-1")
+
+
 @pytest.mark.parametrize("route", ["anthropic"])
 def test_anthropic_passes_its_own_fields(gw: ServerProcess, sim: Sim, route: str) -> None:
     ask(gw, MODELS[route], max_tokens=300, temperature=0.4, top_p=0.9, extra_body={"top_k": 5})
