@@ -1,15 +1,17 @@
 """CPU per request of a served gateway, several builds side by side, rounds interleaved.
 
-    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--mangled] [--stream]
+    python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--start 0] [--mangled]
+                           [--stream]
 
 A TARGET is ``bare`` (``bench/bare_proxy.py``), or a source tree of thinkgate (a ``git worktree`` of
 another commit, or ``.``), optionally followed by ``:NAME=VALUE[+NAME=VALUE]`` gateway settings (e.g.
 ``.:GATEWAY_REDIS_URL=`` for the embedded store, ``.:GATEWAY_STATE_MACHINE_ENABLED=false``). Every
 thinkgate target uses one shared local redis-server and the simulator. Each round starts every target
-afresh, plays 60 warm-up requests, then ``--requests`` requests of tool loops of ``--turns`` rounds, one
-at a time, and reads the serving processes' user+system CPU time (psutil). Wall-clock latency on a shared
-2-core box moves with everything else running; the CPU a process spends per request moves much less, so
-this is the figure to compare builds by. Prints min and median over the rounds.
+afresh, plays 60 warm-up requests, then ``--requests`` requests of tool loops of ``--turns`` rounds (with
+``--start N``: one loop, measured from its turn N on, so every body holds N turns or more), one at a time, and
+reads the serving processes' user+system CPU time (psutil). Wall-clock latency on a shared 2-core box moves with
+everything else running; the CPU a process spends per request moves much less, so this is the figure to compare
+builds by. Prints min and median over the rounds.
 """
 
 from __future__ import annotations
@@ -81,11 +83,13 @@ def _cpu(procs: list[psutil.Process]) -> float:
 
 
 async def _loops(session: aiohttp.ClientSession, url: str, n: int, turns: int, tag: str,
-                 mangled: bool = False, stream: bool = False) -> list[float]:
-    """Latency of each request (with ``stream``: time to first byte)."""
-    history: list[dict[str, Any]] = []
+                 mangled: bool = False, stream: bool = False, history: list[dict[str, Any]] | None = None,
+                 start: int = 0) -> list[float]:
+    """Latency of each request (with ``stream``: time to first byte); ``history`` (a loop ``start`` turns in) goes
+    on."""
+    history = [] if history is None else history
     took = []
-    for i in range(n):
+    for i in range(start, start + n):
         if i % turns == 0:
             history[:] = [{"role": "user", "content": f"[[sim:tools={turns}]] {tag} {i}"}]
         sent = mangle(history) if mangled else history
@@ -102,8 +106,11 @@ async def _measure(target: str, args: argparse.Namespace, sim_url: str, redis_ur
     try:
         procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         await _loops(session, url, 60, args.turns, "warm", args.mangled, args.stream)
+        history: list[dict[str, Any]] = []  # --start: the measured loop's first turns, played before it is measured
+        await _loops(session, url, args.start, args.turns, "measured", args.mangled, args.stream, history)
         before = _cpu(procs)
-        took = await _loops(session, url, args.requests, args.turns, "measured", args.mangled, args.stream)
+        took = await _loops(session, url, args.requests, args.turns, "measured", args.mangled, args.stream, history,
+                            args.start)
         return (_cpu(procs) - before) / args.requests * 1000, statistics.median(took) * 1000
     finally:
         proc.terminate()
@@ -125,7 +132,8 @@ async def run(args: argparse.Namespace) -> str:
         redis.stop()
     replay = "mangled (thinking text trimmed)" if args.mangled else "faithful"
     latency = "p50 time to first byte ms" if args.stream else "p50 latency ms"
-    out = [f"{args.requests} requests x {args.rounds} rounds, tool loops of {args.turns} turns ({replay} replay"
+    loops = f"from turn {args.start} of a loop" if args.start else f"tool loops of {args.turns} turns"
+    out = [f"{args.requests} requests x {args.rounds} rounds, {loops} ({replay} replay"
            f"{', streamed' if args.stream else ''}), one at a time",
            "", f"| target | CPU ms/request min | median | {latency} min | median |", "|---|---:|---:|---:|---:|"]
     for t in targets:
@@ -141,6 +149,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--start", type=int, default=0,
+                    help="play the measured loop's first START turns unmeasured: its bodies are START turns and more")
     ap.add_argument("--mangled", action="store_true", help="replay every history as bench.latency.mangle does")
     ap.add_argument("--stream", action="store_true", help="stream every answer; time to first byte, not latency")
     print(asyncio.run(run(ap.parse_args())))

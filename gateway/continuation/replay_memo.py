@@ -122,6 +122,7 @@ class Continuation:
     in_place: bool = True              # ... and may have changed a message in place (nothing kept, no splice)
     splice: SplicePrior | None = None  # what ``encode`` starts from (``carry``)
     restored: Mapping[int, Message] = field(default_factory=dict)  # repair's restorations as the record's JSON
+    match: Match | None = None         # the memo's match of the body, when the memory estimate asked for it
 
     @property
     def from_records(self) -> RestoredIds:
@@ -319,6 +320,7 @@ class Ticket:
     continued: int = 0         # messages sanitize did not look at again (its seed's, when the pipeline used it)
     unchecked: int = 0         # of the messages taken, those no stage had looked at (``keep``): taken unchecked
     held: int | None = None    # what the parsed messages hold (``state.coherence.held``), when ``take`` knew it
+    objects: int | None = None  # the body's count of ``{``, when the memory estimate counted it (``objects``)
 
     @property
     def known(self) -> Known | None:
@@ -345,7 +347,29 @@ class _Entry:
     untouched: int             # its first messages, which no stage changed (see ``keep``)
     held: int                  # what its parsed messages hold (``state.coherence.held``)
     cost: int                  # what it holds (``entry_cost``)
+    objects: int | None        # its body's count of ``{``, when known
     id: int = field(default_factory=itertools.count().__next__)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A body's match in the memo (``ReplayMemo.match``): the kept entry it replays (None: none)."""
+
+    scope: Scope
+    entry: _Entry | None
+
+    def kept(self, entries: Mapping[int, _Entry]) -> bool:
+        """Whether the answer still holds: no entry, or the entry still kept (``entries``: the scope's)."""
+        return self.entry is None or entries.get(self.entry.id) is self.entry
+
+    def objects(self, body: bytes) -> int:
+        """``body``'s count of ``{`` (the memory estimate's, ``gateway.surfaces.common``): when it replays a body
+        kept with its count, that count and a count of only what the replay inserted (the kept body's bytes are
+        ``body``'s start and end)."""
+        entry = self.entry
+        if entry is None or entry.objects is None:
+            return body.count(b"{")
+        return entry.objects + body.count(b"{", entry.split, len(body) - (len(entry.body) - entry.split))
 
 
 def _as_decoded(messages: list[Message]) -> list[list[Any]]:
@@ -384,14 +408,18 @@ class ReplayMemo:
     def size_bytes(self) -> int:
         return self._bytes
 
-    def take(self, tenant: str, kind: str, body: bytes,
-             resume: Resume) -> tuple[dict[str, Any], list[Message], Ticket] | None:
+    def take(self, tenant: str, kind: str, body: bytes, resume: Resume,
+             found: Match | None = None) -> tuple[dict[str, Any], list[Message], Ticket] | None:
         """``body`` as a replay of a request of ``tenant`` kept by surface ``kind``: its parsed values, its
         messages (the kept ones and the new ones, as ``resume`` joined them) and the ticket for ``keep``;
-        None when it is not one (the caller parses and decodes it, and makes the ticket with ``ticket``)."""
+        None when it is not one (the caller parses and decodes it, and makes the ticket with ``ticket``).
+        ``found``: ``match``'s answer for this body, if it was asked."""
         scope = (tenant, kind)
         with self._lock:
-            entry = self._match(scope, body)
+            if found is not None and found.scope == scope and found.kept(self._by_scope.get(scope, {})):
+                entry = found.entry  # (the bytes were compared by ``match``; the entry is still kept)
+            else:
+                entry = self._match(scope, body)
             if entry is not None:
                 self._drop(scope, entry)  # taken: this request's alone
         if entry is None:
@@ -453,7 +481,7 @@ class ReplayMemo:
         # checked them, or took them unchecked the same way.
         untouched = ticket.continued if ticket.carried.sanitized is not None else 0
         entry = _Entry(ticket.body, ticket.parsed, ticket.messages, ticket.as_decoded, split, ticket.path,
-                       ticket.carried, untouched, parsed_held, cost)
+                       ticket.carried, untouched, parsed_held, cost, ticket.objects)
         scope = (ticket.tenant, ticket.kind)
         with self._lock:
             self._lru[entry.id] = (scope, entry)
@@ -462,6 +490,13 @@ class ReplayMemo:
             while self._bytes > self.max_bytes:
                 old_scope, old = next(iter(self._lru.values()))
                 self._drop(old_scope, old)
+
+    def match(self, tenant: str, kind: str, body: bytes) -> Match:
+        """The kept body ``body`` replays, if any (``take``'s match), for the memory estimate's count and then
+        ``take``."""
+        scope = (tenant, kind)
+        with self._lock:
+            return Match(scope, self._match(scope, body))
 
     def _match(self, scope: Scope, body: bytes) -> _Entry | None:
         """The scope's entry whose body, cut where its last message ends, is ``body``'s start and end

@@ -98,10 +98,12 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
     if memo is None or ex.identity.tenant is None:
         ex.request = decoder.decode(parse_json(ex.client.raw_body), None)
         return
-    replay = memo.take(ex.identity.tenant, decoder.kind, ex.client.raw_body, decoder.resume)
+    replay = memo.take(ex.identity.tenant, decoder.kind, ex.client.raw_body, decoder.resume, ex.continuation.match)
     metrics.observe_replay(replay is not None)
     if replay is not None:
-        parsed, messages, ex.continuation.ticket = replay
+        parsed, messages, ticket = replay
+        ticket.objects = ex.client.objects  # (what the next replay's memory estimate starts from)
+        ex.continuation.ticket = ticket
         ex.request = decoder.decode(parsed, messages)
         return
     body = parse_json(ex.client.raw_body)
@@ -109,6 +111,7 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
     if isinstance(body.get("messages"), list):  # not a body whose history came in another field (Responses)
         ex.continuation.ticket = memo.ticket(ex.identity.tenant, decoder.kind, ex.client.raw_body, body,
                                              ex.request.messages)
+        ex.continuation.ticket.objects = ex.client.objects
 
 
 def identify_tenant(ex: Exchange, gw: Gateway) -> None:

@@ -108,6 +108,33 @@ def test_a_replay_parses_and_decodes_only_its_new_messages(fmt: str, messages_la
     assert t3.reused == len(again) and memo.hits == 2 and len(memo) == 1
 
 
+@pytest.mark.parametrize("messages_last", [False, True])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_replay_of_a_counted_body_has_only_its_new_bytes_counted(fmt: str, messages_last: bool) -> None:
+    """The memory estimate's count of ``{`` (``Match.objects``): the kept count plus a count of what the replay
+    inserted, exact for every formatting; a body kept without a count, or no replay, is counted in full. ``take``
+    starts from the match while its entry is kept."""
+    memo = ReplayMemo(1 << 20)
+    first = body(3, fmt, messages_last=messages_last)
+    _, ticket = served(memo, first, keep=False)
+    assert memo.match("t1", KIND, first).objects(first) == first.count(b"{")  # nothing kept: counted in full
+    ticket.objects = first.count(b"{") + 1000  # a count the kept body does not have: the replay's shows it was used
+    memo.keep(ticket)
+    second = body(5, fmt, messages_last=messages_last)
+    found = memo.match("t1", KIND, second)
+    assert found.objects(second) == second.count(b"{") + 1000
+    assert memo.match("t2", KIND, second).objects(second) == second.count(b"{")  # another tenant's: none of its own
+    other = body(5, fmt, messages_last=messages_last, model="other")
+    assert memo.match("t1", KIND, other).objects(other) == other.count(b"{")  # not a replay: counted in full
+    replay = memo.take("t1", KIND, second, RESUME, found)
+    assert replay is not None and replay[2].reused == len(history(3))  # taken from the match
+    assert memo.take("t1", KIND, second, RESUME, found) is None  # the entry serves one request: gone
+    memo.keep(replay[2])  # kept again, without a count
+    unknown = replay[2]
+    sixth = body(6, fmt, messages_last=messages_last)
+    assert unknown.objects is None and memo.match("t1", KIND, sixth).objects(sixth) == sixth.count(b"{")
+
+
 def test_a_retry_of_the_same_body_reuses_every_message_and_an_entry_serves_one_request() -> None:
     memo = ReplayMemo(1 << 20)
     first, _ = served(memo, body(2))

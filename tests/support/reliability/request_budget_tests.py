@@ -39,8 +39,9 @@ def gw(sim: Sim, gateways: GatewayFactory) -> Iterator[ServerProcess]:
 def test_the_estimate_counts_bytes_and_objects() -> None:
     body = json.dumps({"messages": tiny(1000)}).encode()
     assert request_cost.estimate(body) == 6 * len(body) + 1024 * 1001
-    assert request_cost.too_costly(body, 1 << 20) and not request_cost.too_costly(body, 8 << 20)
-    assert not request_cost.too_costly(body, 0)  # no budget
+    assert request_cost.estimate(body, 1) == 6 * len(body) + 1024  # a count given is the count used
+    assert _costly(body, 1 << 20) and not _costly(body, 8 << 20)
+    assert not _costly(body, 0)  # no budget
     assert request_cost.byte_limit(60) == 10 and request_cost.byte_limit(0) == 0
 
 
@@ -58,11 +59,15 @@ class _Counted(bytes):
 def test_a_body_that_fits_even_as_all_objects_is_not_counted() -> None:
     body = _Counted(json.dumps({"messages": tiny(1000)}).encode())
     fits = request_cost.MOST_PER_BYTE * len(body)
-    assert not request_cost.too_costly(body, fits) and _Counted.counted == 0
-    assert not request_cost.too_costly(body, fits - 1) and _Counted.counted == 1  # counted: 1001 objects fit
+    assert not _costly(body, fits) and _Counted.counted == 0
+    assert not _costly(body, fits - 1) and _Counted.counted == 1  # counted: 1001 objects fit
     worst = b"{}" * 1000  # the most a byte can cost: the bound is exact for it
     assert request_cost.estimate(worst) == request_cost.MOST_PER_BYTE * len(worst)
-    assert request_cost.too_costly(worst, request_cost.MOST_PER_BYTE * len(worst) - 1)
+    assert _costly(worst, request_cost.MOST_PER_BYTE * len(worst) - 1)
+
+
+def _costly(body: bytes, budget: int) -> bool:
+    return request_cost.must_count(body, budget) and request_cost.too_costly(body, budget, body.count(b"{"))
 
 
 @pytest.mark.parametrize(("path", "headers", "shape"), [
@@ -102,3 +107,25 @@ def test_a_declared_length_over_the_budget_is_refused_before_the_body_is_read(gw
                   b"content-type: application/json\r\ncontent-length: 10000000\r\n\r\n")
         answer = s.recv(65536)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+@pytest.mark.parametrize(("path", "headers"), [("/v1/messages", ANTHROPIC), ("/v1/chat/completions", OPENAI)])
+def test_a_replay_is_held_to_the_budget_by_what_it_added(gw: ServerProcess, sim: Sim, path: str,
+                                                         headers: dict[str, str]) -> None:
+    """A replay of a body the worker kept has only its new bytes counted (``replay_memo.Match.objects``): one that adds
+    60,000 tiny messages to a counted, kept conversation is refused as that body sent fresh would be, and nothing
+    reaches the upstream; one that adds a turn is served."""
+    messages = tiny(3001, role="assistant")  # 110 KB: past what fits even as all ``{}``, so its objects are counted
+    first = {"model": "claude-opus-4-5", "max_tokens": 16, "messages": messages}
+    r = httpx.post(gw.url + path, content=json.dumps(first).encode(), headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    text = r.json()["content"][0]["text"] if "content" in r.json() else r.json()["choices"][0]["message"]["content"]
+    grown = [*messages, {"role": "assistant", "content": text}]
+    before = sim.stats()["requests"]
+    big = {**first, "messages": [*grown, *tiny(60_000)[1:]]}
+    r = httpx.post(gw.url + path, content=json.dumps(big).encode(), headers=headers, timeout=60)
+    assert r.status_code == 413, r.text[:300]
+    assert sim.stats()["requests"] == before, "nothing reached the upstream"
+    turn = {**first, "messages": [*grown, {"role": "user", "content": "and then?"}]}
+    r = httpx.post(gw.url + path, content=json.dumps(turn).encode(), headers=headers, timeout=60)
+    assert r.status_code == 200, r.text[:300]
