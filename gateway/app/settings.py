@@ -54,7 +54,7 @@ DESCRIPTIONS: dict[str, str] = {
     "request_memory_mb": "the memory one request may cost, estimated from its body before it is decoded (bytes and "
                          "JSON objects); more gets 413 (0: no bound)",
     "offload_body_kb": "request bodies at least this large (KiB) are parsed, repaired and encoded off the event loop, "
-                       "one at a time per worker (0: never)",
+                       "one at a time per worker, unless they replay a kept body with less than this new (0: never)",
     "body_timeout_s": "seconds a client may take to send its request body (-> 408)",
     "keep_alive_timeout_s": "idle client connections are closed after this many seconds",
     "redis_url": "redis://, rediss://, redis+cluster://, redis+sentinel://; unset: embedded store (one process)",

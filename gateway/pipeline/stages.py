@@ -461,10 +461,10 @@ Encoder = Callable[[Request], bytes]  # the upstream dialect's encoder (default:
 async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROPIC,
                   encoder: Encoder | None = None) -> None:
     span = gw.tracing.span
-    big = _big(ex, gw)
     try:
         with span("identify"):
             identify_tenant(ex, gw)
+        big = _big(ex, gw) and not _replays(ex, gw, decoder)
         with span("decode"):
             query = await off_loop(gw, big, _decoded, ex, gw, decoder)
         with span("load"):
@@ -500,6 +500,22 @@ def _big(ex: Exchange, gw: Gateway) -> bool:
     """A request whose body is worked on off the event loop (``GATEWAY_OFFLOAD_BODY_KB``)."""
     kb = gw.settings.offload_body_kb
     return 0 < kb <= len(ex.client.raw_body) >> 10
+
+
+def _replays(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> bool:
+    """Whether a big body replays one this worker kept (``replay_memo``; the bytes compared here, on the loop, at C
+    speed) with fewer new bytes than make a body big: its stages then stay on the loop, as a small body's do, since
+    they parse only what it inserted and take the kept messages as they are (a 500-turn replay's stages: about 2 ms
+    of Python, ``bench/stage_timer.py``; the memo keeps no entry of more than half its bound). A thread hop costs
+    more than that work (``bench/cpu_ab.py --start``)."""
+    memo, tenant = gw.replay_memo, ex.identity.tenant
+    if memo is None or tenant is None or not isinstance(decoder, ReplayDecoder):
+        return False
+    found = ex.continuation.match
+    if found is None or found.scope != (tenant, decoder.kind):
+        found = ex.continuation.match = memo.match(tenant, decoder.kind, ex.client.raw_body)
+    return found.entry is not None and (len(ex.client.raw_body) - len(found.entry.body)) >> 10 < \
+        gw.settings.offload_body_kb
 
 
 async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -> T:
@@ -567,7 +583,8 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ticket, ex.continuation.ticket = ex.continuation.ticket, None
     write: TurnWrite | None = None
     try:
-        big = _big(ex, gw)
+        # (with a replay's ticket the record hashes only the new messages: small work, as the stages' was)
+        big = _big(ex, gw) and (ticket is None or not ticket.reused)
         write = await off_loop(gw, big, _turn_write, ex, turn, ticket, big)
         res = await gw.store.record(ex.identity.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:

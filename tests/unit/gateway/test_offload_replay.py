@@ -1,0 +1,81 @@
+"""Which requests leave the event loop (``pipeline.off_loop``): a body of ``GATEWAY_OFFLOAD_BODY_KB`` or more is worked
+on in a thread, unless it replays a body this worker kept with fewer new bytes than that (``stages._replays``): its
+stages parse only what it inserted, less work than a thread hop costs. What a replay inserts past the bound, or a big
+body that replays nothing, still goes to the thread."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+
+from gateway.app.factory import create_app
+from gateway.app.settings import Settings
+from gateway.dialects.canonical import Message, Request
+from gateway.pipeline import stages as pipeline
+from gateway.pipeline.exchange import ClientRequest, Exchange
+from state.memory_store import MemoryStore
+
+HEADERS = {"x-api-key": "sk-offload-replay", "anthropic-version": "2023-06-01"}
+
+
+def _body(turns: int) -> bytes:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "[[sim:tools=99]] go"}]
+    for i in range(turns):
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_off_{i}", "name": "f", "input": {"pad": "x" * 200}}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_off_{i}",
+                                                      "content": "ok " * 50}]})
+    return orjson.dumps({"model": "claude-opus-4-5", "max_tokens": 64, "messages": messages})
+
+
+class _Where:
+    """The ANTHROPIC decoder, noting the thread each request was decoded on."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self.decoder = pipeline.ReplayDecoder(pipeline.ANTHROPIC.kind, self._decode, pipeline.ANTHROPIC.resume)
+
+    def _decode(self, body: Any, messages: list[Message] | None) -> Request:
+        self.threads.append(threading.get_ident())
+        return pipeline.ANTHROPIC.decode(body, messages)
+
+    def on_loop(self) -> bool:
+        return self.threads[-1] == threading.get_ident()
+
+
+async def _served(gw: Any, body: bytes, where: _Where) -> Exchange:
+    ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="req_offload", headers=HEADERS,
+                                query="", raw_body=body))
+    await pipeline.prepare(ex, gw, where.decoder)
+    assert ex.continuation.ticket is not None
+    gw.replay_memo.keep(ex.continuation.ticket)  # as the record stage does once the turn is recorded
+    return ex
+
+
+async def test_a_big_replay_stays_on_the_loop_unless_it_inserted_a_big_body_worth() -> None:
+    app = create_app(Settings(secret="offload-replay-" + "0" * 32, offload_body_kb=4), store=MemoryStore(),
+                     upstreams={})
+    gw, where = app.state.gateway, _Where()
+    first = _body(20)
+    assert len(first) > 8 << 10  # past the bound
+    ex = await _served(gw, first, where)
+    assert not where.on_loop() and not ex.continuation.ticket.reused  # replays nothing: in the thread
+    ex = await _served(gw, _body(21), where)  # one turn more: well under 4 KiB new
+    assert where.on_loop() and ex.continuation.ticket.reused  # a replay: on the loop
+    ex = await _served(gw, _body(40), where)  # 19 turns more: past the bound
+    assert not where.on_loop() and ex.continuation.ticket.reused  # a replay still, of a big body's worth: the thread
+    ex = await _served(gw, _body(40), where)  # a retry of the same body: nothing new
+    assert where.on_loop() and ex.continuation.ticket.reused
+
+
+async def test_with_no_memo_a_big_body_is_worked_on_in_the_thread() -> None:
+    app = create_app(Settings(secret="offload-replay-" + "0" * 32, offload_body_kb=4, replay_memo_mb=0),
+                     store=MemoryStore(), upstreams={})
+    gw, where = app.state.gateway, _Where()
+    for turns in (20, 21):
+        ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="req_offload",
+                                    headers=HEADERS, query="", raw_body=_body(turns)))
+        await pipeline.prepare(ex, gw, where.decoder)
+        assert not where.on_loop()
