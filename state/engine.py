@@ -110,6 +110,10 @@ class EngineStore:
     """Base class of the backends; implements the ``Store`` protocol's data methods."""
 
     backend = "abstract"
+    # A script may touch keys of one cluster slot only (Redis Cluster): the index keys one call reads or writes are
+    # grouped by hash tag, one call per group. Elsewhere one call takes them all (a tool loop's turn: about a dozen
+    # script calls a request become four or five).
+    one_slot_per_script = False
 
     def __init__(self, *, ttl_seconds: int = keys.DEFAULT_TTL_SECONDS,
                  max_turns: int = keys.DEFAULT_MAX_TURNS, max_fetch: int = 2,
@@ -134,6 +138,10 @@ class EngineStore:
         self._clock = clock
         # tenant -> until when its records are refused: learnt from the counter a record of this worker returned
         self._over_budget: Lru[str, float] = Lru(1024)
+
+    def _bucket(self, key: str) -> str:
+        """The group of index keys ``key`` is read or written with in one script call (``one_slot_per_script``)."""
+        return keys.hash_tag(key) if self.one_slot_per_script else ""
 
     # -- backend hooks -------------------------------------------------------------------------
     async def _roundtrip(self, ops: Sequence[Op]) -> list[Any]:
@@ -280,7 +288,7 @@ class EngineStore:
         lookups += [keys.fingerprint_key(tenant, f) for f in fps]
         buckets: dict[str, list[int]] = {}
         for i, key in enumerate(lookups):
-            buckets.setdefault(keys.hash_tag(key), []).append(i)
+            buckets.setdefault(self._bucket(key), []).append(i)
         ops: list[Op] = []
         known: CachedConversation | None = None
         if first:
@@ -375,7 +383,7 @@ class EngineStore:
         puts += [(keys.fingerprint_key(tenant, f), sc, sc) for f in fps]
         buckets: dict[str, list[tuple[str, bytes, bytes]]] = {}
         for put in puts:
-            buckets.setdefault(keys.hash_tag(put[0]), []).append(put)
+            buckets.setdefault(self._bucket(put[0]), []).append(put)
         ops: list[Op] = [Eval(INDEX_PUT, tuple(k for k, _, _ in group),
                               (ttl, records.AMBIGUOUS, *(a for _, value, ident in group for a in (value, ident))))
                          for group in buckets.values()]

@@ -117,7 +117,7 @@ class RedisStore(EngineStore):
         self._client = client
         self._node = node
         self._also_close = also_close
-        self._cluster = isinstance(client, RedisCluster)
+        self._cluster = self.one_slot_per_script = isinstance(client, RedisCluster)
         self.backend = "redis-cluster" if self._cluster else "redis"
         self.timeout_s = timeout_ms / 1000
         self.budget_s = budget_seconds(timeout_ms)

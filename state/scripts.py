@@ -1,5 +1,6 @@
 """Lua scripts, as named constants. Each touches only KEYS/ARGV, and all KEYS of one call share a hash
-tag: one conversation's ``(meta, turns, tids)`` (``state.keys.ConversationKeys``) or one index bucket.
+tag on Redis Cluster: one conversation's ``(meta, turns, tids)`` (``state.keys.ConversationKeys``) or one index
+bucket (on a single node one call takes a request's index keys of every bucket: ``EngineStore.one_slot_per_script``).
 
 No ``cmsgpack``/``cjson`` inside Lua: values the scripts store are opaque bytes encoded in Python.
 ``state.memory_store`` implements exactly the same semantics in Python; the contract tests hold
@@ -181,9 +182,9 @@ touch(tonumber(ARGV[1]))
 return {meta, turns, from}
 """)
 
-# GETEX_MANY: read index entries that share one hash tag and refresh the TTL of those that exist
+# GETEX_MANY: read index entries (of one hash tag on Redis Cluster) and refresh the TTL of those that exist
 # (GETEX: Redis >= 6.2).
-# KEYS: any number of keys of one bucket. ARGV: ttl_s.  Reply: {value or nil, ...} in KEYS order.
+# KEYS: any number of index keys. ARGV: ttl_s.  Reply: {value or nil, ...} in KEYS order.
 GETEX_MANY = LuaScript("getex_many", """
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -192,12 +193,12 @@ end
 return out
 """)
 
-# INDEX_PUT: write index entries that share one hash tag, never letting an entry name two things. An entry
+# INDEX_PUT: write index entries (of one hash tag on Redis Cluster), never letting an entry name two things. An entry
 # that names something else already (another turn, another conversation) becomes the ambiguity marker, which
 # every later write keeps until it expires: a lookup then finds no evidence instead of whichever write came
 # last. ``ident`` says what the new value names: an old value containing it (plain substring) names the same
 # thing (a location's packed turn id: the same turn re-pointed at its fork), as does an equal one.
-# KEYS: any number of keys of one bucket. ARGV: ttl_s, marker, then value_1, ident_1, value_2, ident_2, ...
+# KEYS: any number of index keys. ARGV: ttl_s, marker, then value_1, ident_1, value_2, ident_2, ...
 # Reply: how many entries are (now) ambiguous.
 INDEX_PUT = LuaScript("index_put", """
 local ttl, marker, n = ARGV[1], ARGV[2], 0
