@@ -6,7 +6,7 @@ Shared code (sanitize, model switch, prefix keeping, the binding retry, the surf
 the entry of the request's route (``gateway.dialects.registry``) and never compares a kind or flavor name. Defaults
 here are what an upstream that reads no thinking of its own needs; each subpackage (``gateway.dialects.<name>``)
 overrides what differs. An entry holds rules only: how a request is sent and an answer read (paths, encoders,
-translators) is the dialect's ``wire`` module, found by the same name (``gateway.surfaces.upstreams``).
+translators) is the dialect's ``wire`` module, found by the same name (``gateway.surfaces.common``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class ClientRequest:
     query: str
     raw_body: bytes
     # its top-level JSON fields as its surface read them, in its order (the history's value is not read from here):
-    # what an upstream of the client's own dialect gets as sent (``gateway.surfaces.upstreams``); None until decoded
+    # what an upstream of the client's own dialect gets as sent (``gateway.surfaces.common``); None until decoded
     fields: dict[str, Any] | None = None
     objects: int | None = None       # the body's count of ``{`` when the memory estimate counted it
 

@@ -3,7 +3,7 @@ looked up by. Pure, but for the per-worker hint memory.
 
 - Tenant: HMAC of the client's credential (``x-api-key``, ``x-goog-api-key`` or bearer token) under
   ``GATEWAY_SECRET``; the credential itself never leaves ``tenant_of``. Which header holds it is one rule
-  (``credential_of``), read by every upstream's auth header too (``gateway.surfaces.upstreams``): a request is
+  (``credential_of``), read by every upstream's auth header too (``gateway.surfaces.common``): a request is
   recorded under the tenant of the key it is billed to.
 - SCID candidates, in order: the ``X-AG-Conversation-Id`` header; the tool_use ids of the replayed history; the
   fingerprint of the conversation's path (the user side of the history, which clients replay faithfully far more
@@ -177,7 +177,7 @@ SCID_HEADER = "x-ag-conversation-id"
 
 
 # The client's credential, read from its headers: the one rule both the tenant (``tenant_of``) and every
-# upstream's auth header (``gateway.surfaces.upstreams``) use, so a request is always recorded under the tenant of the
+# upstream's auth header (``gateway.surfaces.common``) use, so a request is always recorded under the tenant of the
 # key it is billed to.
 # the headers a credential comes in: each may be sent once (or repeated with the same value)
 KEY_HEADERS = ("x-api-key", "x-goog-api-key")  # a key as it is; ``authorization`` carries a bearer token

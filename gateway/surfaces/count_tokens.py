@@ -13,8 +13,8 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Request
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import table as surfaces
+from gateway.surfaces.common import count_answer, count_body, count_target, counting_of
 from gateway.surfaces.handler import Codec, endpoint
-from gateway.surfaces.upstreams import count_answer, count_body, count_target, counting_of
 from gateway.transport.upstream import UpstreamResponse, forward_request_headers
 
 

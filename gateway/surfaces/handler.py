@@ -36,17 +36,18 @@ from gateway.ops import metrics
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import Exchange
 from gateway.surfaces.common import (
+    UPSTREAM_DIALECTS,
+    Call,
     call_upstream,
     exchange_from,
     gateway_of,
     relay_headers,
+    route,
     stream_answer,
     while_client_waits,
 )
 from gateway.surfaces.table import Surface
-from gateway.surfaces.upstreams import UPSTREAM_DIALECTS, Call, route
-from gateway.transport.streaming import StreamEncoder, TranslatedStream
-from gateway.transport.upstream import UpstreamResponse
+from gateway.transport.upstream import StreamEncoder, TranslatedStream, UpstreamResponse
 
 JSON = "application/json"
 log = logging.getLogger("thinkgate.endpoints")

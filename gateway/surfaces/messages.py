@@ -11,8 +11,8 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Turn
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import table as surfaces
+from gateway.surfaces.common import UPSTREAM_DIALECTS
 from gateway.surfaces.handler import UNROUTED, Codec, Relay, endpoint
-from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
 from gateway.transport.upstream import UpstreamResponse, forward_request_headers
 
 

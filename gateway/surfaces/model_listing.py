@@ -19,6 +19,7 @@ from gateway.dialects import registry
 from gateway.dialects.canonical import JSON
 from gateway.errors import ClientError, Dialect, GatewayError
 from gateway.pipeline import identify
+from gateway.surfaces.common import UPSTREAM_DIALECTS
 from gateway.surfaces.model_lists import (
     Listed,
     anthropic_list,
@@ -30,7 +31,6 @@ from gateway.surfaces.model_lists import (
     route_models,
 )
 from gateway.surfaces.table import dialect_by_headers
-from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
 
 log = logging.getLogger("thinkgate.endpoints")
 LIST_TIMEOUT_S = 10.0

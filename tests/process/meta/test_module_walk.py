@@ -32,11 +32,11 @@ KEY = {"authorization": "Bearer sk-walk"}
 # (the modules of ``gateway`` and ``state`` both; measured with the embedded store; the team gateway's admission,
 # ``gateway.access.admission`` and ``keys``, is two of them)
 BOUNDS: dict[tuple[str, str], int] = {
-    ("chat", "openrouter"): 45,  # 70 before the stages' modules were merged, 55 before the dialects' wire modules,
-    ("chat", "anthropic"): 42,   # the stream pumps, the stored model and its bytes, and the others that hold one job
-    ("chat", "gemini"): 44,      # (ARCHITECTURE.md, "Modules per request")
-    ("chat", "responses"): 43,
-    ("messages", "anthropic"): 41,
+    ("chat", "openrouter"): 43,  # 70 before the stages' modules were merged, 55 before the dialects' wire modules,
+    ("chat", "anthropic"): 40,   # the stream pumps, the stored model and its bytes, and the others that hold one job,
+    ("chat", "gemini"): 42,      # 45 before the transport and the call table joined what they serve
+    ("chat", "responses"): 41,   # (ARCHITECTURE.md, "Modules per request")
+    ("messages", "anthropic"): 39,
 }
 TARGET = 30  # issue 33's goal for the chat -> OpenRouter walk: not met yet (ARCHITECTURE.md)
 

@@ -199,7 +199,7 @@ def upstream_families() -> dict[str, str]:
     once per flavor but the generic one) -> a model the compose routing sends there."""
     from gateway.dialects import registry
     from gateway.dialects.routing import FLAVORS
-    from gateway.surfaces.upstreams import UPSTREAM_DIALECTS
+    from gateway.surfaces.common import UPSTREAM_DIALECTS
 
     # (the cloud platforms, Bedrock and Vertex AI, are opt-in routes: they need the pod's cloud identity and the
     # [aws]/[gcp] extras, so compose leaves them to GATEWAY_ROUTES; tests/*/cloud run them)

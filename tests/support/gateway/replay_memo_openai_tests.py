@@ -26,7 +26,7 @@ from gateway.dialects.openai_chat.messages import continue_messages, decode_mess
 from gateway.errors import ClientError
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import chat
-from gateway.surfaces import upstreams as dialects
+from gateway.surfaces import common as dialects
 from tests.support.gateway.memo_equivalence import (
     exchange_of,
     gateway_pair,

@@ -17,7 +17,7 @@ from gateway.dialects.canonical import Message, TextBlock
 from gateway.dialects.openai_chat import codec as openai_chat
 from gateway.pipeline import stages as pipeline
 from gateway.surfaces import chat
-from gateway.surfaces import upstreams as dialects
+from gateway.surfaces import common as dialects
 from gateway.transport.upstream import forward_request_headers
 from state.coherence import ObjectLru
 from tests.support.gateway.memo_equivalence import (

@@ -18,8 +18,7 @@ from gateway.dialects.augment.stream import StreamEncoder, error_line
 from gateway.dialects.gemini.wire import GeminiTranslator
 from gateway.dialects.openai_compat.wire import CompatTranslator
 from gateway.sse import SSEDecoder, SSEEvent
-from gateway.transport.streaming import TranslatedStream, Translator
-from gateway.transport.upstream import UpstreamResponse
+from gateway.transport.upstream import TranslatedStream, Translator, UpstreamResponse
 from tests.support.augment.client import assert_tools_stream_per_tool
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -226,13 +226,13 @@ async def test_a_platforms_rewrite_of_a_big_body_runs_off_the_event_loop(monkeyp
     import httpx
 
     from gateway.app.factory import create_app
-    from gateway.surfaces import upstreams
+    from gateway.surfaces import common
     from state.memory_store import MemoryStore
     from tests.unit.gateway.test_handler import FakeUpstream
     from tests.unit.gateway.test_route_once import ANTHROPIC_ANSWER
 
     rewritten_in: list[str] = []
-    row = upstreams.UPSTREAM_DIALECTS["bedrock"]
+    row = common.UPSTREAM_DIALECTS["bedrock"]
     assert row.finish is not None
     finish = row.finish
 
@@ -240,7 +240,7 @@ async def test_a_platforms_rewrite_of_a_big_body_runs_off_the_event_loop(monkeyp
         rewritten_in.append(threading.current_thread().name)
         return finish(body, client)
 
-    monkeypatch.setitem(upstreams.UPSTREAM_DIALECTS, "bedrock", dataclasses.replace(row, finish=recording))
+    monkeypatch.setitem(common.UPSTREAM_DIALECTS, "bedrock", dataclasses.replace(row, finish=recording))
     settings = Settings(routes="us.anthropic.=bedrock@us-east-1", cloud_without_keys=True, offload_body_kb=64)
     bedrock = FakeUpstream("bedrock", body=ANTHROPIC_ANSWER)
     app = create_app(settings, store=MemoryStore(), upstreams={"bedrock": bedrock})  # type: ignore[dict-item]

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import ClientError
 from gateway.pipeline.identify import credential_of
-from gateway.surfaces.upstreams import gemini_headers
+from gateway.surfaces.common import gemini_headers
 
 
 @pytest.mark.parametrize(("headers", "key"), [

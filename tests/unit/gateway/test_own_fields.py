@@ -13,7 +13,7 @@ from gateway.dialects.canonical import SurfaceOptions
 from gateway.dialects.openai_chat import codec as openai_chat
 from gateway.dialects.routing import ModelCaps
 from gateway.pipeline.exchange import ClientRequest, Exchange
-from gateway.surfaces.upstreams import UPSTREAM_DIALECTS, Call
+from gateway.surfaces.common import UPSTREAM_DIALECTS, Call
 from gateway.vocab import ClientDialect
 
 RAW = (b'{"model": "or/m", "messages": [{"role": "user", "content": "hi"}], "x_vendor": {"n": 1E2},'

@@ -64,7 +64,7 @@ def test_one_routing_rule_with_one_error_for_every_surface() -> None:
     else the same 400 ``model_not_supported`` whatever the surface (it was written three times, three texts)."""
     from gateway.dialects.routing import Router
     from gateway.errors import ClientError
-    from gateway.surfaces.upstreams import route
+    from gateway.surfaces.common import route
 
     router = Router()
     assert route(router.caps_for("claude-opus-4-5"), {"anthropic"}, "claude-opus-4-5").upstream == "anthropic"

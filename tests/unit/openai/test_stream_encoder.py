@@ -11,7 +11,7 @@ from gateway.dialects.accumulate import Snapshot, accumulate, finished_turn
 from gateway.dialects.openai_chat.codec import encode_completion
 from gateway.dialects.openai_chat.stream import StreamEncoder
 from gateway.sse import SSEDecoder
-from gateway.transport.streaming import relay_sse
+from gateway.transport.upstream import relay_sse
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 THINKING = "Let me think.\r\n  Trailing spaces   \n\n\ncafé — 思考 🤔\r\n"

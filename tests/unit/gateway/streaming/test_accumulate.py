@@ -24,7 +24,7 @@ from gateway.dialects.canonical import (
 from gateway.dialects.responses import codec as responses
 from gateway.dialects.responses import stream as responses_stream
 from gateway.sse import SSEDecoder
-from gateway.transport.streaming import relay_sse
+from gateway.transport.upstream import relay_sse
 from tests.unit.gateway.streaming.test_relay_order import OneRead
 from tests.unit.responses.test_protocol import IDS, SEAL
 

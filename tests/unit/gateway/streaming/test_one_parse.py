@@ -16,8 +16,8 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import ToolUseBlock
 from gateway.dialects.openai_chat import stream as openai_chat_stream
 from gateway.dialects.openai_compat.wire import CompatTranslator
-from gateway.transport import streaming
-from gateway.transport.streaming import TranslatedStream, relay_sse
+from gateway.transport import upstream
+from gateway.transport.upstream import TranslatedStream, relay_sse
 from tests.unit.gateway.streaming.test_relay_order import FIXTURE, OneRead
 
 COMPAT = Path(__file__).resolve().parents[3] / "fixtures" / "compat_reasoning_parallel_tools.sse"
@@ -37,7 +37,7 @@ class Counted:
             self.framed += 1
             return real_encode(event, data)
 
-        monkeypatch.setattr(streaming.orjson, "loads", loads)
+        monkeypatch.setattr(upstream.orjson, "loads", loads)
         monkeypatch.setattr(sse, "encode_event", encode_event)
 
 

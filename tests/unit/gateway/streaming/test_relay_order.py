@@ -22,7 +22,7 @@ from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.augment import stream as augment_stream
 from gateway.dialects.gemini.wire import GeminiTranslator, NativeStreamEncoder
 from gateway.dialects.openai_chat import stream as openai_chat_stream
-from gateway.transport.streaming import TranslatedStream, relay_sse
+from gateway.transport.upstream import TranslatedStream, relay_sse
 
 FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "sse_thinking_tool_use.sse"
 
