@@ -20,7 +20,7 @@ from gateway.actions import Action
 from gateway.dialects.canonical import Message, Request
 
 if TYPE_CHECKING:
-    from gateway.dialects.provider_seal import Seals
+    from gateway.dialects.openai_compat import Seals
     from gateway.dialects.routing import ModelCaps
 
 Unverifiable = Literal["drop", "text"]

@@ -25,7 +25,7 @@ from gateway.app.deps import Gateway
 from gateway.continuation import replay_memo as continuation
 from gateway.continuation import splice
 from gateway.continuation.replay_memo import Resume, Ticket, one_to_one
-from gateway.dialects import classify, provider_seal, registry
+from gateway.dialects import classify, openai_compat, registry
 from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import (
     Message,
@@ -248,7 +248,7 @@ def route_of(ex: Exchange, gw: Gateway) -> ModelCaps:
 
 def _policy(ex: Exchange, gw: Gateway) -> Policy:
     s, tenant = gw.settings, ex.identity.tenant
-    return gw.policy if tenant is None else dataclasses.replace(gw.policy, seals=provider_seal.seals_for(
+    return gw.policy if tenant is None else dataclasses.replace(gw.policy, seals=openai_compat.seals_for(
         s.secret, s.previous_secret, tenant))
 
 

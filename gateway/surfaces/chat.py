@@ -1,5 +1,5 @@
 """OpenAI ``POST /v1/chat/completions`` to the upstream the routing table names, answered as ``chat.completion`` (SSE)
-chunks, opaque reasoning sealed (``provider_seal``); a ``pipeline.ReplayDecoder`` (``continuation.replay_memo``)."""
+chunks, opaque reasoning sealed (``openai_compat.Seals``); a ``ReplayDecoder`` (``continuation.replay_memo``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.dialects import provider_seal, registry, routing
+from gateway.dialects import openai_compat, registry, routing
 from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import Message, Request, Turn
 from gateway.dialects.openai_chat import codec as openai_chat
@@ -37,14 +37,14 @@ class ChatCompletions(Codec):
     def completion(self, resp: UpstreamResponse, body: bytes, turn: Turn | None) -> Response:
         answer = openai_chat.encode_completion(turn or unreadable(), created=int(time.time()), scid=self.scid,
                                                exclude_reasoning=self.call.req.surface.exclude_reasoning,
-                                               seal=provider_seal.sealer(self.gw.settings, self.ex.identity.tenant))
+                                               seal=openai_compat.sealer(self.gw.settings, self.ex.identity.tenant))
         return self.respond(orjson.dumps(answer), 200, self.headers(resp))
 
     def stream(self) -> Relay:
         usage = self.call.req.surface.include_usage
         encoder = openai_chat_stream.StreamEncoder(snap := Snapshot(), created=int(time.time()), scid=self.scid,
                                                    exclude_reasoning=self.call.req.surface.exclude_reasoning,
-                                                   include_usage=usage, seal=provider_seal.sealer(self.gw.settings,
+                                                   include_usage=usage, seal=openai_compat.sealer(self.gw.settings,
                                                                                                   self.ex.identity.tenant))
         return encoder, "text/event-stream", snap
 

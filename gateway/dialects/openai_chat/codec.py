@@ -34,7 +34,7 @@ from typing import Any
 
 from gateway.dialects.canonical import JSON, Message, ProviderFields, Request, SurfaceOptions, Turn
 from gateway.dialects.openai_chat.messages import assistant_message, decode_messages, system_of
-from gateway.dialects.provider_seal import Seal
+from gateway.dialects.openai_compat import Seal
 from gateway.dialects.routing import (
     ANTHROPIC_SERVICE_TIERS,
     ParamRoute,
@@ -355,7 +355,7 @@ def usage(u: JSON) -> dict[str, JSON]:
 
 def encode_completion(turn: Turn, *, created: int, scid: str | None = None,
                       exclude_reasoning: bool = False, seal: Seal | None = None) -> dict[str, JSON]:
-    """``seal``: seals the turn's message-level provider fields for the client (``provider_seal``; the turn, which
+    """``seal``: seals the turn's message-level provider fields for the client (``openai_compat.Seals``; the turn, which
     is recorded, keeps them as the upstream gave them)."""
     p = turn.provider
     provider = ProviderFields(p.origin, seal(p.origin, p.fields)) if seal is not None and p is not None else p

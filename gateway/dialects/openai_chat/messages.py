@@ -57,7 +57,7 @@ from gateway.dialects.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.provider_seal import SEAL_KEY
+from gateway.dialects.openai_compat import SEAL_KEY
 from gateway.errors import bad_request
 
 FORMAT = "anthropic-claude-v1"
@@ -67,7 +67,7 @@ _BAD_TOOL_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 
-# (with thinkgate's seal beside ``reasoning_opaque``: ``provider_seal``)
+# (with thinkgate's seal beside ``reasoning_opaque``: ``openai_compat.Seals``)
 PROVIDER_FIELDS = ("reasoning_details", "reasoning_opaque", "reasoning_text", "reasoning_content", SEAL_KEY)
 SYSTEM_ROLES = ("system", "developer")
 

@@ -37,7 +37,7 @@ from gateway.dialects.accumulate import Snapshot
 from gateway.dialects.canonical import JSON, PROVIDER, BlockProvider, ProviderFields
 from gateway.dialects.openai_chat.codec import completion_id, finish_reason, usage
 from gateway.dialects.openai_chat.messages import encrypted_entry, openai_extra, text_entry
-from gateway.dialects.provider_seal import Seal
+from gateway.dialects.openai_compat import Seal
 from gateway.errors import openai_error_body
 from gateway.sse import SSEEvent
 
@@ -53,7 +53,7 @@ class StreamEncoder:
 
     def __init__(self, snapshot: Snapshot, *, created: int, scid: str | None = None,
                  include_usage: bool = False, exclude_reasoning: bool = False, seal: Seal | None = None) -> None:
-        """``seal``: seals the message-level provider fields shown (``provider_seal``)."""
+        """``seal``: seals the message-level provider fields shown (``openai_compat.Seals``)."""
         self.snap = snapshot
         self.seal = seal
         self.created = created

@@ -60,7 +60,7 @@ from gateway.dialects.canonical import (
     from_openai,
 )
 from gateway.dialects.openai_chat.messages import openai_extra, signature_from_openai_extra, tool_call
-from gateway.dialects.provider_seal import unsealed
+from gateway.dialects.openai_compat import unsealed
 from gateway.dialects.routing import ModelCaps
 from gateway.dialects.toolchain import content_text
 from gateway.errors import bad_request

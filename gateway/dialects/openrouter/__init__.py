@@ -9,8 +9,7 @@ from gateway.actions import Action, ActionKind
 from gateway.dialects import openai_compat
 from gateway.dialects.canonical import JSON, Request
 from gateway.dialects.entry import FieldsContext
-from gateway.dialects.openai_compat import Flavor
-from gateway.dialects.provider_seal import opaque_entry
+from gateway.dialects.openai_compat import Flavor, opaque_entry
 
 ANTHROPIC_FORMAT = "anthropic-claude-v1"
 

@@ -68,7 +68,7 @@ from gateway.dialects.canonical import (
 )
 from gateway.dialects.entry import FieldsContext
 from gateway.dialects.gemini.parts import BYPASS_SIGNATURE
-from gateway.dialects.provider_seal import NO_SEALS, Seals
+from gateway.dialects.openai_compat import NO_SEALS, Seals
 from gateway.dialects.responses.upstream import sendable
 from gateway.dialects.routing import ModelCaps, origin_of
 from gateway.dialects.toolchain import (
@@ -91,7 +91,7 @@ class Policy:
     unverifiable: Literal["drop", "text"] = "drop"
     fix_params: bool = True
     gemini_bypass: str | None = BYPASS_SIGNATURE  # None: textualize unsigned steps instead
-    # the request's tenant's seals (``provider_seal``): a client's opaque reasoning fields without a record are kept
+    # the tenant's seals (``openai_compat.Seals``): a client's opaque reasoning fields without a record are kept
     # only when they open; None: judged by their shape alone
     seals: Seals | None = None
 

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.dialects.provider_seal import SEAL_KEY, unsealed
+from gateway.dialects.openai_compat import SEAL_KEY, unsealed
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, metric_sum
 from tests.support.gemini.helpers import (
     COPILOT,
@@ -54,7 +54,7 @@ def test_tool_loop_carries_reasoning_fields(client: openai.OpenAI, sim: Sim, mod
     body = sim.last()["body"]
     sent = [m for m in body["messages"] if m["role"] == "assistant"]
     for m, a in zip(sent, answers, strict=False):
-        # carried back exactly as the upstream gave them: thinkgate's seals (``provider_seal``) stay with the client
+        # carried back exactly as the upstream gave them: thinkgate's seals (``openai_compat.Seals``) never go up
         assert m[FIELDS[model]] == unsealed(a.message)[FIELDS[model]], "carried back exactly as received"
         assert SEAL_KEY not in json.dumps(m)
         if model == OPENROUTER:
@@ -119,7 +119,7 @@ def test_relayed_openrouter_error_keeps_the_openai_envelope(client: openai.OpenA
 def test_altered_reasoning_of_a_conversation_without_a_record_is_degraded_not_sent(
         client: openai.OpenAI, sim: Sim) -> None:
     """A client that alters the reasoning_details of a conversation thinkgate has no record of (another key): the
-    altered value no longer opens its seal (``provider_seal``), so it is degraded (the step as text) instead of
+    altered value no longer opens its seal (``openai_compat.Seals``), so it is degraded (the step as text) instead of
     being sent for the upstream's 400."""
     with openai.OpenAI(base_url=client.base_url, api_key="sk-other", max_retries=0) as other:
         first = ask(other, OPENROUTER, [{"role": "user", "content": "[[sim:tools=1]] x"}], stream=False)

@@ -62,7 +62,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.dialects.provider_seal import unsealed
+from gateway.dialects.openai_compat import unsealed
 from gateway.dialects.toolchain import NO_RESULT
 from tests.pairwise import run_label, stream_header_params
 from tests.process_fixtures import GatewayFactory, Sim, free_port

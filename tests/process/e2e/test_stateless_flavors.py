@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway.dialects.provider_seal import unsealed
+from gateway.dialects.openai_compat import unsealed
 from tests.process_fixtures import GatewayFactory, ServerProcess, Sim, free_port, metric_sum
 from tests.redis_fixtures import RedisServer
 from tests.support.gemini import helpers as gemini_helpers

@@ -3,7 +3,7 @@ state machine off, records expired, Redis down), an OpenAI chat client in front 
 models replays ``reasoning_details`` whose signed text it trimmed, re-encoded, truncated or blanked, or whose
 signatures it moved between turns: forwarded as they came, the upstream answers 400 ``Invalid signature in
 thinking block``. thinkgate seals every opaque value it relays to an OpenAI chat client (a tenant-bound MAC over the
-exact entry, in an extra key of the entry: ``gateway.provider_seal``) and keeps, without records, only what
+exact entry, in an extra key of the entry: ``openai_compat.Seals``) and keeps, without records, only what
 still opens; the rest is degraded per ``GATEWAY_UNVERIFIABLE_THINKING``. The seal never reaches the upstream.
 """
 

@@ -18,7 +18,7 @@ from gateway.dialects.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.provider_seal import seals_for
+from gateway.dialects.openai_compat import seals_for
 from gateway.dialects.routing import ModelCaps, caps_for, origin_of
 from gateway.pipeline.sanitize.core import Policy, distrust, sanitize
 from thinkgate_sim.rules import check_messages_request

@@ -1,4 +1,4 @@
-"""The seals on the opaque reasoning values relayed to OpenAI chat clients (``gateway.dialects.provider_seal``)."""
+"""The seals on the opaque reasoning values relayed to OpenAI chat clients (``gateway.dialects.openai_compat``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.dialects.provider_seal import SEAL_KEY, seals_for, unsealed
+from gateway.dialects.openai_compat import SEAL_KEY, seals_for, unsealed
 
 ORIGIN = "openrouter/anthropic"
 FIELDS: dict[str, Any] = {"reasoning_details": [
