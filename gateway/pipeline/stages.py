@@ -513,9 +513,15 @@ def _replays(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> boo
         return False
     found = ex.continuation.match
     if found is None or found.scope != (tenant, decoder.kind):
-        found = ex.continuation.match = memo.match(tenant, decoder.kind, ex.client.raw_body)
-    return found.entry is not None and (len(ex.client.raw_body) - len(found.entry.body)) >> 10 < \
-        gw.settings.offload_body_kb
+        ex.continuation.match = memo.match(tenant, decoder.kind, ex.client.raw_body)
+    return _small_replay(ex, gw)
+
+
+def _small_replay(ex: Exchange, gw: Gateway) -> bool:
+    """Whether the request replays a kept body (its match, ``_replays``) with fewer new bytes than make a body big."""
+    found = ex.continuation.match
+    return found is not None and found.entry is not None and \
+        (len(ex.client.raw_body) - len(found.entry.body)) >> 10 < gw.settings.offload_body_kb
 
 
 async def off_loop(gw: Gateway, big: bool, work: Callable[..., T], *args: Any) -> T:
@@ -583,8 +589,8 @@ async def _record(ex: Exchange, gw: Gateway, turn: Turn) -> None:
     ticket, ex.continuation.ticket = ex.continuation.ticket, None
     write: TurnWrite | None = None
     try:
-        # (with a replay's ticket the record hashes only the new messages: small work, as the stages' was)
-        big = _big(ex, gw) and (ticket is None or not ticket.reused)
+        # (a small replay's record hashes only its few new messages: small work, as its stages' was)
+        big = _big(ex, gw) and not (ticket is not None and ticket.reused and _small_replay(ex, gw))
         write = await off_loop(gw, big, _turn_write, ex, turn, ticket, big)
         res = await gw.store.record(ex.identity.tenant, write)
     except (StoreError, ValueError, RecursionError, orjson.JSONEncodeError) as e:

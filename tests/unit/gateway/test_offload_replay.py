@@ -1,7 +1,7 @@
 """Which requests leave the event loop (``pipeline.off_loop``): a body of ``GATEWAY_OFFLOAD_BODY_KB`` or more is worked
 on in a thread, unless it replays a body this worker kept with fewer new bytes than that (``stages._replays``): its
-stages parse only what it inserted, less work than a thread hop costs. What a replay inserts past the bound, or a big
-body that replays nothing, still goes to the thread."""
+stages parse only what it inserted, less work than a thread hop costs, and so does its record's write. What a replay
+inserts past the bound, or a big body that replays nothing, still goes to the thread."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import threading
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.app.factory import create_app
 from gateway.app.settings import Settings
+from gateway.dialects.anthropic import codec as anthropic
 from gateway.dialects.canonical import Message, Request
 from gateway.pipeline import stages as pipeline
 from gateway.pipeline.exchange import ClientRequest, Exchange
@@ -52,6 +54,32 @@ async def _served(gw: Any, body: bytes, where: _Where) -> Exchange:
     assert ex.continuation.ticket is not None
     gw.replay_memo.keep(ex.continuation.ticket)  # as the record stage does once the turn is recorded
     return ex
+
+
+async def test_a_replays_record_is_written_where_its_stages_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's write (its path hash over the new messages, its encoding) follows the stages: on the loop for a
+    small replay, in the thread for a replay that inserted a big body's worth (hashing it on the loop would hold it)."""
+    app = create_app(Settings(secret="offload-replay-" + "0" * 32, offload_body_kb=4), store=MemoryStore(),
+                     upstreams={})
+    gw, where, writes = app.state.gateway, _Where(), []
+    write = pipeline._turn_write
+
+    def noted(*args: Any) -> Any:
+        writes.append(threading.get_ident())
+        return write(*args)
+
+    monkeypatch.setattr(pipeline, "_turn_write", noted)
+    answer = anthropic.decode_turn({"id": "msg_off", "type": "message", "role": "assistant", "model": "claude-opus-4-5",
+                                    "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                                    "usage": {"input_tokens": 1, "output_tokens": 1}})
+    loop = threading.get_ident()
+    for turns, on_loop in ((20, False), (21, True), (40, False)):
+        ex = Exchange(ClientRequest(endpoint="messages", dialect="anthropic", request_id="req_offload",
+                                    headers=HEADERS, query="", raw_body=_body(turns)))
+        await pipeline.prepare(ex, gw, where.decoder)
+        await pipeline.record(ex, gw, answer)  # (which keeps the request in the memo for the next)
+        assert ex.plan.recorded, turns
+        assert (writes[-1] == loop) is on_loop and where.on_loop() is on_loop, turns
 
 
 async def test_a_big_replay_stays_on_the_loop_unless_it_inserted_a_big_body_worth() -> None:
