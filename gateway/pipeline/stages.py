@@ -91,26 +91,38 @@ def decode(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = ANTHROP
     """The surface dialect's decoder turns the parsed body into the canonical request. A request of a
     ``ReplayDecoder`` surface that replays what this worker kept of the conversation's previous request
     parses and decodes only its new messages (``replay_memo``)."""
+    if not _replayed(ex, gw, decoder):
+        _decode_whole(ex, gw, decoder)
+
+
+def _replayed(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> bool:
+    """Whether the request replays what this worker kept (``ReplayMemo.take``): then only its new messages were
+    parsed and decoded; else nothing was."""
     memo = gw.replay_memo
+    if not isinstance(decoder, ReplayDecoder) or memo is None or ex.identity.tenant is None:
+        return False
+    replay = memo.take(ex.identity.tenant, decoder.kind, ex.client.raw_body, decoder.resume, ex.continuation.match)
+    metrics.observe_replay(replay is not None)
+    if replay is None:
+        return False
+    parsed, messages, ticket = replay
+    ticket.objects = ex.client.objects  # (what the next replay's memory estimate starts from)
+    ex.continuation.ticket = ticket
+    ex.request = decoder.decode(parsed, messages)
+    return True
+
+
+def _decode_whole(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> None:
+    """The whole body parsed and decoded; a ``ReplayDecoder``'s is kept for the next request (its ticket)."""
     if not isinstance(decoder, ReplayDecoder):
         ex.request = decoder(parse_json(ex.client.raw_body))
         return
-    if memo is None or ex.identity.tenant is None:
-        ex.request = decoder.decode(parse_json(ex.client.raw_body), None)
-        return
-    replay = memo.take(ex.identity.tenant, decoder.kind, ex.client.raw_body, decoder.resume, ex.continuation.match)
-    metrics.observe_replay(replay is not None)
-    if replay is not None:
-        parsed, messages, ticket = replay
-        ticket.objects = ex.client.objects  # (what the next replay's memory estimate starts from)
-        ex.continuation.ticket = ticket
-        ex.request = decoder.decode(parsed, messages)
-        return
     body = parse_json(ex.client.raw_body)
     ex.request = decoder.decode(body, None)
-    if isinstance(body.get("messages"), list):  # not a body whose history came in another field (Responses)
-        ex.continuation.ticket = memo.ticket(ex.identity.tenant, decoder.kind, ex.client.raw_body, body,
-                                             ex.request.messages)
+    memo, tenant = gw.replay_memo, ex.identity.tenant
+    # (not a body whose history came in another field: Responses)
+    if memo is not None and tenant is not None and isinstance(body.get("messages"), list):
+        ex.continuation.ticket = memo.ticket(tenant, decoder.kind, ex.client.raw_body, body, ex.request.messages)
         ex.continuation.ticket.objects = ex.client.objects
 
 
@@ -464,9 +476,14 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
     try:
         with span("identify"):
             identify_tenant(ex, gw)
-        big = _big(ex, gw) and not _replays(ex, gw, decoder)
+        big = _big(ex, gw)
         with span("decode"):
-            query = await off_loop(gw, big, _decoded, ex, gw, decoder)
+            if big and _replays(ex, gw, decoder):  # a big body, a small replay: taken on the loop
+                big = not _replayed(ex, gw, decoder)
+                # (what ``take`` could not continue from its match is decoded whole, in the thread)
+                query = await off_loop(gw, True, _decoded_whole, ex, gw, decoder) if big else _queried(ex, gw)
+            else:
+                query = await off_loop(gw, big, _decoded, ex, gw, decoder)
         with span("load"):
             result = await load(ex, gw, query)
         await off_loop(gw, big, _finish, ex, gw, result, encoder)
@@ -476,6 +493,15 @@ async def prepare(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder = 
 
 def _decoded(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> LoadQuery | None:
     decode(ex, gw, decoder)
+    return _queried(ex, gw)
+
+
+def _decoded_whole(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> LoadQuery | None:
+    _decode_whole(ex, gw, decoder)
+    return _queried(ex, gw)
+
+
+def _queried(ex: Exchange, gw: Gateway) -> LoadQuery | None:
     header_conversation(ex)
     return load_query(ex, gw)
 
@@ -507,7 +533,8 @@ def _replays(ex: Exchange, gw: Gateway, decoder: Decoder | ReplayDecoder) -> boo
     speed) with fewer new bytes than make a body big: its stages then stay on the loop, as a small body's do, since
     they parse only what it inserted and take the kept messages as they are (a 500-turn replay's stages: about 2 ms
     of Python, ``bench/stage_timer.py``; the memo keeps no entry of more than half its bound). A thread hop costs
-    more than that work (``bench/cpu_ab.py --start``)."""
+    more than that work (``bench/cpu_ab.py --start``). One that ``take`` cannot continue after all goes to the
+    thread (``prepare``)."""
     memo, tenant = gw.replay_memo, ex.identity.tenant
     if memo is None or tenant is None or not isinstance(decoder, ReplayDecoder):
         return False

@@ -37,7 +37,11 @@ class _Where:
 
     def __init__(self) -> None:
         self.threads: list[int] = []
-        self.decoder = pipeline.ReplayDecoder(pipeline.ANTHROPIC.kind, self._decode, pipeline.ANTHROPIC.resume)
+        self.refuse = False  # the resume refuses the new messages: ``take`` cannot continue from its match
+        self.decoder = pipeline.ReplayDecoder(pipeline.ANTHROPIC.kind, self._decode, self._resume)
+
+    def _resume(self, parsed: dict[str, Any], kept: list[Message | None], tail: list[Any]) -> list[Message] | None:
+        return None if self.refuse else pipeline.ANTHROPIC.resume(parsed, kept, tail)
 
     def _decode(self, body: Any, messages: list[Message] | None) -> Request:
         self.threads.append(threading.get_ident())
@@ -107,3 +111,16 @@ async def test_with_no_memo_a_big_body_is_worked_on_in_the_thread() -> None:
                                     headers=HEADERS, query="", raw_body=_body(turns)))
         await pipeline.prepare(ex, gw, where.decoder)
         assert not where.on_loop()
+
+
+async def test_a_small_replay_take_cannot_continue_is_decoded_whole_in_the_thread() -> None:
+    """The match said "a small replay" but ``take`` could not continue from it (here the resume refuses the new
+    messages): the body is decoded whole, and that happens in the thread, not on the loop the match kept it on."""
+    app = create_app(Settings(secret="offload-replay-" + "0" * 32, offload_body_kb=4), store=MemoryStore(),
+                     upstreams={})
+    gw, where = app.state.gateway, _Where()
+    await _served(gw, _body(20), where)
+    where.refuse = True
+    ex = await _served(gw, _body(21), where)
+    assert not where.on_loop() and not ex.continuation.ticket.reused  # decoded whole, in the thread
+    assert len(where.threads) == 2  # decoded once (the take's miss decoded nothing)
