@@ -3,7 +3,8 @@
     python bench/cpu_ab.py TARGET[,TARGET...] [--requests 400] [--rounds 3] [--turns 10] [--start 0] [--mangled]
                            [--stream]
 
-A TARGET is ``bare`` (``bench/bare_proxy.py``), or a source tree of thinkgate (a ``git worktree`` of
+A TARGET is ``bare`` (``bench/bare_proxy.py``), ``bare:redis`` (the bare proxy with the two store round trips of a
+thinkgate request and nothing else: the floor of a stateful proxy), or a source tree of thinkgate (a ``git worktree`` of
 another commit, or ``.``), optionally followed by ``:NAME=VALUE[+NAME=VALUE]`` gateway settings (e.g.
 ``.:GATEWAY_REDIS_URL=`` for the embedded store, ``.:GATEWAY_STATE_MACHINE_ENABLED=false``). Every
 thinkgate target uses one shared local redis-server and the simulator. Each round starts every target
@@ -64,8 +65,10 @@ def _launch(target: str, sim_url: str, redis_url: str) -> tuple[subprocess.Popen
     tree, _, settings = target.partition(":")
     port = free_port()
     if tree == "bare":
+        store = ["--redis", redis_url] if settings == "redis" else []
         proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_proxy.py"), "--upstream", sim_url,
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "--port", str(port), *store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
         _wait_port(port, proc)
         return proc, f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "GATEWAY_ANTHROPIC_BASE_URL": sim_url,
